@@ -1,0 +1,86 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+// Config configures a Backend.
+type Config struct {
+	// Store configures the ZooKeeper connection and root.
+	Store zkstore.Config
+	// Name is this instance's member name; the member ID derives from it
+	// and the cluster ID, so it is stable across restarts.
+	Name string
+	// ClientURLs are advertised in the member list.
+	ClientURLs []string
+	// MaxTxnOps is etcd's --max-txn-ops.
+	MaxTxnOps int
+	// MaxRequestBytes is etcd's --max-request-bytes.
+	MaxRequestBytes int
+	// MaxBatchRequests bounds how many requests share one log entry.
+	MaxBatchRequests int
+	// ReadWindow is how many log entries are read in flight while catching up.
+	ReadWindow int
+	// StaleAfter is how long the view may lag the head before the instance
+	// reports itself unhealthy.
+	StaleAfter time.Duration
+	// Logger receives structured logs.
+	Logger *logrus.Entry
+	// Registerer receives the backend's Prometheus metrics (nil: none).
+	Registerer prometheus.Registerer
+}
+
+// Defaults used for zero Config fields.
+const (
+	DefaultMaxTxnOps        = 128
+	DefaultMaxRequestBytes  = 1536 * 1024
+	DefaultMaxBatchRequests = 512
+	DefaultReadWindow       = 64
+	DefaultStaleAfter       = 3 * time.Second
+)
+
+func (c *Config) setDefaults() {
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxBatchRequests == 0 {
+		c.MaxBatchRequests = DefaultMaxBatchRequests
+	}
+	if c.ReadWindow == 0 {
+		c.ReadWindow = DefaultReadWindow
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.Logger == nil {
+		c.Logger = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if c.Store.Logger == nil {
+		c.Store.Logger = c.Logger
+	}
+}
+
+// Validate reports the first invalid setting.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Store.Servers) == 0:
+		return errors.New("no zookeeper servers given")
+	case c.Name == "":
+		return errors.New("member name must not be empty")
+	case c.MaxTxnOps < 1:
+		return fmt.Errorf("max txn ops %d must be positive", c.MaxTxnOps)
+	case c.MaxRequestBytes < 1:
+		return fmt.Errorf("max request bytes %d must be positive", c.MaxRequestBytes)
+	}
+	return nil
+}

@@ -1,0 +1,16 @@
+// Package backend ties zketcd's layers into one etcd-semantics engine per
+// instance: it recovers the view from the ZooKeeper log, tails the log, runs
+// the group committer that evaluates writes (translate) against the view
+// (revision) and appends them to the log (zkstore), and serves reads after a
+// linearizability barrier.
+//
+// This package is not in the reference design's table: there the committer
+// sits between translate and zkstore without an owner. Giving it one package
+// keeps zkstore free of etcd semantics and translate free of I/O.
+//
+// Guarantees: a write is acknowledged only after its entry is durable in
+// ZooKeeper and applied to this instance's view; an entry is never written
+// twice (see zkstore.Commit); a linearizable read reflects every write
+// acknowledged, by any instance, before the read began; revisions never go
+// backwards on one instance.
+package backend

@@ -1,0 +1,76 @@
+package backend
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+// metrics are the backend's Prometheus collectors, registered per instance.
+type metrics struct {
+	commitSeconds *prometheus.HistogramVec
+	batchRequests prometheus.Histogram
+	conflicts     prometheus.Counter
+	appliedRev    prometheus.Gauge
+	appliedLSN    prometheus.Gauge
+	barrierWait   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		commitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "zketcd", Name: "commit_duration_seconds",
+			Help:    "Time of one commit multi to ZooKeeper, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}, []string{"outcome"}),
+		batchRequests: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "zketcd", Name: "commit_batch_ops",
+			Help:    "Operations per committed log entry.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "commit_conflicts_total",
+			Help: "Commits that lost the log position to another instance.",
+		}),
+		appliedRev: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "applied_revision",
+			Help: "Revision of the view.",
+		}),
+		appliedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "applied_log_position",
+			Help: "Log entry the view has applied.",
+		}),
+		barrierWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "zketcd", Name: "read_barrier_duration_seconds",
+			Help:    "Time linearizable reads waited for the sync barrier and the view.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait)
+	}
+	return m
+}
+
+// commitTimer starts timing a commit; call the result with its outcome.
+func (m *metrics) commitTimer() func(zkstore.Outcome, error) {
+	start := time.Now()
+	return func(o zkstore.Outcome, err error) {
+		label := o.String()
+		if err != nil {
+			label = "error"
+		}
+		m.commitSeconds.WithLabelValues(label).Observe(time.Since(start).Seconds())
+	}
+}
+
+func (m *metrics) applied(e *revision.Entry) {
+	m.appliedLSN.Set(float64(e.LSN))
+	if r := e.LastRev(); r > 0 {
+		m.appliedRev.Set(float64(r))
+	}
+	m.batchRequests.Observe(float64(len(e.Ops)))
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+// serveFlags are the flags of "serve" (and "dev"), named as etcd's where
+// etcd has the same setting.
+type serveFlags struct {
+	zk               string
+	zkRoot           string
+	zkSessionTimeout time.Duration
+	zkAuth           string
+
+	name                string
+	listenClientURLs    string
+	advertiseClientURLs string
+	listenMetricsURLs   string
+
+	maxRequestBytes int
+	maxTxnOps       int
+
+	certFile      string
+	keyFile       string
+	trustedCAFile string
+	clientCert    bool
+
+	keepaliveMinTime  time.Duration
+	keepaliveInterval time.Duration
+	keepaliveTimeout  time.Duration
+
+	logLevel  string
+	logFormat string
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
+	zkHelp := "ZooKeeper servers, comma separated host:port"
+	if !zkRequired {
+		zkHelp += " (empty: start a local ZooKeeper)"
+	}
+	fs.StringVar(&f.zk, "zk", "", zkHelp)
+	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", "znode under which zketcd keeps everything")
+	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout")
+	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential, e.g. digest:user:password (znodes then get an ACL for that identity only)")
+	fs.StringVar(&f.name, "name", "", "member name (default: host name and client port); the member ID derives from it")
+	fs.StringVar(&f.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "URLs to serve the etcd API on, comma separated")
+	fs.StringVar(&f.advertiseClientURLs, "advertise-client-urls", "", "URLs advertised in the member list (default: the listen URLs)")
+	fs.StringVar(&f.listenMetricsURLs, "listen-metrics-urls", "", "URLs to serve /metrics and /health on (http only), comma separated")
+	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", backend.DefaultMaxRequestBytes, "largest request accepted, in bytes")
+	fs.IntVar(&f.maxTxnOps, "max-txn-ops", backend.DefaultMaxTxnOps, "most operations in one transaction")
+	fs.StringVar(&f.certFile, "cert-file", "", "TLS certificate for clients")
+	fs.StringVar(&f.keyFile, "key-file", "", "TLS key for clients")
+	fs.StringVar(&f.trustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
+	fs.BoolVar(&f.clientCert, "client-cert-auth", false, "require client certificates signed by --trusted-ca-file")
+	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest keepalive interval a client may use")
+	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", 2*time.Hour, "interval of server-to-client pings")
+	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "time to wait for a ping answer before closing")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+}
+
+// parseInterspersed parses flags that may come after positional
+// arguments and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseWithEnv(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// parseWithEnv parses args, then fills every flag not given on the command
+// line from ZKETCD_<NAME> (dashes as underscores, upper case).
+func parseWithEnv(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := "ZKETCD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", env, e)
+			}
+		}
+	})
+	return err
+}
+
+func (f *serveFlags) logger() (*logrus.Logger, error) {
+	lg := logrus.New()
+	lvl, err := logrus.ParseLevel(f.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	lg.SetLevel(lvl)
+	switch f.logFormat {
+	case "json":
+		lg.SetFormatter(&logrus.JSONFormatter{})
+	case "text":
+		lg.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	}
+	return lg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// listenAddrs turns client URLs into host:port and tells whether they use TLS.
+func listenAddrs(urls []string) (addrs []string, secure bool, err error) {
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, false, fmt.Errorf("client url %q: %w", raw, err)
+		}
+		switch u.Scheme {
+		case "http":
+		case "https":
+			secure = true
+		default:
+			return nil, false, fmt.Errorf("client url %q: scheme must be http or https", raw)
+		}
+		if u.Host == "" {
+			return nil, false, fmt.Errorf("client url %q: no host:port", raw)
+		}
+		addrs = append(addrs, u.Host)
+	}
+	return addrs, secure, nil
+}
+
+func (f *serveFlags) tlsConfig() (*tls.Config, error) {
+	if f.certFile == "" && f.keyFile == "" {
+		if f.clientCert {
+			return nil, errors.New("--client-cert-auth needs --cert-file and --key-file")
+		}
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load --cert-file/--key-file: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if f.trustedCAFile != "" {
+		pem, err := os.ReadFile(f.trustedCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --trusted-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--trusted-ca-file %s: no certificates", f.trustedCAFile)
+		}
+		cfg.ClientCAs = pool
+	}
+	if f.clientCert {
+		if cfg.ClientCAs == nil {
+			return nil, errors.New("--client-cert-auth needs --trusted-ca-file")
+		}
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+func (f *serveFlags) storeConfig(lg *logrus.Entry) zkstore.Config {
+	var auth []string
+	if f.zkAuth != "" {
+		auth = []string{f.zkAuth}
+	}
+	return zkstore.Config{
+		Servers:        splitList(f.zk),
+		Root:           f.zkRoot,
+		SessionTimeout: f.zkSessionTimeout,
+		Auth:           auth,
+		Logger:         lg,
+	}
+}

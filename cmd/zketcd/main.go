@@ -1,0 +1,59 @@
+// Command zketcd serves the etcd v3 API with Apache ZooKeeper as storage.
+//
+//	zketcd serve --zk 127.0.0.1:2181 [flags]   serve on an existing ensemble
+//	zketcd dev [flags]                         start a local ZooKeeper and serve on it
+//	zketcd rv --zk ... KEY...                  map keys' revisions to ZooKeeper zxids
+//	zketcd version
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"go.etcd.io/etcd/api/v3/version"
+)
+
+// Version is zketcd's own version, set at link time.
+var Version = "dev"
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = runServe(os.Args[2:])
+	case "dev":
+		err = runDev(os.Args[2:])
+	case "rv":
+		err = runRV(os.Args[2:])
+	case "version", "--version":
+		fmt.Printf("zketcd %s (etcd API %s)\n", Version, version.Version)
+	case "help", "-h", "--help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "zketcd: unknown command %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "zketcd: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `zketcd serves the etcd v3 API with Apache ZooKeeper as storage.
+
+Usage:
+  zketcd serve --zk HOST:PORT[,...] [flags]   serve on an existing ZooKeeper ensemble
+  zketcd dev [flags]                          start a local ZooKeeper and serve on it
+  zketcd rv --zk HOST:PORT KEY...             show keys' revisions and the zxids that wrote them
+  zketcd version
+
+Run "zketcd serve -h" for the flags. Every flag can also be set with an
+environment variable: --max-txn-ops is ZKETCD_MAX_TXN_OPS.
+`)
+}

@@ -1,0 +1,91 @@
+package grpcsrv
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/translate"
+)
+
+type kvServer struct {
+	pb.UnsafeKVServer
+	be        *backend.Backend
+	hdr       header
+	lg        *logrus.Entry
+	maxTxnOps int
+}
+
+var _ pb.KVServer = (*kvServer)(nil)
+
+func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := translate.CheckRange(r); err != nil {
+		return nil, err
+	}
+	resp, err := s.be.Range(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	s.hdr.fill(resp.Header)
+	return resp, nil
+}
+
+func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
+	if err := translate.CheckRangeStream(r); err != nil {
+		return err
+	}
+	err := s.be.RangeStream(stream.Context(), r, func(resp *pb.RangeResponse) error {
+		if resp.Header != nil {
+			s.hdr.fillWithoutRevision(resp.Header)
+		}
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
+	})
+	return toGRPCError(s.lg, err)
+}
+
+func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := translate.CheckPut(r); err != nil {
+		return nil, err
+	}
+	resp, err := s.be.Put(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	s.hdr.fill(resp.Header)
+	return resp, nil
+}
+
+func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	if err := translate.CheckDelete(r); err != nil {
+		return nil, err
+	}
+	resp, err := s.be.DeleteRange(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	s.hdr.fill(resp.Header)
+	return resp, nil
+}
+
+func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := translate.CheckTxn(r, s.maxTxnOps); err != nil {
+		return nil, err
+	}
+	resp, err := s.be.Txn(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	s.hdr.fill(resp.Header)
+	return resp, nil
+}
+
+func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	resp, err := s.be.Compact(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	s.hdr.fill(resp.Header)
+	return resp, nil
+}

@@ -1,0 +1,74 @@
+package revision
+
+// OpKind identifies an operation in a log entry.
+type OpKind uint8
+
+const (
+	// OpTxn is an etcd transaction that changes at least one key. It takes
+	// the revision in Op.Rev.
+	OpTxn OpKind = iota + 1
+	// OpCompact sets the compacted revision to Op.Rev.
+	OpCompact
+	// OpLeaseGrant creates lease Op.Lease with TTL Op.TTL.
+	OpLeaseGrant
+	// OpLeaseRevoke removes lease Op.Lease. The deletion of its keys, if
+	// any, is an OpTxn placed right before it in the same entry.
+	OpLeaseRevoke
+	// OpLeaseCheckpoint records Op.TTL as the remaining TTL of Op.Lease.
+	OpLeaseCheckpoint
+)
+
+// Change is one key change of a transaction, in execution order.
+type Change struct {
+	Delete bool
+	Key    []byte
+	Value  []byte // puts only
+	Lease  int64  // puts only
+}
+
+// Op is one operation of an entry.
+type Op struct {
+	Kind    OpKind
+	Rev     int64    // OpTxn: its revision; OpCompact: the target
+	Changes []Change // OpTxn
+	Lease   int64    // lease ops
+	TTL     int64    // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
+}
+
+// WriterTag identifies the batch that produced an entry: a random nonce
+// chosen once per process and a per-process batch sequence number. It lets
+// a writer recognise its own entry after an unknown-outcome commit.
+type WriterTag struct {
+	Nonce uint64
+	Seq   uint64
+}
+
+// Entry is one committed batch: the ops, in order, that a committer packed
+// into log position LSN. Zxid is the zxid of the ZooKeeper transaction that
+// created it (filled in by whoever read or committed it).
+type Entry struct {
+	LSN    int64
+	Zxid   int64
+	Writer WriterTag
+	Ops    []Op
+}
+
+// LastRev returns the revision of the last OpTxn in the entry, or 0.
+func (e *Entry) LastRev() int64 {
+	for i := len(e.Ops) - 1; i >= 0; i-- {
+		if e.Ops[i].Kind == OpTxn {
+			return e.Ops[i].Rev
+		}
+	}
+	return 0
+}
+
+// FirstRev returns the revision of the first OpTxn in the entry, or 0.
+func (e *Entry) FirstRev() int64 {
+	for _, op := range e.Ops {
+		if op.Kind == OpTxn {
+			return op.Rev
+		}
+	}
+	return 0
+}

@@ -1,0 +1,201 @@
+package zkstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/revision"
+)
+
+// Outcome is what became of a Commit.
+type Outcome int
+
+const (
+	// Committed: the entry is durable at its LSN.
+	Committed Outcome = iota
+	// Conflict: another writer's entry holds the LSN. Nothing of ours was
+	// written; catch up and evaluate again.
+	Conflict
+	// Behind: the predecessor entry no longer exists (it was compacted), so
+	// the caller's view is too old to write; nothing was written.
+	Behind
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Committed:
+		return "committed"
+	case Conflict:
+		return "conflict"
+	case Behind:
+		return "behind"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// CommitResult describes a Commit that returned without error.
+type CommitResult struct {
+	Outcome Outcome
+	// Zxid of the ZooKeeper transaction that wrote the entry (Committed).
+	Zxid int64
+	// Size of the encoded entry in bytes.
+	Size int
+}
+
+// ErrUnknownOutcome is returned by Commit when ctx ended while ZooKeeper had
+// not yet told whether a sent commit was applied. The entry may or may not
+// be in the log; the tailer will find out.
+var ErrUnknownOutcome = errors.New("commit outcome unknown")
+
+// Commit appends e (with e.LSN = prev+1 and a Writer tag unique to this
+// batch) to the log in one multi: check that entry prev exists, create entry
+// prev+1, set the head to {prev+1, rev}. It returns the zxid of the commit.
+//
+// A multi whose connection dropped is re-sent byte for byte until ZooKeeper
+// answers; if entry prev+1 then exists, its writer tag tells whether it is
+// ours. So an entry is never written twice and a failure is never reported
+// for an entry that was written. Errors: ErrEntryTooLarge, ErrUnavailable
+// (nothing was written), ErrUnknownOutcome (ctx ended while unresolved).
+func (s *Store) Commit(ctx context.Context, prev int64, e *revision.Entry, rev int64) (CommitResult, error) {
+	lsn := prev + 1
+	if e.LSN != lsn {
+		return CommitResult{}, fmt.Errorf("commit: entry LSN %d does not follow %d", e.LSN, prev)
+	}
+	data := EncodeEntry(e)
+	out, zxid, err := s.commit(ctx, prev, e, data, rev)
+	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data)}, err
+}
+
+func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data []byte, rev int64) (Outcome, int64, error) {
+	lsn := prev + 1
+	if len(data) > s.cfg.MaxEntryBytes {
+		return 0, 0, fmt.Errorf("%w: %d bytes > %d", ErrEntryTooLarge, len(data), s.cfg.MaxEntryBytes)
+	}
+	headData, _ := json.Marshal(Head{LSN: lsn, Rev: rev})
+	if err := s.ensureBucket(lsn); err != nil {
+		return 0, 0, err
+	}
+	ops := []any{
+		&zk.CheckVersionRequest{Path: s.l.entry(prev), Version: -1},
+		&zk.CreateRequest{Path: s.l.entry(lsn), Data: data, Acl: s.acl},
+		&zk.SetDataRequest{Path: s.l.head(), Data: headData, Version: -1},
+	}
+	lg := s.log.WithField("lsn", lsn)
+	unknown := false
+	backoff := 20 * time.Millisecond
+	for {
+		mr, err := s.conn.Multi(ops...)
+		opErr := func(i int) error {
+			if i < len(mr) {
+				return mr[i].Error
+			}
+			return nil
+		}
+		switch {
+		case err == nil:
+			if len(mr) < 3 || mr[2].Stat == nil {
+				return 0, 0, fmt.Errorf("commit entry %d: malformed multi response", lsn)
+			}
+			return Committed, mr[2].Stat.Mzxid, nil
+		case errors.Is(opErr(1), zk.ErrNodeExists) || (errors.Is(err, zk.ErrNodeExists) && len(mr) == 0):
+			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			if rerr == nil {
+				if unknown {
+					lg.WithField("outcome", out).Info("resolved commit of unknown outcome by its writer tag")
+				}
+				return out, zxid, nil
+			}
+			if !errors.Is(rerr, ErrUnavailable) {
+				return 0, 0, rerr
+			}
+			unknown = true // could not read it back yet
+		case errors.Is(opErr(1), zk.ErrNoNode):
+			// The bucket is missing (a multi applies nothing when one op fails).
+			s.forgetBucket(lsn)
+			if err := s.ensureBucket(lsn); err != nil && !unknown {
+				return 0, 0, err
+			}
+			continue
+		case errors.Is(opErr(0), zk.ErrNoNode) || (errors.Is(err, zk.ErrNoNode) && len(mr) == 0):
+			if !unknown {
+				return Behind, 0, nil
+			}
+			// Our earlier attempt may have landed and been compacted since.
+			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			if rerr == nil {
+				return out, zxid, nil
+			}
+			if errors.Is(rerr, ErrEntryMissing) {
+				return Behind, 0, fmt.Errorf("entry %d: %w", lsn, ErrUnknownOutcome)
+			}
+		case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrSessionExpired):
+			if !unknown {
+				lg.WithError(err).Warn("connection lost during commit; re-sending the same multi until ZooKeeper answers")
+			}
+			unknown = true
+		case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrClosing):
+			if !unknown {
+				return 0, 0, s.wrap("commit", err)
+			}
+		default:
+			// A definite failure: a failed multi changed nothing.
+			if !unknown {
+				return 0, 0, s.wrap("commit", err)
+			}
+			lg.WithError(err).Warn("commit retry failed")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("entry %d: %w: %v", lsn, ErrUnknownOutcome, ctx.Err())
+		case <-s.closed:
+			return 0, 0, fmt.Errorf("entry %d: %w: store closed", lsn, ErrUnknownOutcome)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// resolve reads entry lsn and tells whether writer wrote it.
+func (s *Store) resolve(lsn int64, writer revision.WriterTag) (Outcome, int64, error) {
+	e, _, err := s.readEntry(lsn)
+	if err != nil {
+		return 0, 0, err
+	}
+	if e.Writer == writer {
+		return Committed, e.Zxid, nil
+	}
+	return Conflict, 0, nil
+}
+
+func (s *Store) ensureBucket(lsn int64) error {
+	b := lsn >> bucketShift
+	s.mu.Lock()
+	known := s.buckets[b]
+	s.mu.Unlock()
+	if known {
+		return nil
+	}
+	_, err := s.conn.Create(s.l.bucket(lsn), nil, 0, s.acl)
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return s.wrap("create log bucket", err)
+	}
+	s.mu.Lock()
+	s.buckets[b] = true
+	s.mu.Unlock()
+	if lsn&(1<<bucketShift-1) == 0 {
+		s.log.WithFields(logrus.Fields{"bucket": b}).Debug("created log bucket")
+	}
+	return nil
+}
+
+func (s *Store) forgetBucket(lsn int64) {
+	s.mu.Lock()
+	delete(s.buckets, lsn>>bucketShift)
+	s.mu.Unlock()
+}
