@@ -34,10 +34,10 @@ type Backend struct {
 	applyMu  sync.Mutex // serializes View.Apply with the observers' notification
 	observer ApplyFunc
 
-	nonce    uint64
+	nonce     uint64
 	proposals chan *proposal
-	barrier  barrier
-	kick     chan struct{} // wakes the tailer
+	barrier   barrier
+	kick      chan struct{} // wakes the tailer
 
 	dbSize   atomic.Int64 // bytes of log entries applied (what the root holds)
 	lastHead atomic.Pointer[headSeen]

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/revision"

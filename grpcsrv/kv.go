@@ -3,8 +3,8 @@ package grpcsrv
 import (
 	"context"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/translate"

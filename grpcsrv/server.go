@@ -6,9 +6,9 @@ import (
 	"math"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
