@@ -14,12 +14,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/watchbridge"
 	"github.com/zketcd/zketcd/zkstore"
 )
-
-// ApplyFunc observes every applied entry with the key changes it made, in
-// LSN order, under the apply lock (it must not block).
-type ApplyFunc func(e *revision.Entry, events []revision.Event)
 
 // Backend is one zketcd instance's engine. Its methods are safe for
 // concurrent use.
@@ -31,8 +28,8 @@ type Backend struct {
 	memberID uint64
 	metrics  *metrics
 
-	applyMu  sync.Mutex // serializes View.Apply with the observers' notification
-	observer ApplyFunc
+	applyMu sync.Mutex // serializes View.Apply with the hub's notification
+	hub     *watchbridge.Hub
 
 	nonce     uint64
 	proposals chan *proposal
@@ -54,9 +51,8 @@ type headSeen struct {
 }
 
 // Open connects to ZooKeeper, recovers the view from the log, registers the
-// member and starts the tailer and the committer. observer, if not nil, is
-// called for every entry applied after recovery.
-func Open(ctx context.Context, cfg Config, observer ApplyFunc) (*Backend, error) {
+// member and starts the tailer, the committer and the watch hub.
+func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -76,7 +72,6 @@ func Open(ctx context.Context, cfg Config, observer ApplyFunc) (*Backend, error)
 		store:     st,
 		memberID:  memberID(st.Meta().ClusterID, cfg.Name),
 		metrics:   newMetrics(cfg.Registerer),
-		observer:  observer,
 		nonce:     binary.BigEndian.Uint64(nb[:]),
 		proposals: make(chan *proposal, 4*cfg.MaxBatchRequests),
 		kick:      make(chan struct{}, 1),
@@ -93,7 +88,9 @@ func Open(ctx context.Context, cfg Config, observer ApplyFunc) (*Backend, error)
 		"lsn": s.LSN, "revision": s.Rev, "keys": b.view.KeyCount(),
 		"took": time.Since(start).Round(time.Millisecond),
 	}).Info("recovered view from the zookeeper log")
+	b.hub = watchbridge.NewHub(b.view)
 	if err := st.RegisterMember(zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs}); err != nil {
+		b.hub.Close()
 		st.Close()
 		return nil, fmt.Errorf("register member: %w", err)
 	}
@@ -108,6 +105,7 @@ func Open(ctx context.Context, cfg Config, observer ApplyFunc) (*Backend, error)
 func (b *Backend) Close() {
 	b.cancel()
 	b.wg.Wait()
+	b.hub.Close()
 	b.store.Close()
 }
 
@@ -130,6 +128,9 @@ func (b *Backend) MemberID() uint64 { return b.memberID }
 
 // ClusterID returns the cluster ID stored in the root's meta znode.
 func (b *Backend) ClusterID() uint64 { return b.store.Meta().ClusterID }
+
+// Hub returns the watch hub fed by every applied entry.
+func (b *Backend) Hub() *watchbridge.Hub { return b.hub }
 
 // View returns the instance's view (for reads that need no barrier).
 func (b *Backend) View() *revision.View { return b.view }
@@ -190,9 +191,7 @@ func (b *Backend) apply(e *revision.Entry, size int) error {
 	}
 	b.dbSize.Add(int64(size))
 	b.metrics.applied(e)
-	if b.observer != nil {
-		b.observer(e, events)
-	}
+	b.hub.Notify(e, events)
 	return nil
 }
 

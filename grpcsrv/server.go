@@ -36,8 +36,12 @@ type Config struct {
 	// (etcd's --grpc-keepalive-interval and --grpc-keepalive-timeout).
 	KeepaliveInterval time.Duration
 	KeepaliveTimeout  time.Duration
-	Logger            *logrus.Entry
-	Registerer        prometheus.Registerer
+	// WatchProgressNotifyInterval is the period of progress notifications
+	// to watchers that asked for them (etcd's
+	// --experimental-watch-progress-notify-interval, default 10 minutes).
+	WatchProgressNotifyInterval time.Duration
+	Logger                      *logrus.Entry
+	Registerer                  prometheus.Registerer
 }
 
 // New returns a gRPC server with every etcd service registered on be, and
@@ -51,6 +55,9 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	}
 	if cfg.MaxTxnOps == 0 {
 		cfg.MaxTxnOps = backend.DefaultMaxTxnOps
+	}
+	if cfg.WatchProgressNotifyInterval == 0 {
+		cfg.WatchProgressNotifyInterval = 10 * time.Minute
 	}
 	if cfg.KeepaliveMinTime == 0 {
 		cfg.KeepaliveMinTime = 5 * time.Second
@@ -86,6 +93,8 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterAuthServer(srv, &authServer{})
+	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
+		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval})
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)

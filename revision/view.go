@@ -47,6 +47,7 @@ type View struct {
 	tree    *btree.BTreeG[*keyIndex]
 	state   State
 	leases  map[int64]*Lease
+	history []Event       // every change with ModRevision >= the compacted revision, in order
 	applied chan struct{} // closed and replaced after every Apply
 	broken  error         // set when an entry could not be applied
 }
@@ -263,6 +264,7 @@ func (v *View) applyTxn(op *Op, zxid int64, events []Event) []Event {
 			kv := &KeyValue{Key: ki.key, ModRevision: rev, ModZxid: zxid}
 			ki.versions = append(ki.versions, kv)
 			events = append(events, Event{Type: EventDelete, KV: kv, PrevKV: prev})
+			v.history = append(v.history, events[len(events)-1])
 			continue
 		}
 		kv := &KeyValue{Key: ki.key, Value: c.Value, ModRevision: rev, Lease: c.Lease, ModZxid: zxid}
@@ -276,6 +278,7 @@ func (v *View) applyTxn(op *Op, zxid int64, events []Event) []Event {
 		}
 		ki.versions = append(ki.versions, kv)
 		events = append(events, Event{Type: EventPut, KV: kv, PrevKV: prev})
+		v.history = append(v.history, events[len(events)-1])
 	}
 	v.state.Rev = rev
 	return events
@@ -292,7 +295,29 @@ func (v *View) compact(rev int64) {
 	for _, ki := range empty {
 		v.tree.Delete(ki)
 	}
+	i := sort.Search(len(v.history), func(i int) bool { return v.history[i].KV.ModRevision >= rev })
+	v.history = append([]Event(nil), v.history[i:]...)
 	v.state.CompactRev = rev
+}
+
+// Changes calls visit with every change of revision fromRev or later, in
+// revision order (and, within a revision, in the order the transaction made
+// them), until visit returns false. It returns the revision the view was at.
+// Errors: ErrCompacted if fromRev is below the compacted revision. Apply
+// waits while Changes runs, so visit must be quick.
+func (v *View) Changes(fromRev int64, visit func(Event) bool) (int64, error) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if fromRev < v.state.CompactRev {
+		return v.state.Rev, ErrCompacted
+	}
+	i := sort.Search(len(v.history), func(i int) bool { return v.history[i].KV.ModRevision >= fromRev })
+	for _, ev := range v.history[i:] {
+		if !visit(ev) {
+			break
+		}
+	}
+	return v.state.Rev, nil
 }
 
 // viewReader reads the view; the caller holds v.mu.

@@ -38,6 +38,8 @@ type serveFlags struct {
 	trustedCAFile string
 	clientCert    bool
 
+	watchProgressInterval time.Duration
+
 	keepaliveMinTime  time.Duration
 	keepaliveInterval time.Duration
 	keepaliveTimeout  time.Duration
@@ -65,6 +67,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.keyFile, "key-file", "", "TLS key for clients")
 	fs.StringVar(&f.trustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
 	fs.BoolVar(&f.clientCert, "client-cert-auth", false, "require client certificates signed by --trusted-ca-file")
+	fs.DurationVar(&f.watchProgressInterval, "watch-progress-notify-interval", 10*time.Minute, "period of progress notifications to watchers that ask for them")
 	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest keepalive interval a client may use")
 	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", 2*time.Hour, "interval of server-to-client pings")
 	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "time to wait for a ping answer before closing")

@@ -82,7 +82,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		Registerer:      reg,
 	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
-	be, err := backend.Open(openCtx, cfg, nil)
+	be, err := backend.Open(openCtx, cfg)
 	cancelOpen()
 	if err != nil {
 		return err
@@ -92,14 +92,15 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	srvCtx, cancelSrv := context.WithCancel(ctx)
 	defer cancelSrv()
 	srv := grpcsrv.New(srvCtx, grpcsrv.Config{
-		MaxRequestBytes:   f.maxRequestBytes,
-		MaxTxnOps:         f.maxTxnOps,
-		TLS:               tlsCfg,
-		KeepaliveMinTime:  f.keepaliveMinTime,
-		KeepaliveInterval: f.keepaliveInterval,
-		KeepaliveTimeout:  f.keepaliveTimeout,
-		Logger:            lg,
-		Registerer:        reg,
+		MaxRequestBytes:             f.maxRequestBytes,
+		MaxTxnOps:                   f.maxTxnOps,
+		TLS:                         tlsCfg,
+		KeepaliveMinTime:            f.keepaliveMinTime,
+		KeepaliveInterval:           f.keepaliveInterval,
+		KeepaliveTimeout:            f.keepaliveTimeout,
+		WatchProgressNotifyInterval: f.watchProgressInterval,
+		Logger:                      lg,
+		Registerer:                  reg,
 	}, be)
 
 	var lns []net.Listener
