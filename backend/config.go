@@ -65,6 +65,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
+	if c.Store.MaxEntryBytes == 0 {
+		c.Store.MaxEntryBytes = zkstore.DefaultMaxEntryBytes
+	}
 	if c.Store.Logger == nil {
 		c.Store.Logger = c.Logger
 	}

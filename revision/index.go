@@ -67,18 +67,6 @@ func (ki *keyIndex) compact(rev int64) (empty bool) {
 // isSingleKey reports whether end selects just key (etcd: range_end unset).
 func isSingleKey(end []byte) bool { return end == nil }
 
-// inRange reports whether k lies in [key, end); an empty non-nil end means
-// no upper bound.
-func inRange(k, key, end []byte) bool {
-	if end == nil {
-		return bytes.Equal(k, key)
-	}
-	if bytes.Compare(k, key) < 0 {
-		return false
-	}
-	return len(end) == 0 || bytes.Compare(k, end) < 0
-}
-
 func sortedKeys(m map[string]struct{}) [][]byte {
 	out := make([][]byte, 0, len(m))
 	for k := range m {

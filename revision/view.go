@@ -54,10 +54,12 @@ type View struct {
 
 // NewView returns an empty view positioned after log entry lsn, at revision
 // rev (etcd's empty store is at revision 1, after the sentinel entry 1).
+// Nothing is compacted yet: the compacted revision is -1, as in etcd, so
+// compacting to 0 or 1 on a fresh store succeeds.
 func NewView(lsn, rev int64) *View {
 	return &View{
 		tree:    newKeyTree(),
-		state:   State{LSN: lsn, Rev: rev},
+		state:   State{LSN: lsn, Rev: rev, CompactRev: -1},
 		leases:  make(map[int64]*Lease),
 		applied: make(chan struct{}),
 	}

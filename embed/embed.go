@@ -1,0 +1,191 @@
+// Package embed starts a complete zketcd instance (backend, gRPC services,
+// client and metrics listeners) inside a Go process. The zketcd command is a
+// thin wrapper around it, and tests use it to run real instances in-process.
+package embed
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/grpcsrv"
+)
+
+// Config configures an instance.
+type Config struct {
+	// Backend configures storage; its Logger and Registerer are filled in.
+	Backend backend.Config
+	// GRPC configures the gRPC services; its Logger and Registerer are
+	// filled in.
+	GRPC grpcsrv.Config
+	// ClientAddrs are host:port addresses to serve the etcd API on
+	// (port 0 picks a free one).
+	ClientAddrs []string
+	// TLS serves the client addresses with TLS when not nil.
+	TLS *tls.Config
+	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
+	MetricsAddrs []string
+	// Logger receives structured logs.
+	Logger *logrus.Entry
+}
+
+// Zketcd is a running instance.
+type Zketcd struct {
+	be       *backend.Backend
+	srv      *grpc.Server
+	http     []*http.Server
+	clients  []net.Listener
+	metrics  []net.Listener
+	registry *prometheus.Registry
+	cancel   context.CancelFunc
+	errc     chan error
+	once     sync.Once
+	lg       *logrus.Entry
+}
+
+// Start opens the backend (connecting to ZooKeeper and recovering the view
+// within ctx) and starts serving. Errors: ZooKeeper unreachable, a bad
+// configuration, a listen failure.
+func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if len(cfg.ClientAddrs) == 0 {
+		return nil, errors.New("no client address to serve on")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Backend.Logger, cfg.Backend.Registerer = cfg.Logger, reg
+	cfg.GRPC.Logger, cfg.GRPC.Registerer, cfg.GRPC.TLS = cfg.Logger, reg, cfg.TLS
+	if cfg.GRPC.MaxRequestBytes == 0 {
+		cfg.GRPC.MaxRequestBytes = cfg.Backend.MaxRequestBytes
+	}
+	if cfg.GRPC.MaxTxnOps == 0 {
+		cfg.GRPC.MaxTxnOps = cfg.Backend.MaxTxnOps
+	}
+	z := &Zketcd{registry: reg, errc: make(chan error, 1), lg: cfg.Logger}
+	closeAll := func() {
+		for _, l := range append(z.clients, z.metrics...) {
+			l.Close()
+		}
+	}
+	for _, a := range cfg.ClientAddrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("listen on %s: %w", a, err)
+		}
+		z.clients = append(z.clients, l)
+	}
+	for _, a := range cfg.MetricsAddrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("listen on %s: %w", a, err)
+		}
+		z.metrics = append(z.metrics, l)
+	}
+	be, err := backend.Open(ctx, cfg.Backend)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	z.be = be
+	var srvCtx context.Context
+	srvCtx, z.cancel = context.WithCancel(context.Background())
+	z.srv = grpcsrv.New(srvCtx, cfg.GRPC, be)
+	for _, l := range z.clients {
+		go func() { z.report(z.srv.Serve(l)) }()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/health", z.health)
+	for _, l := range z.metrics {
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		z.http = append(z.http, hs)
+		go func() {
+			if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				z.report(err)
+			}
+		}()
+	}
+	return z, nil
+}
+
+func (z *Zketcd) report(err error) {
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
+		return
+	}
+	select {
+	case z.errc <- err:
+	default:
+	}
+}
+
+func (z *Zketcd) health(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if err := z.be.Health(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "{\"health\":\"false\",\"reason\":%q}\n", err.Error())
+		return
+	}
+	fmt.Fprintln(w, `{"health":"true","reason":""}`)
+}
+
+// Err returns a channel that receives a serving error (a listener failing).
+func (z *Zketcd) Err() <-chan error { return z.errc }
+
+// ClientAddrs returns the addresses the etcd API is served on.
+func (z *Zketcd) ClientAddrs() []string {
+	out := make([]string, len(z.clients))
+	for i, l := range z.clients {
+		out[i] = l.Addr().String()
+	}
+	return out
+}
+
+// MetricsAddrs returns the addresses /metrics is served on.
+func (z *Zketcd) MetricsAddrs() []string {
+	out := make([]string, len(z.metrics))
+	for i, l := range z.metrics {
+		out[i] = l.Addr().String()
+	}
+	return out
+}
+
+// Backend returns the instance's backend.
+func (z *Zketcd) Backend() *backend.Backend { return z.be }
+
+// Registry returns the instance's Prometheus registry.
+func (z *Zketcd) Registry() *prometheus.Registry { return z.registry }
+
+// Close stops serving (letting RPCs in flight finish for up to grace) and
+// ends the ZooKeeper session. Safe to call more than once.
+func (z *Zketcd) Close(grace time.Duration) {
+	z.once.Do(func() {
+		z.cancel()
+		stopped := make(chan struct{})
+		go func() { z.srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(grace):
+			z.srv.Stop()
+		}
+		for _, hs := range z.http {
+			hs.Close()
+		}
+		z.be.Close()
+	})
+}

@@ -1,0 +1,38 @@
+package zkserver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseMode(t *testing.T) {
+	t.Parallel()
+	srvr := "Zookeeper version: 3.8.0\nLatency min/avg/max: 0/0.0/0\nReceived: 1\nSent: 0\nConnections: 1\nOutstanding: 0\nZxid: 0x0\nMode: follower\nNode count: 5\n"
+	if mode, err := parseMode("a", srvr); err != nil || mode != ModeFollower {
+		t.Fatalf("parseMode = %q, %v", mode, err)
+	}
+	if _, err := parseMode("a", "This ZooKeeper instance is not currently serving requests\n"); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("not serving: err = %v", err)
+	}
+	if _, err := parseMode("a", "srvr is not executed because it is not in the whitelist.\n"); err == nil || !strings.Contains(err.Error(), "whitelist") {
+		t.Fatalf("whitelist: err = %v", err)
+	}
+}
+
+func TestConfigHasLoopbackAndExtras(t *testing.T) {
+	t.Parallel()
+	o, err := Options{Dir: t.TempDir(), ExtraConfig: map[string]string{"forceSync": "no"}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.config("/d", 2181, []quorumPeer{{id: 1, quorumPort: 1, elecPort: 2}})
+	for _, want := range []string{"clientPortAddress=127.0.0.1\n", "server.1=127.0.0.1:1:2\n", "forceSync=no\n", "4lw.commands.whitelist=srvr,mntr,ruok,stat\n", "admin.enableServer=false\n", "tickTime=2000\n"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config lacks %q:\n%s", want, cfg)
+		}
+	}
+	if _, err := (Options{Dir: "x", ExtraConfig: map[string]string{"a": "b\nc=d"}}).withDefaults(); err == nil {
+		t.Error("newline in ExtraConfig value accepted")
+	}
+}
