@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-func put(k, v string) Change            { return Change{Key: []byte(k), Value: []byte(v)} }
+func put(k, v string) Change               { return Change{Key: []byte(k), Value: []byte(v)} }
 func putLease(k, v string, l int64) Change { return Change{Key: []byte(k), Value: []byte(v), Lease: l} }
-func del(k string) Change               { return Change{Delete: true, Key: []byte(k)} }
+func del(k string) Change                  { return Change{Delete: true, Key: []byte(k)} }
 
 func txn(rev int64, cs ...Change) Op { return Op{Kind: OpTxn, Rev: rev, Changes: cs} }
 
