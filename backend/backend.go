@@ -31,6 +31,9 @@ type Backend struct {
 	applyMu sync.Mutex // serializes View.Apply with the hub's notification
 	hub     *watchbridge.Hub
 
+	election *zkstore.Election
+	renewals chan *renewal
+
 	nonce     uint64
 	proposals chan *proposal
 	barrier   barrier
@@ -74,6 +77,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		metrics:   newMetrics(cfg.Registerer),
 		nonce:     binary.BigEndian.Uint64(nb[:]),
 		proposals: make(chan *proposal, 4*cfg.MaxBatchRequests),
+		renewals:  make(chan *renewal, 1024),
 		kick:      make(chan struct{}, 1),
 	}
 	b.barrier.sync = b.syncHead
@@ -94,9 +98,12 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		st.Close()
 		return nil, fmt.Errorf("register member: %w", err)
 	}
-	b.wg.Add(2)
+	b.election = st.Campaign(b.memberID)
+	b.wg.Add(4)
 	go b.tail()
 	go b.commitLoop()
+	go b.renewLoop()
+	go b.expireLoop()
 	return b, nil
 }
 
@@ -105,6 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 func (b *Backend) Close() {
 	b.cancel()
 	b.wg.Wait()
+	b.election.Close()
 	b.hub.Close()
 	b.store.Close()
 }
@@ -121,6 +129,13 @@ func memberID(cluster uint64, name string) uint64 {
 		id = 1
 	}
 	return id
+}
+
+// Leader reports whether this instance is the elected leader, and the
+// member ID of the current leader (0 if unknown).
+func (b *Backend) Leader() (bool, uint64) {
+	leader, _, id := b.election.State()
+	return leader, id
 }
 
 // MemberID returns this instance's member ID.

@@ -20,15 +20,24 @@ type proposal struct {
 	ctx  context.Context
 	size int
 	eval evalFunc
+	// guards, if not nil, makes the proposal exclusive: it is committed in
+	// an entry of its own, under the preconditions guards returns.
+	guards func() []zkstore.Guard
 
 	resp any
 	err  error
 	done chan struct{}
 }
 
+// errRefused answers a guarded proposal whose preconditions did not hold.
+var errRefused = errors.New("commit refused: a precondition no longer holds")
+
 // propose queues a write for the committer and waits for its outcome.
 func (b *Backend) propose(ctx context.Context, size int, eval evalFunc) (any, error) {
-	p := &proposal{ctx: ctx, size: size, eval: eval, done: make(chan struct{})}
+	return b.submit(ctx, &proposal{ctx: ctx, size: size, eval: eval, done: make(chan struct{})})
+}
+
+func (b *Backend) submit(ctx context.Context, p *proposal) (any, error) {
 	select {
 	case b.proposals <- p:
 	case <-ctx.Done():
@@ -141,7 +150,11 @@ func (b *Backend) process(pending []*proposal, seq *uint64) {
 			Ops:    ops,
 		}
 		timer := b.metrics.commitTimer()
-		res, err := b.store.Commit(b.ctx, st.LSN, entry, rev)
+		var guards []zkstore.Guard
+		if len(group) == 1 && group[0].guards != nil {
+			guards = group[0].guards()
+		}
+		res, err := b.store.Commit(b.ctx, st.LSN, entry, rev, guards...)
 		timer(res.Outcome, err)
 		lg := b.log.WithFields(logrus.Fields{"lsn": entry.LSN, "requests": len(group)})
 		switch {
@@ -175,6 +188,8 @@ func (b *Backend) process(pending []*proposal, seq *uint64) {
 				continue
 			}
 			pending = append(group, pending...)
+		case res.Outcome == zkstore.Refused:
+			finishAll(group, errRefused)
 		case res.Outcome == zkstore.Behind:
 			lg.Warn("view is behind a compaction of the log")
 			finishAll(group, rpctypes.ErrGRPCTimeout)
@@ -197,7 +212,7 @@ func (b *Backend) evaluate(pending []*proposal, limit int) (group, rest []*propo
 				p.err = err
 				continue
 			}
-			if i > 0 && size+p.size > b.cfg.Store.MaxEntryBytes {
+			if i > 0 && (size+p.size > b.cfg.Store.MaxEntryBytes || p.guards != nil) {
 				cut = i
 				break
 			}
@@ -219,6 +234,10 @@ func (b *Backend) evaluate(pending []*proposal, limit int) (group, rest []*propo
 			bt.Commit()
 			p.resp = resp
 			size += p.size
+			if p.guards != nil {
+				cut = i + 1
+				break
+			}
 		}
 		ops, rev = bt.Ops(), bt.Rev()
 		return nil

@@ -4,11 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/zkstore"
 )
 
 // Lease limits, as etcd's (the minimum follows etcd's default election
@@ -49,28 +54,32 @@ func (b *Backend) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 // LeaseRevoke commits the removal of a lease and, in one revision, of every
 // key attached to it. Errors: ErrGRPCLeaseNotFound.
 func (b *Backend) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) {
-		if bt.Lease(req.ID) == nil {
-			return nil, rpctypes.ErrGRPCLeaseNotFound
-		}
-		keys, err := bt.LeaseKeys(req.ID)
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range keys {
-			if _, err := bt.DeleteRange(k, nil); err != nil {
-				return nil, err
-			}
-		}
-		rev, _ := bt.Commit()
-		bt.Begin()
-		bt.RevokeLease(req.ID)
-		return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
-	})
+	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) { return revokeLease(bt, req.ID) })
 	if err != nil {
 		return nil, err
 	}
 	return resp.(*pb.LeaseRevokeResponse), nil
+}
+
+// revokeLease stages the deletion of every key attached to lease id (one
+// revision, if any) and the lease's removal, in bt's open transaction.
+func revokeLease(bt *revision.Batch, id int64) (any, error) {
+	if bt.Lease(id) == nil {
+		return nil, rpctypes.ErrGRPCLeaseNotFound
+	}
+	keys, err := bt.LeaseKeys(id)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if _, err := bt.DeleteRange(k, nil); err != nil {
+			return nil, err
+		}
+	}
+	rev, _ := bt.Commit()
+	bt.Begin()
+	bt.RevokeLease(id)
+	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
 }
 
 // Leases lists every lease, after a barrier.
@@ -83,4 +92,236 @@ func (b *Backend) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
 	}
 	return resp, nil
+}
+
+// LeaseTimeToLive reports a lease's granted TTL and an estimate of its
+// remaining TTL (from when its renewal token was last written, by
+// ZooKeeper's clock), and its keys if asked. A lease that does not exist
+// has TTL -1, as etcd answers.
+func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	if err := b.Linearize(ctx); err != nil {
+		return nil, err
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{}, ID: req.ID, TTL: -1}
+	var granted int64
+	var keys [][]byte
+	_ = b.view.Read(func(r revision.Reader) error {
+		if l := r.Lease(req.ID); l != nil {
+			granted = l.TTL
+			if req.Keys {
+				keys = l.Keys()
+			}
+		}
+		return nil
+	})
+	if granted == 0 {
+		return resp, nil
+	}
+	tok, ok, err := b.store.ReadLeaseToken(req.ID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return resp, nil
+	}
+	remaining := granted - int64(time.Since(tok.Renewed).Seconds())
+	resp.TTL = min(max(remaining, 1), granted)
+	resp.GrantedTTL = granted
+	resp.Keys = keys
+	return resp, nil
+}
+
+// LeaseRenew renews a lease for its TTL and returns the TTL, or 0 if the
+// lease does not exist (etcd's keepalive answer). Renewals from concurrent
+// keepalives share one ZooKeeper multi; the answer comes after it.
+func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
+	var ttl int64
+	_ = b.view.Read(func(r revision.Reader) error {
+		if l := r.Lease(id); l != nil {
+			ttl = l.TTL
+		}
+		return nil
+	})
+	if ttl == 0 {
+		return 0, nil
+	}
+	req := &renewal{id: id, done: make(chan struct{})}
+	select {
+	case b.renewals <- req:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-b.ctx.Done():
+		return 0, rpctypes.ErrGRPCStopped
+	}
+	select {
+	case <-req.done:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	if req.err != nil {
+		return 0, toUnavailable(req.err)
+	}
+	if !req.renewed {
+		return 0, nil
+	}
+	return ttl, nil
+}
+
+type renewal struct {
+	id      int64
+	renewed bool
+	err     error
+	done    chan struct{}
+}
+
+// renewLoop batches renewals: everything queued while one multi is in
+// flight goes into the next.
+func (b *Backend) renewLoop() {
+	defer b.wg.Done()
+	for {
+		var batch []*renewal
+		select {
+		case r := <-b.renewals:
+			batch = append(batch, r)
+		case <-b.ctx.Done():
+			return
+		}
+	drain:
+		for len(batch) < 1024 {
+			select {
+			case r := <-b.renewals:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		seen := map[int64]bool{}
+		var ids []int64
+		for _, r := range batch {
+			if !seen[r.id] {
+				seen[r.id] = true
+				ids = append(ids, r.id)
+			}
+		}
+		renewed, err := b.store.RenewLeases(ids)
+		for _, r := range batch {
+			r.renewed, r.err = renewed[r.id], err
+			close(r.done)
+		}
+	}
+}
+
+// expiryTick is how often the leader looks for leases past their deadline.
+const expiryTick = 250 * time.Millisecond
+
+// leaseDeadline is the leader's view of one lease: when it expires unless
+// its token moved past version.
+type leaseDeadline struct {
+	deadline time.Time // monotonic
+	version  int32
+	known    bool // version has been read
+}
+
+// expireLoop runs lease expiry while this instance is the leader. Deadlines
+// use the monotonic clock from when the leader first read each lease's
+// token; a lease expires only if its token did not move for a whole TTL
+// since, so it never expires early, also across leader changes (a new
+// leader starts every lease's clock anew, as etcd does on promotion).
+func (b *Backend) expireLoop() {
+	defer b.wg.Done()
+	lg := b.log.WithField("component", "lease-expiry")
+	var deadlines map[int64]*leaseDeadline
+	t := time.NewTicker(expiryTick)
+	defer t.Stop()
+	for {
+		changed := b.election.Changed()
+		leader, fence, _ := b.election.State()
+		if !leader {
+			deadlines = nil
+			select {
+			case <-changed:
+			case <-b.ctx.Done():
+				return
+			}
+			continue
+		}
+		if deadlines == nil {
+			deadlines = map[int64]*leaseDeadline{}
+		}
+		b.expireDue(lg, deadlines, fence)
+		select {
+		case <-t.C:
+		case <-changed:
+		case <-b.ctx.Done():
+			return
+		}
+	}
+}
+
+func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline, fence zkstore.Fence) {
+	now := time.Now()
+	ttls := b.view.LeaseTTLs()
+	for id := range deadlines {
+		if _, ok := ttls[id]; !ok {
+			delete(deadlines, id)
+		}
+	}
+	for id, ttl := range ttls {
+		d := deadlines[id]
+		if d == nil {
+			d = &leaseDeadline{deadline: now.Add(time.Duration(ttl) * time.Second)}
+			deadlines[id] = d
+		}
+		if !d.known {
+			tok, ok, err := b.store.ReadLeaseToken(id)
+			if err != nil {
+				lg.WithError(err).Debug("read lease token")
+				return
+			}
+			if !ok {
+				continue // revoked meanwhile; the view will catch up
+			}
+			d.version, d.known = tok.Version, true
+		}
+		if now.Before(d.deadline) {
+			continue
+		}
+		tok, ok, err := b.store.ReadLeaseToken(id)
+		if err != nil {
+			lg.WithError(err).Debug("read lease token")
+			return
+		}
+		if !ok {
+			continue
+		}
+		if tok.Version != d.version {
+			d.version = tok.Version
+			d.deadline = now.Add(time.Duration(ttl) * time.Second)
+			continue
+		}
+		if err := b.expire(id, tok.Version, fence); err != nil {
+			lg.WithError(err).WithField("lease", fmt.Sprintf("%x", id)).Debug("lease expiry not committed")
+			d.known = false // look again at the next tick
+			continue
+		}
+		lg.WithField("lease", fmt.Sprintf("%x", id)).Debug("lease expired")
+		b.metrics.leasesExpired.Inc()
+		delete(deadlines, id)
+	}
+}
+
+// expire revokes lease id (deleting its keys in one revision), provided its
+// token is still at version and this instance still holds the leadership.
+func (b *Backend) expire(id int64, version int32, fence zkstore.Fence) error {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	p := &proposal{
+		ctx: ctx, size: 64, done: make(chan struct{}),
+		eval: func(bt *revision.Batch) (any, error) { return revokeLease(bt, id) },
+		guards: func() []zkstore.Guard {
+			return []zkstore.Guard{b.store.LeaseGuard(id, version), fence.Guard()}
+		},
+	}
+	_, err := b.submit(ctx, p)
+	return err
 }

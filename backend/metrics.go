@@ -17,6 +17,7 @@ type metrics struct {
 	appliedRev    prometheus.Gauge
 	appliedLSN    prometheus.Gauge
 	barrierWait   prometheus.Histogram
+	leasesExpired prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,9 +49,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time linearizable reads waited for the sync barrier and the view.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "leases_expired_total",
+			Help: "Leases this instance expired as the leader.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait)
+		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired)
 	}
 	return m
 }

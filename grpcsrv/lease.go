@@ -2,12 +2,12 @@ package grpcsrv
 
 import (
 	"context"
+	"errors"
+	"io"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/backend"
 )
@@ -48,15 +48,34 @@ func (s *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest)
 	return resp, nil
 }
 
-// Lease expiry, keepalives and time-to-live need the elected expiry
-// instance; until it exists these answer Unimplemented rather than
-// pretending a lease is being timed.
-const leaseExpiryMsg = "zketcd: lease keepalive and time-to-live are not implemented yet (leases do not expire)"
-
-func (s *leaseServer) LeaseKeepAlive(grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
-	return status.Error(codes.Unimplemented, leaseExpiryMsg)
+// LeaseKeepAlive renews leases as clients ask, answering each request with
+// the lease's TTL (0 if it does not exist), as etcd does.
+func (s *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ttl, err := s.be.LeaseRenew(stream.Context(), req.ID)
+		if err != nil {
+			return toGRPCError(s.lg, err)
+		}
+		resp := &pb.LeaseKeepAliveResponse{Header: &pb.ResponseHeader{}, ID: req.ID, TTL: ttl}
+		s.hdr.fill(resp.Header)
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
-func (s *leaseServer) LeaseTimeToLive(context.Context, *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	return nil, status.Error(codes.Unimplemented, leaseExpiryMsg)
+func (s *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	resp, err := s.be.LeaseTimeToLive(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	s.hdr.fill(resp.Header)
+	return resp, nil
 }

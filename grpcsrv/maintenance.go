@@ -29,8 +29,9 @@ var _ pb.MaintenanceServer = (*maintenanceServer)(nil)
 // Status reports the instance in etcd's terms: Version is the etcd API
 // version zketcd implements; RaftIndex and RaftAppliedIndex are log
 // positions (entries); RaftTerm is the ZooKeeper epoch of the newest commit;
-// Leader is this member while it has a live, caught-up session, else 0 with
-// etcd's "no leader" error.
+// Leader is the elected leader instance (which expires leases and compacts)
+// while this instance has a live, caught-up session, else 0 with etcd's
+// "no leader" error.
 func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	hdr := &pb.ResponseHeader{}
 	s.hdr.fill(hdr)
@@ -50,6 +51,8 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	}
 	if err := s.be.Health(); err != nil {
 		resp.Errors = append(resp.Errors, rpctypes.ErrGRPCNoLeader.Error())
+	} else if _, leader := s.be.Leader(); leader != 0 {
+		resp.Leader = leader
 	} else {
 		resp.Leader = s.be.MemberID()
 	}

@@ -378,6 +378,17 @@ func rangeTree(t *btree.BTreeG[*keyIndex], key, end []byte, rev int64, visit fun
 	return nil
 }
 
+// LeaseTTLs returns every lease's granted TTL, by ID. Safe for concurrent use.
+func (v *View) LeaseTTLs() map[int64]int64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make(map[int64]int64, len(v.leases))
+	for id, l := range v.leases {
+		out[id] = l.TTL
+	}
+	return out
+}
+
 // LeaseIDs returns the IDs of every lease, ascending. Safe for concurrent use.
 func (v *View) LeaseIDs() []int64 {
 	v.mu.RLock()

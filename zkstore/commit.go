@@ -25,7 +25,22 @@ const (
 	// Behind: the predecessor entry no longer exists (it was compacted), so
 	// the caller's view is too old to write; nothing was written.
 	Behind
+	// Refused: a guard did not hold (a fence was lost, a lease was renewed
+	// meanwhile); nothing was written.
+	Refused
 )
+
+// Guard is a precondition of a commit: a znode must exist with a version.
+type Guard struct {
+	path    string
+	version int32
+}
+
+// LeaseGuard requires the renewal token of lease id to be at version (it was
+// not renewed since the caller read it).
+func (s *Store) LeaseGuard(id int64, version int32) Guard {
+	return Guard{path: s.l.lease(id), version: version}
+}
 
 func (o Outcome) String() string {
 	switch o {
@@ -35,6 +50,8 @@ func (o Outcome) String() string {
 		return "conflict"
 	case Behind:
 		return "behind"
+	case Refused:
+		return "refused"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -62,17 +79,34 @@ var ErrUnknownOutcome = errors.New("commit outcome unknown")
 // ours. So an entry is never written twice and a failure is never reported
 // for an entry that was written. Errors: ErrEntryTooLarge, ErrUnavailable
 // (nothing was written), ErrUnknownOutcome (ctx ended while unresolved).
-func (s *Store) Commit(ctx context.Context, prev int64, e *revision.Entry, rev int64) (CommitResult, error) {
+//
+// The same multi creates the renewal token of every lease the entry grants,
+// deletes that of every lease it revokes, and checks every guard; if one of
+// those fails, nothing is written and the outcome is Refused.
+func (s *Store) Commit(ctx context.Context, prev int64, e *revision.Entry, rev int64, guards ...Guard) (CommitResult, error) {
 	lsn := prev + 1
 	if e.LSN != lsn {
 		return CommitResult{}, fmt.Errorf("commit: entry LSN %d does not follow %d", e.LSN, prev)
 	}
 	data := EncodeEntry(e)
-	out, zxid, err := s.commit(ctx, prev, e, data, rev)
+	out, zxid, err := s.commit(ctx, prev, e, data, rev, guards)
 	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data)}, err
 }
 
-func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data []byte, rev int64) (Outcome, int64, error) {
+// failedOp returns the index of the op that failed a multi, or -1. Ops after
+// it report a runtime inconsistency, ops before it nothing.
+func failedOp(mr []zk.MultiResponse) int {
+	for i, r := range mr {
+		if errors.Is(r.Error, zk.ErrNodeExists) || errors.Is(r.Error, zk.ErrNoNode) ||
+			errors.Is(r.Error, zk.ErrBadVersion) || errors.Is(r.Error, zk.ErrNotEmpty) ||
+			errors.Is(r.Error, zk.ErrNoAuth) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data []byte, rev int64, guards []Guard) (Outcome, int64, error) {
 	lsn := prev + 1
 	if len(data) > s.cfg.MaxEntryBytes {
 		return 0, 0, fmt.Errorf("%w: %d bytes > %d", ErrEntryTooLarge, len(data), s.cfg.MaxEntryBytes)
@@ -86,6 +120,18 @@ func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data 
 		&zk.CreateRequest{Path: s.l.entry(lsn), Data: data, Acl: s.acl},
 		&zk.SetDataRequest{Path: s.l.head(), Data: headData, Version: -1},
 	}
+	// Guards first: a revoke below deletes the token a guard checks.
+	for _, g := range guards {
+		ops = append(ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
+	}
+	for _, op := range e.Ops {
+		switch op.Kind {
+		case revision.OpLeaseGrant:
+			ops = append(ops, &zk.CreateRequest{Path: s.l.lease(op.Lease), Acl: s.acl})
+		case revision.OpLeaseRevoke:
+			ops = append(ops, &zk.DeleteRequest{Path: s.l.lease(op.Lease), Version: -1})
+		}
+	}
 	lg := s.log.WithField("lsn", lsn)
 	unknown := false
 	backoff := 20 * time.Millisecond
@@ -97,6 +143,7 @@ func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data 
 			}
 			return nil
 		}
+		failed := failedOp(mr)
 		switch {
 		case err == nil:
 			if len(mr) < 3 || mr[2].Stat == nil {
@@ -115,6 +162,16 @@ func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data 
 				return 0, 0, rerr
 			}
 			unknown = true // could not read it back yet
+		case failed > 2:
+			if unknown {
+				// Our earlier attempt may have landed (and deleted a
+				// revoked lease's token): look at entry lsn.
+				if out, zxid, rerr := s.resolve(lsn, e.Writer); rerr == nil {
+					return out, zxid, nil
+				}
+			}
+			lg.WithField("op", fmt.Sprintf("%T %v", ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
+			return Refused, 0, nil
 		case errors.Is(opErr(1), zk.ErrNoNode):
 			// The bucket is missing (a multi applies nothing when one op fails).
 			s.forgetBucket(lsn)

@@ -18,6 +18,12 @@ func (l layout) meta() string    { return l.root + "/meta" }
 func (l layout) head() string    { return l.root + "/head" }
 func (l layout) log() string     { return l.root + "/log" }
 func (l layout) members() string { return l.root + "/members" }
+func (l layout) election() string { return l.root + "/election" }
+func (l layout) leases() string   { return l.root + "/leases" }
+
+func (l layout) lease(id int64) string {
+	return fmt.Sprintf("%s/leases/%016x", l.root, uint64(id))
+}
 
 func (l layout) bucket(lsn int64) string {
 	return fmt.Sprintf("%s/log/%010d", l.root, lsn>>bucketShift)

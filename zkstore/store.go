@@ -285,6 +285,8 @@ func (s *Store) ensureLayout() error {
 		&zk.CreateRequest{Path: s.l.bucket(1), Acl: s.acl},
 		&zk.CreateRequest{Path: s.l.entry(1), Data: sentinel, Acl: s.acl},
 		&zk.CreateRequest{Path: s.l.members(), Acl: s.acl},
+		&zk.CreateRequest{Path: s.l.election(), Acl: s.acl},
+		&zk.CreateRequest{Path: s.l.leases(), Acl: s.acl},
 	)
 	switch {
 	case err == nil:

@@ -1,0 +1,224 @@
+package zkstore
+
+import (
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
+)
+
+// Election elects one leader instance among the members on a root: the
+// owner of the lowest ephemeral sequential znode under <root>/election. The
+// leader expires leases and compacts; every multi it makes as leader
+// includes a check that its election znode still exists (Fence), so a
+// deposed leader's writes fail.
+//
+// An instance stops considering itself leader as soon as its connection
+// drops, before its session can expire.
+type Election struct {
+	s        *Store
+	memberID uint64
+	log      *logrus.Entry
+
+	mu       sync.Mutex
+	node     string // our znode (full path), "" if none
+	session  int64  // session that created node
+	leader   bool
+	leaderID uint64
+	changed  chan struct{}
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Campaign starts taking part in the election as memberID. Close the
+// returned Election to withdraw.
+func (s *Store) Campaign(memberID uint64) *Election {
+	e := &Election{
+		s: s, memberID: memberID, log: s.log.WithField("component", "election"),
+		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go e.loop()
+	return e
+}
+
+// State reports whether this instance is the leader, the fence to put in
+// leader-only multis, and the member ID of the current leader (0 unknown).
+func (e *Election) State() (leader bool, fence Fence, leaderID uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leader, Fence{path: e.node}, e.leaderID
+}
+
+// Changed returns a channel closed at the next change of State.
+func (e *Election) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed
+}
+
+// Close withdraws from the election (deleting our znode if the session is
+// still up) and waits for the loop to end.
+func (e *Election) Close() {
+	close(e.stop)
+	<-e.done
+	e.mu.Lock()
+	node := e.node
+	e.mu.Unlock()
+	if node != "" {
+		_ = e.s.conn.Delete(node, -1)
+	}
+}
+
+func (e *Election) set(leader bool, leaderID uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if leader == e.leader && leaderID == e.leaderID {
+		return
+	}
+	if leader != e.leader {
+		if leader {
+			e.log.Info("this instance is the leader (lease expiry, compaction)")
+		} else {
+			e.log.Info("this instance is not the leader")
+		}
+	}
+	e.leader, e.leaderID = leader, leaderID
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+func seqOf(name string) int64 {
+	i := strings.LastIndex(name, "n_")
+	if i < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(name[i+2:], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func (e *Election) loop() {
+	defer close(e.done)
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		sessCh := e.s.SessionChanged()
+		sid, connected := e.s.Session()
+		if !connected {
+			e.set(false, 0)
+			select {
+			case <-sessCh:
+			case <-e.stop:
+				return
+			}
+			continue
+		}
+		wait, err := e.step(sid)
+		if err != nil {
+			e.log.WithError(err).Debug("election step")
+			e.set(false, 0)
+			wait = time.After(backoff)
+			backoff = min(2*backoff, 2*time.Second)
+		} else {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-wait:
+		case <-sessCh:
+		case <-time.After(5 * time.Second):
+			// A follower watches only its predecessor; look again now and
+			// then so the reported leader stays current.
+		case <-e.stop:
+			return
+		}
+	}
+}
+
+// step makes sure we have a znode, finds the leader, and returns what to
+// wait for before looking again.
+func (e *Election) step(sid int64) (<-chan time.Time, error) {
+	e.mu.Lock()
+	node, nodeSession := e.node, e.session
+	e.mu.Unlock()
+	if node == "" || nodeSession != sid {
+		data := []byte(strconv.FormatUint(e.memberID, 16))
+		p, err := e.s.conn.CreateProtectedEphemeralSequential(e.s.l.election()+"/n_", data, e.s.acl)
+		if err != nil {
+			return nil, e.s.wrap("create election znode", err)
+		}
+		e.mu.Lock()
+		e.node, e.session = p, sid
+		e.mu.Unlock()
+		node = p
+	}
+	names, _, err := e.s.conn.Children(e.s.l.election())
+	if err != nil {
+		return nil, e.s.wrap("list election", err)
+	}
+	sort.Slice(names, func(i, j int) bool { return seqOf(names[i]) < seqOf(names[j]) })
+	mine := node[strings.LastIndex(node, "/")+1:]
+	idx := -1
+	for i, n := range names {
+		if n == mine {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		e.mu.Lock()
+		e.node = "" // gone with an expired session: campaign again
+		e.mu.Unlock()
+		return time.After(0), nil
+	}
+	leaderPath := e.s.l.election() + "/" + names[0]
+	data, _, err := e.s.conn.Get(leaderPath)
+	if errors.Is(err, zk.ErrNoNode) {
+		return time.After(0), nil
+	}
+	if err != nil {
+		return nil, e.s.wrap("read leader", err)
+	}
+	leaderID, _ := strconv.ParseUint(string(data), 16, 64)
+	watch := node
+	if idx > 0 {
+		watch = e.s.l.election() + "/" + names[idx-1]
+	}
+	exists, _, ev, err := e.s.conn.ExistsW(watch)
+	if err != nil {
+		return nil, e.s.wrap("watch election", err)
+	}
+	if !exists {
+		return time.After(0), nil
+	}
+	e.set(idx == 0, leaderID)
+	fired := make(chan time.Time, 1)
+	go func() {
+		select {
+		case <-ev:
+		case <-e.stop:
+		}
+		fired <- time.Now()
+	}()
+	return fired, nil
+}
+
+// Fence proves leadership inside a multi: it checks that the leader's
+// election znode still exists.
+type Fence struct{ path string }
+
+// Valid reports whether the fence names a znode.
+func (f Fence) Valid() bool { return f.path != "" }
+
+// Guard returns the fence as a commit precondition.
+func (f Fence) Guard() Guard { return Guard{path: f.path, version: -1} }
