@@ -189,6 +189,11 @@ func (b *Backend) process(pending []*proposal, seq *uint64) {
 			}
 			pending = append(group, pending...)
 		case res.Outcome == zkstore.Refused:
+			if guards == nil {
+				// A chunk of the entry was collected meanwhile: write anew.
+				pending = append(group, pending...)
+				continue
+			}
 			finishAll(group, errRefused)
 		case res.Outcome == zkstore.Behind:
 			lg.Warn("view is behind a compaction of the log")

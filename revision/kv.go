@@ -23,6 +23,9 @@ type KeyValue struct {
 	// that committed CreateRevision and ModRevision.
 	CreateZxid int64
 	ModZxid    int64
+	// Sub is the change's position in its transaction (etcd's
+	// sub-revision): the order of events within one revision.
+	Sub int64
 }
 
 // EventType tells whether an Event is a put or a delete.

@@ -250,7 +250,7 @@ func (v *View) validate(e *Entry) error {
 
 func (v *View) applyTxn(op *Op, zxid int64, events []Event) []Event {
 	rev := op.Rev
-	for _, c := range op.Changes {
+	for sub, c := range op.Changes {
 		ki, ok := v.tree.Get(&keyIndex{key: c.Key})
 		if !ok {
 			ki = &keyIndex{key: c.Key}
@@ -263,13 +263,13 @@ func (v *View) applyTxn(op *Op, zxid int64, events []Event) []Event {
 			}
 		}
 		if c.Delete {
-			kv := &KeyValue{Key: ki.key, ModRevision: rev, ModZxid: zxid}
+			kv := &KeyValue{Key: ki.key, ModRevision: rev, ModZxid: zxid, Sub: int64(sub)}
 			ki.versions = append(ki.versions, kv)
 			events = append(events, Event{Type: EventDelete, KV: kv, PrevKV: prev})
 			v.history = append(v.history, events[len(events)-1])
 			continue
 		}
-		kv := &KeyValue{Key: ki.key, Value: c.Value, ModRevision: rev, Lease: c.Lease, ModZxid: zxid}
+		kv := &KeyValue{Key: ki.key, Value: c.Value, ModRevision: rev, Lease: c.Lease, ModZxid: zxid, Sub: int64(sub)}
 		if prev != nil {
 			kv.CreateRevision, kv.CreateZxid, kv.Version = prev.CreateRevision, prev.CreateZxid, prev.Version+1
 		} else {

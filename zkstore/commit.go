@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -65,6 +66,10 @@ type CommitResult struct {
 	Size int
 }
 
+// maxChunkedEntryBytes bounds one entry written as chunks: the multi that
+// commits it checks every chunk, and a check costs a path's bytes.
+const maxChunkedEntryBytes = 64 << 20
+
 // ErrUnknownOutcome is returned by Commit when ctx ended while ZooKeeper had
 // not yet told whether a sent commit was applied. The entry may or may not
 // be in the log; the tailer will find out.
@@ -108,8 +113,16 @@ func failedOp(mr []zk.MultiResponse) int {
 
 func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data []byte, rev int64, guards []Guard) (Outcome, int64, error) {
 	lsn := prev + 1
+	var chunks []string
 	if len(data) > s.cfg.MaxEntryBytes {
-		return 0, 0, fmt.Errorf("%w: %d bytes > %d", ErrEntryTooLarge, len(data), s.cfg.MaxEntryBytes)
+		if len(data) > maxChunkedEntryBytes {
+			return 0, 0, fmt.Errorf("%w: %d bytes > %d", ErrEntryTooLarge, len(data), maxChunkedEntryBytes)
+		}
+		var err error
+		if chunks, err = s.writeChunks(lsn, e.Writer, data); err != nil {
+			return 0, 0, err
+		}
+		data = encodeIndirect(chunks, len(data), crc32.Checksum(data, crcTable))
 	}
 	headData, _ := json.Marshal(Head{LSN: lsn, Rev: rev})
 	if err := s.ensureBucket(lsn); err != nil {
@@ -121,6 +134,9 @@ func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data 
 		&zk.SetDataRequest{Path: s.l.head(), Data: headData, Version: -1},
 	}
 	// Guards first: a revoke below deletes the token a guard checks.
+	for _, name := range chunks {
+		ops = append(ops, &zk.CheckVersionRequest{Path: s.l.chunk(name), Version: -1})
+	}
 	for _, g := range guards {
 		ops = append(ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
 	}

@@ -287,6 +287,7 @@ func (s *Store) ensureLayout() error {
 		&zk.CreateRequest{Path: s.l.members(), Acl: s.acl},
 		&zk.CreateRequest{Path: s.l.election(), Acl: s.acl},
 		&zk.CreateRequest{Path: s.l.leases(), Acl: s.acl},
+		&zk.CreateRequest{Path: s.l.chunks(), Acl: s.acl},
 	)
 	switch {
 	case err == nil:
@@ -427,12 +428,23 @@ func (s *Store) readEntry(lsn int64) (*revision.Entry, int, error) {
 	if err != nil {
 		return nil, 0, s.wrap("read "+p, err)
 	}
+	size := len(data)
+	if len(data) > 0 && data[0] == indirectFormat {
+		in, err := decodeIndirect(data)
+		if err != nil {
+			return nil, 0, fmt.Errorf("znode %s: %w", p, err)
+		}
+		if data, err = s.readChunks(in); err != nil {
+			return nil, 0, fmt.Errorf("entry %d: %w", lsn, err)
+		}
+		size += len(data)
+	}
 	e, err := DecodeEntry(data)
 	if err != nil {
 		return nil, 0, fmt.Errorf("znode %s: %w", p, err)
 	}
 	e.LSN, e.Zxid = lsn, st.Czxid
-	return e, len(data), nil
+	return e, size, nil
 }
 
 // EntryZxid returns the zxid of the transaction that committed entry lsn.

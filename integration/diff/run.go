@@ -80,6 +80,8 @@ func (r Runner) runScenario(t *testing.T, sc Scenario) {
 // unless r.KeepGoing is set, and at a step that cannot be built.
 func (r Runner) play(sc Scenario, ta, tb Target, ca, cb *clientv3.Client) []string {
 	ea, eb := newEndpoint(ca), newEndpoint(cb)
+	defer ea.closeWatches()
+	defer eb.closeWatches()
 	timeout := r.StepTimeout
 	if timeout == 0 {
 		timeout = DefaultStepTimeout

@@ -136,6 +136,8 @@ type endpoint struct {
 	client *clientv3.Client
 	kv     pb.KVClient
 	lease  pb.LeaseClient
+	// watches are the raw watch streams opened by Watch steps, by name.
+	watches map[string]*watchConn
 }
 
 func newEndpoint(c *clientv3.Client) *endpoint {

@@ -48,7 +48,6 @@ func zketcdFactory() diff.Factory {
 // knownDifferences are scenarios where zketcd does not behave as etcd yet,
 // with the reason. Each one is a tracked gap, not an accepted difference.
 var knownDifferences = map[string]string{
-	"put/large-value": "values above the log entry budget (512 KiB) need chunked entries (leases/compaction/large values issue)",
 }
 
 // TestDiffEtcdVsZketcd runs the KV table against embedded etcd (the oracle)
