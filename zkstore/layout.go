@@ -14,10 +14,10 @@ const bucketShift = 14
 // layout names the znodes under one root.
 type layout struct{ root string }
 
-func (l layout) meta() string    { return l.root + "/meta" }
-func (l layout) head() string    { return l.root + "/head" }
-func (l layout) log() string     { return l.root + "/log" }
-func (l layout) members() string { return l.root + "/members" }
+func (l layout) meta() string     { return l.root + "/meta" }
+func (l layout) head() string     { return l.root + "/head" }
+func (l layout) log() string      { return l.root + "/log" }
+func (l layout) members() string  { return l.root + "/members" }
 func (l layout) election() string { return l.root + "/election" }
 func (l layout) leases() string   { return l.root + "/leases" }
 

@@ -47,8 +47,7 @@ func zketcdFactory() diff.Factory {
 
 // knownDifferences are scenarios where zketcd does not behave as etcd yet,
 // with the reason. Each one is a tracked gap, not an accepted difference.
-var knownDifferences = map[string]string{
-}
+var knownDifferences = map[string]string{}
 
 // TestDiffEtcdVsZketcd runs the KV table against embedded etcd (the oracle)
 // and zketcd; every response must match field by field.
