@@ -31,8 +31,9 @@ type Backend struct {
 	applyMu sync.Mutex // serializes View.Apply with the hub's notification
 	hub     *watchbridge.Hub
 
-	election *zkstore.Election
-	renewals chan *renewal
+	election    *zkstore.Election
+	renewals    chan *renewal
+	compactKick chan struct{}
 
 	nonce     uint64
 	proposals chan *proposal
@@ -70,15 +71,16 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("writer nonce: %w", err)
 	}
 	b := &Backend{
-		cfg:       cfg,
-		log:       cfg.Logger.WithField("component", "backend"),
-		store:     st,
-		memberID:  memberID(st.Meta().ClusterID, cfg.Name),
-		metrics:   newMetrics(cfg.Registerer),
-		nonce:     binary.BigEndian.Uint64(nb[:]),
-		proposals: make(chan *proposal, 4*cfg.MaxBatchRequests),
-		renewals:  make(chan *renewal, 1024),
-		kick:      make(chan struct{}, 1),
+		cfg:         cfg,
+		log:         cfg.Logger.WithField("component", "backend"),
+		store:       st,
+		memberID:    memberID(st.Meta().ClusterID, cfg.Name),
+		metrics:     newMetrics(cfg.Registerer),
+		nonce:       binary.BigEndian.Uint64(nb[:]),
+		proposals:   make(chan *proposal, 4*cfg.MaxBatchRequests),
+		renewals:    make(chan *renewal, 1024),
+		compactKick: make(chan struct{}, 1),
+		kick:        make(chan struct{}, 1),
 	}
 	b.barrier.sync = b.syncHead
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -99,11 +101,12 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("register member: %w", err)
 	}
 	b.election = st.Campaign(b.memberID)
-	b.wg.Add(4)
+	b.wg.Add(5)
 	go b.tail()
 	go b.commitLoop()
 	go b.renewLoop()
 	go b.expireLoop()
+	go b.compactLoop()
 	return b, nil
 }
 
@@ -165,29 +168,59 @@ func (b *Backend) recover(ctx context.Context) error {
 	return nil
 }
 
-// Replay builds a view from the log in st, up to the head read after a
-// sync, reading window entries in flight. each, if not nil, sees every entry
-// before it is applied. It returns the view, that head and the bytes read.
+// Replay builds a view from the current base generation (if any) and the
+// log after it, up to the head read after a sync, reading window entries in
+// flight. each, if not nil, sees every log entry before it is applied. It
+// returns the view, that head and the bytes read. It starts over when a
+// compaction replaces the base or removes entries while it reads.
 func Replay(ctx context.Context, st *zkstore.Store, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		view, head, size, err := replayOnce(ctx, st, window, each)
+		if err == nil {
+			return view, head, size, nil
+		}
+		if !errors.Is(err, zkstore.ErrBaseChanged) && !errors.Is(err, zkstore.ErrEntryMissing) {
+			return nil, zkstore.Head{}, 0, err
+		}
+		lastErr = err
+	}
+	return nil, zkstore.Head{}, 0, fmt.Errorf("recovery kept racing compactions: %w", lastErr)
+}
+
+func replayOnce(ctx context.Context, st *zkstore.Store, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
 	head, err := st.SyncHead()
 	if err != nil {
 		return nil, zkstore.Head{}, 0, fmt.Errorf("read head: %w", err)
 	}
+	base, err := st.ReadBase()
+	if err != nil {
+		return nil, zkstore.Head{}, 0, err
+	}
 	view := revision.NewView(1, 1)
+	from := int64(2)
 	var size int64
-	err = st.ReadEntries(ctx, 1, head.LSN, window, func(e *revision.Entry, n int) error {
+	if base.Gen > 0 {
+		snap, err := st.LoadBase(ctx, base)
+		if err != nil {
+			return nil, zkstore.Head{}, 0, fmt.Errorf("load base generation %d: %w", base.Gen, err)
+		}
+		if view, err = revision.FromSnapshot(snap); err != nil {
+			return nil, zkstore.Head{}, 0, fmt.Errorf("base generation %d: %w", base.Gen, err)
+		}
+		from = base.Gen + 1
+		size = int64(base.Size)
+	}
+	err = st.ReadEntries(ctx, from, head.LSN, window, func(e *revision.Entry, n int) error {
 		size += int64(n)
 		if each != nil {
 			each(e)
-		}
-		if e.LSN == 1 {
-			return nil
 		}
 		_, err := view.Apply(e)
 		return err
 	})
 	if err != nil {
-		return nil, zkstore.Head{}, 0, fmt.Errorf("replay log: %w", err)
+		return nil, zkstore.Head{}, 0, fmt.Errorf("replay log from entry %d: %w", from, err)
 	}
 	return view, head, size, nil
 }
@@ -270,7 +303,7 @@ func (b *Backend) catchUp(lsn int64) error {
 		return b.apply(e, size)
 	})
 	if errors.Is(err, zkstore.ErrEntryMissing) {
-		return fmt.Errorf("log entry compacted away below the head while catching up: %w", err)
+		return b.reload()
 	}
 	return err
 }

@@ -243,10 +243,10 @@ func retryable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	switch rpctypes.ErrorDesc(err) {
-	case rpctypes.ErrGRPCNoLeader.Error(), rpctypes.ErrGRPCTimeout.Error(),
-		rpctypes.ErrGRPCTimeoutDueToConnectionLost.Error(), rpctypes.ErrGRPCStopped.Error():
-		return true
+	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrStopped} {
+		if errors.Is(err, e) {
+			return true
+		}
 	}
 	return false
 }

@@ -225,6 +225,11 @@ func (b *Backend) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.C
 	if err != nil {
 		return nil, err
 	}
+	if req.Physical {
+		if err := b.waitPhysical(ctx, req.Revision); err != nil {
+			return nil, err
+		}
+	}
 	return resp.(*pb.CompactionResponse), nil
 }
 

@@ -288,6 +288,8 @@ func (s *Store) ensureLayout() error {
 		&zk.CreateRequest{Path: s.l.election(), Acl: s.acl},
 		&zk.CreateRequest{Path: s.l.leases(), Acl: s.acl},
 		&zk.CreateRequest{Path: s.l.chunks(), Acl: s.acl},
+		&zk.CreateRequest{Path: s.l.base(), Acl: s.acl},
+		&zk.CreateRequest{Path: s.l.compact(), Data: []byte(`{"gen":0}`), Acl: s.acl},
 	)
 	switch {
 	case err == nil:

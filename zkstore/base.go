@@ -1,0 +1,284 @@
+package zkstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/zketcd/zketcd/revision"
+)
+
+// Base names the current base generation: a snapshot of the state at log
+// position Gen, from which recovery starts instead of entry 1. It is the
+// data of <root>/compact, changed only by the leader in a fenced multi with
+// a version check.
+type Base struct {
+	// Gen is the log position of the snapshot; 0 means there is none and
+	// recovery replays the log from entry 1.
+	Gen int64 `json:"gen"`
+	// Path is the znode holding the snapshot's chunks.
+	Path       string `json:"path,omitempty"`
+	Rev        int64  `json:"rev"`
+	CompactRev int64  `json:"compact_rev"`
+	Chunks     int    `json:"chunks"`
+	Size       int    `json:"size"`
+	Sum        uint32 `json:"crc"`
+	// PrevGen and PrevPath name the generation before; log entries from
+	// PrevGen on are kept, so an instance a little behind can still tail.
+	PrevGen  int64  `json:"prev_gen"`
+	PrevPath string `json:"prev_path,omitempty"`
+
+	version int32 // of the compact znode; -1 if it does not exist
+}
+
+// ErrBaseChanged is returned by LoadBase when the generation was replaced
+// while being read; read the base again and retry.
+var ErrBaseChanged = errors.New("base generation replaced while loading")
+
+func (l layout) compact() string { return l.root + "/compact" }
+func (l layout) base() string    { return l.root + "/base" }
+
+// ReadBase reads <root>/compact. A root without it has no base.
+func (s *Store) ReadBase() (Base, error) {
+	data, st, err := s.conn.Get(s.l.compact())
+	if errors.Is(err, zk.ErrNoNode) {
+		return Base{version: -1}, nil
+	}
+	if err != nil {
+		return Base{}, s.wrap("read compact", err)
+	}
+	var b Base
+	if len(data) > 0 {
+		if err := decodeJSON(s.l.compact(), data, &b); err != nil {
+			return Base{}, err
+		}
+	}
+	b.version = st.Version
+	return b, nil
+}
+
+// LoadBase reads and decodes the snapshot b names, with its chunks read in
+// parallel. Errors: ErrBaseChanged if a chunk is gone (a newer generation
+// replaced it), ErrCorruptEntry for bad data.
+func (s *Store) LoadBase(ctx context.Context, b Base) (*revision.Snapshot, error) {
+	if b.Gen == 0 {
+		return nil, errors.New("no base generation")
+	}
+	parts := make([][]byte, b.Chunks)
+	errs := make([]error, b.Chunks)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := 0; i < b.Chunks; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+				return
+			}
+			data, _, err := s.conn.Get(fmt.Sprintf("%s/%06d", b.Path, i))
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				err = ErrBaseChanged
+			case err != nil:
+				err = s.wrap("read base chunk", err)
+			}
+			parts[i], errs[i] = data, err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	data := make([]byte, 0, b.Size)
+	for _, p := range parts {
+		data = append(data, p...)
+	}
+	if len(data) != b.Size || crc32.Checksum(data, crcTable) != b.Sum {
+		return nil, fmt.Errorf("%w: base %s does not match its description", ErrCorruptEntry, b.Path)
+	}
+	snap, err := DecodeSnapshot(data)
+	if err != nil {
+		return nil, fmt.Errorf("base %s: %w", b.Path, err)
+	}
+	if snap.State.LSN != b.Gen {
+		return nil, fmt.Errorf("%w: base %s holds entry %d, not %d", ErrCorruptEntry, b.Path, snap.State.LSN, b.Gen)
+	}
+	return snap, nil
+}
+
+// WriteBase stores snap as a new base generation in a fresh path and makes
+// it current with a fenced multi that also checks prev is still current.
+// It returns the new base; on any failure the new chunks are left for
+// CollectBases.
+func (s *Store) WriteBase(ctx context.Context, fence Fence, snap *revision.Snapshot, prev Base, nonce uint64) (Base, error) {
+	data := EncodeSnapshot(snap)
+	nb := Base{
+		Gen: snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
+		Path:    fmt.Sprintf("%s/%020d-%016x", s.l.base(), snap.State.LSN, nonce),
+		Size:    len(data),
+		Sum:     crc32.Checksum(data, crcTable),
+		PrevGen: prev.Gen, PrevPath: prev.Path,
+	}
+	if _, err := s.conn.Create(s.l.base(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return Base{}, s.wrap("create base", err)
+	}
+	if _, err := s.conn.Create(nb.Path, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return Base{}, s.wrap("create base generation", err)
+	}
+	var chunks [][]byte
+	for len(data) > 0 {
+		n := min(len(data), s.cfg.MaxEntryBytes)
+		chunks = append(chunks, data[:n])
+		data = data[n:]
+	}
+	nb.Chunks = len(chunks)
+	errs := make([]error, len(chunks))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, c := range chunks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+				return
+			}
+			_, err := s.conn.Create(fmt.Sprintf("%s/%06d", nb.Path, i), c, 0, s.acl)
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				errs[i] = s.wrap("write base chunk", err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return Base{}, err
+		}
+	}
+	meta, _ := json.Marshal(nb)
+	var flip any = &zk.SetDataRequest{Path: s.l.compact(), Data: meta, Version: prev.version}
+	if prev.version < 0 {
+		flip = &zk.CreateRequest{Path: s.l.compact(), Data: meta, Acl: s.acl}
+	}
+	if _, err := s.conn.Multi(fence.Guard().op(), flip); err != nil {
+		return Base{}, s.wrap("make base current", err)
+	}
+	nb.version = prev.version + 1
+	if prev.version < 0 {
+		nb.version = 0
+	}
+	return nb, nil
+}
+
+func (g Guard) op() any { return &zk.CheckVersionRequest{Path: g.path, Version: g.version} }
+
+// TruncateLog deletes the log entries below lsn, oldest first, in fenced
+// batches, and the buckets left empty. Entries at or above lsn stay.
+func (s *Store) TruncateLog(ctx context.Context, fence Fence, lsn int64) (int, error) {
+	buckets, _, err := s.conn.Children(s.l.log())
+	if err != nil {
+		return 0, s.wrap("list log buckets", err)
+	}
+	sort.Strings(buckets)
+	deleted := 0
+	for _, bname := range buckets {
+		bn, err := strconv.ParseInt(bname, 10, 64)
+		if err != nil || bn > lsn>>bucketShift {
+			continue
+		}
+		bpath := s.l.log() + "/" + bname
+		names, _, err := s.conn.Children(bpath)
+		if err != nil {
+			return deleted, s.wrap("list log bucket", err)
+		}
+		sort.Strings(names)
+		var doomed []string
+		for _, n := range names {
+			if e, err := strconv.ParseInt(n, 10, 64); err == nil && e < lsn {
+				doomed = append(doomed, bpath+"/"+n)
+			}
+		}
+		for len(doomed) > 0 {
+			if ctx.Err() != nil {
+				return deleted, ctx.Err()
+			}
+			n := min(len(doomed), 512)
+			ops := []any{fence.Guard().op()}
+			for _, p := range doomed[:n] {
+				ops = append(ops, &zk.DeleteRequest{Path: p, Version: -1})
+			}
+			if _, err := s.conn.Multi(ops...); err != nil {
+				return deleted, s.wrap("delete log entries", err)
+			}
+			deleted += n
+			doomed = doomed[n:]
+		}
+		if len(names) > 0 && (bn+1)<<bucketShift <= lsn {
+			// Every entry of the bucket is below lsn: drop the bucket.
+			if _, err := s.conn.Multi(fence.Guard().op(), &zk.DeleteRequest{Path: bpath, Version: -1}); err != nil && !errors.Is(err, zk.ErrNotEmpty) {
+				return deleted, s.wrap("delete log bucket", err)
+			}
+			s.forgetBucket(bn << bucketShift)
+		}
+	}
+	return deleted, nil
+}
+
+// CollectBases deletes every base generation other than cur's and the one
+// before it (a deposed leader's unfinished one, or generations older than
+// the previous), chunks first. Leader only.
+func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, error) {
+	gens, _, err := s.conn.Children(s.l.base())
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.wrap("list bases", err)
+	}
+	removed := 0
+	for _, g := range gens {
+		p := s.l.base() + "/" + g
+		if p == cur.Path || p == cur.PrevPath {
+			continue
+		}
+		// A generation newer than cur may be one being written right now
+		// by this leader; only the leader writes, and it collects after
+		// writing, so anything here is abandoned.
+		chunks, _, err := s.conn.Children(p)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return removed, s.wrap("list base chunks", err)
+		}
+		for len(chunks) > 0 {
+			if ctx.Err() != nil {
+				return removed, ctx.Err()
+			}
+			n := min(len(chunks), 256)
+			ops := []any{fence.Guard().op()}
+			for _, c := range chunks[:n] {
+				ops = append(ops, &zk.DeleteRequest{Path: p + "/" + c, Version: -1})
+			}
+			if _, err := s.conn.Multi(ops...); err != nil {
+				return removed, s.wrap("delete base chunks", err)
+			}
+			chunks = chunks[n:]
+		}
+		if _, err := s.conn.Multi(fence.Guard().op(), &zk.DeleteRequest{Path: p, Version: -1}); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return removed, s.wrap("delete base", err)
+		}
+		removed++
+	}
+	return removed, nil
+}
+
