@@ -281,4 +281,3 @@ func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, e
 	}
 	return removed, nil
 }
-
