@@ -417,3 +417,24 @@ func (h *Hub) syncWatchers() int {
 	}
 	return h.unsynced.size
 }
+
+// Resync is for a view that was reset (reloaded from a base generation
+// after falling behind a compaction): every synced watcher becomes unsynced
+// so it catches up from the view's history (or is canceled as compacted),
+// and the hub's revision becomes the view's.
+func (h *Hub) Resync() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var moved []*watcher
+	h.synced.each(func(w *watcher) { moved = append(moved, w) })
+	for _, w := range moved {
+		h.synced.remove(w)
+		if w.minRev <= h.rev {
+			// It had seen everything up to h.rev: continue from there.
+			w.minRev = h.rev + 1
+		}
+		h.unsynced.add(w)
+	}
+	h.rev = h.view.State().Rev
+	h.kick()
+}
