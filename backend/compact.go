@@ -63,16 +63,28 @@ func (b *Backend) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	defer cancel()
 	start := time.Now()
 	snap := b.view.Snapshot()
-	nb, err := b.store.WriteBase(ctx, fence, snap, base, b.nonce)
+	nb, err := b.store.PrepareBase(ctx, snap, base, b.nonce)
 	if err != nil {
 		return fmt.Errorf("write base generation at entry %d: %w", snap.State.LSN, err)
 	}
+	if err := b.hook("base-prepared"); err != nil {
+		return err
+	}
+	if nb, err = b.store.PublishBase(fence, nb); err != nil {
+		return fmt.Errorf("publish base generation at entry %d: %w", snap.State.LSN, err)
+	}
 	wrote := time.Since(start)
+	if err := b.hook("base-published"); err != nil {
+		return err
+	}
 	var deleted int
 	if base.Gen > 0 {
 		if deleted, err = b.store.TruncateLog(ctx, fence, base.Gen); err != nil {
 			return fmt.Errorf("truncate log below entry %d: %w", base.Gen, err)
 		}
+	}
+	if err := b.hook("log-truncated"); err != nil {
+		return err
 	}
 	gens, err := b.store.CollectBases(ctx, fence, nb)
 	if err != nil {
@@ -89,6 +101,14 @@ func (b *Backend) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 		"write_took": wrote.Round(time.Millisecond), "took": time.Since(start).Round(time.Millisecond),
 	}).Info("physical compaction")
 	return nil
+}
+
+// hook calls the configured compaction hook, if any.
+func (b *Backend) hook(step string) error {
+	if b.cfg.CompactionHook == nil {
+		return nil
+	}
+	return b.cfg.CompactionHook(step)
 }
 
 // waitPhysical waits until a base generation holds a compaction at or

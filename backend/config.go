@@ -35,6 +35,16 @@ type Config struct {
 	Logger *logrus.Entry
 	// Registerer receives the backend's Prometheus metrics (nil: none).
 	Registerer prometheus.Registerer
+	// RelaxedReads makes the linearizable-read barrier a ZooKeeper sync
+	// instead of a quorum round trip. sync is cheaper, but a ZooKeeper server
+	// cut off from its quorum that still believes it is the leader answers
+	// it alone, so a read through it can miss acknowledged writes.
+	RelaxedReads bool
+	// CompactionHook, if set, is called between the steps of a physical
+	// compaction ("base-prepared", "base-published", "log-truncated"); an
+	// error stops the compaction there, as a crash would. For fault
+	// injection in tests.
+	CompactionHook func(step string) error
 }
 
 // Defaults used for zero Config fields.

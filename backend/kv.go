@@ -15,7 +15,11 @@ import (
 )
 
 func (b *Backend) syncHead() (int64, error) {
-	h, err := b.store.SyncHead()
+	read := b.store.QuorumHead
+	if b.cfg.RelaxedReads {
+		read = b.store.SyncHead
+	}
+	h, err := read()
 	if err != nil {
 		return 0, err
 	}

@@ -117,11 +117,10 @@ func (s *Store) LoadBase(ctx context.Context, b Base) (*revision.Snapshot, error
 	return snap, nil
 }
 
-// WriteBase stores snap as a new base generation in a fresh path and makes
-// it current with a fenced multi that also checks prev is still current.
-// It returns the new base; on any failure the new chunks are left for
-// CollectBases.
-func (s *Store) WriteBase(ctx context.Context, fence Fence, snap *revision.Snapshot, prev Base, nonce uint64) (Base, error) {
+// PrepareBase stores snap as a base generation in a fresh path (nothing
+// reads it until PublishBase makes it current). On failure the chunks
+// written so far are left for CollectBases.
+func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev Base, nonce uint64) (Base, error) {
 	data := EncodeSnapshot(snap)
 	nb := Base{
 		Gen: snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
@@ -167,18 +166,24 @@ func (s *Store) WriteBase(ctx context.Context, fence Fence, snap *revision.Snaps
 			return Base{}, err
 		}
 	}
+	nb.version = prev.version
+	return nb, nil
+}
+
+// PublishBase makes nb (from PrepareBase) the current generation with a
+// fenced multi that checks the generation it was prepared after is still
+// current. Errors: ErrUnavailable, or a ZooKeeper error if the fence or the
+// version check failed (nothing changed).
+func (s *Store) PublishBase(fence Fence, nb Base) (Base, error) {
 	meta, _ := json.Marshal(nb)
-	var flip any = &zk.SetDataRequest{Path: s.l.compact(), Data: meta, Version: prev.version}
-	if prev.version < 0 {
+	var flip any = &zk.SetDataRequest{Path: s.l.compact(), Data: meta, Version: nb.version}
+	if nb.version < 0 {
 		flip = &zk.CreateRequest{Path: s.l.compact(), Data: meta, Acl: s.acl}
 	}
 	if _, err := s.conn.Multi(fence.Guard().op(), flip); err != nil {
 		return Base{}, s.wrap("make base current", err)
 	}
-	nb.version = prev.version + 1
-	if prev.version < 0 {
-		nb.version = 0
-	}
+	nb.version++
 	return nb, nil
 }
 

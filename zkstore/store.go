@@ -345,6 +345,18 @@ func (s *Store) SyncHead() (Head, error) {
 	return s.Head()
 }
 
+// QuorumHead is the strict read barrier: a multi holding only a check of
+// the head goes through the ZooKeeper leader and a quorum (unlike sync, which
+// a partitioned server that still believes it leads can answer alone), and
+// the head read after it on the same session reflects every commit
+// acknowledged before QuorumHead was called.
+func (s *Store) QuorumHead() (Head, error) {
+	if _, err := s.conn.Multi(&zk.CheckVersionRequest{Path: s.l.head(), Version: -1}); err != nil {
+		return Head{}, s.wrap("quorum barrier", err)
+	}
+	return s.Head()
+}
+
 // WatchHead reads the head and sets a watch on it. The returned channel
 // receives one value when the head changes or the watch is lost (session
 // expiry, close); either way the caller should read again.

@@ -6,20 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sort"
-	"text/tabwriter"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/internal/rvmap"
 	"github.com/zketcd/zketcd/zkstore"
 )
 
 // runRV prints, for each key, its revisions and the zxids of the ZooKeeper
 // transactions that wrote them, and for each --revision the log entry and
-// zxid that made it. It reads the log directly, not through a zketcd.
+// zxid that made it. It reads the log directly, not through a zketcd (the
+// logic is in internal/rvmap).
 func runRV(args []string) error {
 	fs := flag.NewFlagSet("zketcd rv", flag.ContinueOnError)
 	zkServers := fs.String("zk", "127.0.0.1:2181", "ZooKeeper servers, comma separated")
@@ -47,67 +45,11 @@ func runRV(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	st, err := zkstore.Open(ctx, cfg)
+	ix, err := rvmap.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	var entries []entrySpan
-	view, head, _, err := backend.Replay(ctx, st, backend.DefaultReadWindow, func(e *revision.Entry) {
-		if first := e.FirstRev(); first > 0 {
-			entries = append(entries, entrySpan{first: first, last: e.LastRev(), lsn: e.LSN, zxid: e.Zxid})
-		}
-	})
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "# root %s: head entry %d, revision %d, zxid %s\n", *root, head.LSN, head.Rev, zxidString(head.Zxid))
-	if len(keys) > 0 {
-		fmt.Fprintln(w, "KEY\tCREATE_REV\tMOD_REV\tVERSION\tCZXID\tMZXID")
-		err = view.Read(func(r revision.Reader) error {
-			for _, k := range keys {
-				var kv *revision.KeyValue
-				_ = r.Range([]byte(k), nil, 0, func(v *revision.KeyValue) bool { kv = v; return false })
-				if kv == nil {
-					fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\n", k)
-					continue
-				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%s\n", k, kv.CreateRevision, kv.ModRevision, kv.Version,
-					zxidString(kv.CreateZxid), zxidString(kv.ModZxid))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if len(revs) > 0 {
-		fmt.Fprintln(w, "REVISION\tLOG_ENTRY\tZXID")
-		for _, rv := range revs {
-			i := sort.Search(len(entries), func(i int) bool { return entries[i].last >= rv })
-			if rv == 1 {
-				fmt.Fprintf(w, "%d\t1\t(empty store)\n", rv)
-			} else if i == len(entries) || entries[i].first > rv {
-				fmt.Fprintf(w, "%d\t-\t-\n", rv)
-			} else {
-				fmt.Fprintf(w, "%d\t%d\t%s\n", rv, entries[i].lsn, zxidString(entries[i].zxid))
-			}
-		}
-	}
-	return w.Flush()
-}
-
-type entrySpan struct {
-	first, last, lsn, zxid int64
-}
-
-// zxidString shows a zxid in hex and as epoch:counter.
-func zxidString(z int64) string {
-	if z == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("0x%x (%d:%d)", z, z>>32, z&0xffffffff)
+	return ix.WriteTable(os.Stdout, keys, revs)
 }
 
 type revList []int64

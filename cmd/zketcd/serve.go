@@ -76,6 +76,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			ClientURLs:      advertise,
 			MaxTxnOps:       f.maxTxnOps,
 			MaxRequestBytes: f.maxRequestBytes,
+			RelaxedReads:    f.relaxedReads,
 		},
 		GRPC: grpcsrv.Config{
 			KeepaliveMinTime:            f.keepaliveMinTime,

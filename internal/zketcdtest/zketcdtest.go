@@ -38,6 +38,8 @@ type Options struct {
 	SessionTimeout time.Duration
 	// LogLevel defaults to warn.
 	LogLevel logrus.Level
+	// CompactionHook is backend.Config.CompactionHook (fault injection).
+	CompactionHook func(step string) error
 }
 
 var counter atomic.Int64
@@ -88,6 +90,7 @@ func (in *Instance) start() {
 			ClientURLs:      []string{"http://" + in.addr},
 			MaxTxnOps:       in.opts.MaxTxnOps,
 			MaxRequestBytes: in.opts.MaxRequestBytes,
+			CompactionHook:  in.opts.CompactionHook,
 		},
 		ClientAddrs: []string{in.addr},
 		Logger:      entry,
