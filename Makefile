@@ -11,7 +11,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration lint vet staticcheck fmt fuzz deps-zookeeper clean
+.PHONY: all build run test test-unit test-integration lint vet staticcheck fmt fuzz bench-watch deps-zookeeper clean
 
 all: build
 
@@ -50,10 +50,17 @@ staticcheck:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd integration && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+# bench-watch measures watch latency (commit to event, p50/p99).
+bench-watch:
+	cd integration && $(GO) test -run '^$$' -bench WatchLatency -benchtime 2000x ./watchtest/
+
 # fuzz runs each fuzz target for FUZZTIME (CI runs them briefly).
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime $(FUZZTIME) ./zkstore/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshot -fuzztime $(FUZZTIME) ./zkstore/
+	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./translate/
+	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./translate/
 
 clean:
 	rm -rf $(BIN)

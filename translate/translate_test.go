@@ -6,6 +6,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/revision"
 )
@@ -147,4 +148,10 @@ func TestTxnHeadersAndNestedResponses(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// isEtcdError reports whether err is a gRPC status error (what etcd sends).
+func isEtcdError(err error) bool {
+	_, ok := status.FromError(err)
+	return ok
 }

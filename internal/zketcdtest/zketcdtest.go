@@ -4,6 +4,7 @@ package zketcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -40,6 +41,10 @@ type Options struct {
 	LogLevel logrus.Level
 	// CompactionHook is backend.Config.CompactionHook (fault injection).
 	CompactionHook func(step string) error
+	// TLS serves the etcd API with TLS.
+	TLS *tls.Config
+	// ZKAuth is zkstore.Config.Auth ("digest:user:pass").
+	ZKAuth []string
 }
 
 var counter atomic.Int64
@@ -83,7 +88,7 @@ func (in *Instance) start() {
 	cfg := embed.Config{
 		Backend: backend.Config{
 			Store: zkstore.Config{
-				Servers: in.zk, Root: in.opts.Root,
+				Servers: in.zk, Root: in.opts.Root, Auth: in.opts.ZKAuth,
 				SessionTimeout: in.opts.SessionTimeout, MaxEntryBytes: in.opts.MaxEntryBytes,
 			},
 			Name:            in.opts.Name,
@@ -93,6 +98,7 @@ func (in *Instance) start() {
 			CompactionHook:  in.opts.CompactionHook,
 		},
 		ClientAddrs: []string{in.addr},
+		TLS:         in.opts.TLS,
 		Logger:      entry,
 	}
 	cfg.GRPC.WatchProgressNotifyInterval = in.opts.ProgressNotifyInterval

@@ -1,0 +1,35 @@
+package embed_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/embed"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+// startExpectingFailure starts an instance that should fail to open, and
+// returns its error.
+func startExpectingFailure(t *testing.T, zkAddr, root, auth string) (*embed.Zketcd, error) {
+	t.Helper()
+	lg := logrus.New()
+	lg.SetLevel(logrus.ErrorLevel)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	z, err := embed.Start(ctx, embed.Config{
+		Backend: backend.Config{
+			Store: zkstore.Config{Servers: []string{zkAddr}, Root: root, Auth: []string{auth}},
+			Name:  "intruder",
+		},
+		ClientAddrs: []string{"127.0.0.1:0"},
+		Logger:      logrus.NewEntry(lg),
+	})
+	if err == nil {
+		z.Close(time.Second)
+	}
+	return z, err
+}
