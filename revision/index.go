@@ -53,8 +53,10 @@ func (ki *keyIndex) compact(rev int64) (empty bool) {
 	if i < 0 {
 		return len(ki.versions) == 0
 	}
-	if ki.versions[i].Version == 0 {
-		i++ // the tombstone itself is invisible at every revision >= rev
+	if ki.versions[i].Version == 0 && ki.versions[i].ModRevision < rev {
+		// The deletion is invisible at every revision >= rev. A deletion at
+		// exactly rev stays: etcd still delivers it to a watch from rev.
+		i++
 	}
 	if i > 0 {
 		rest := make([]*KeyValue, len(ki.versions)-i)

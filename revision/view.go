@@ -298,7 +298,16 @@ func (v *View) compact(rev int64) {
 		v.tree.Delete(ki)
 	}
 	i := sort.Search(len(v.history), func(i int) bool { return v.history[i].KV.ModRevision >= rev })
-	v.history = append([]Event(nil), v.history[i:]...)
+	kept := make([]Event, 0, len(v.history)-i)
+	for _, ev := range v.history[i:] {
+		if ev.KV.ModRevision == rev {
+			// As in etcd, events at the compacted revision have no previous
+			// value any more (a read at rev-1 is compacted).
+			ev.PrevKV = nil
+		}
+		kept = append(kept, ev)
+	}
+	v.history = kept
 	v.state.CompactRev = rev
 }
 

@@ -122,6 +122,10 @@ func TestCompactKeepsWhatReadsAtOrAboveCanSee(t *testing.T) {
 		}
 		return nil
 	})
+	if n := v.tree.Len(); n != 3 {
+		t.Errorf("tree keeps %d keys, want 3 (b's deletion at the compacted revision stays)", n)
+	}
+	mustApply(t, v, 4, Op{Kind: OpCompact, Rev: 6})
 	if n := v.tree.Len(); n != 2 {
 		t.Errorf("tree keeps %d keys, want 2 (b's history is gone)", n)
 	}
