@@ -2,6 +2,8 @@
 #
 #   make run     start a local ZooKeeper (installed if missing) and zketcd on it
 #   make test    every test that runs in CI: unit, ZooKeeper-backed, differential
+#   make e2e     kube-apiserver on ZooKeeper through zketcd (builds kube-apiserver once, cached)
+#   make demo    the same experiment, printed as a lab notebook
 #
 # Long-running targets (benchmarks, soaks, faults) are listed in README.md.
 
@@ -11,7 +13,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration lint vet staticcheck fmt fuzz bench-watch deps-zookeeper clean
+.PHONY: all build run test test-unit test-integration e2e demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long deps-zookeeper clean
 
 all: build
 
@@ -37,6 +39,33 @@ test-unit:
 test-integration:
 	cd integration && $(GO) test $(TEST_FLAGS) ./...
 
+# kube-apiserver prints the path of the kube-apiserver binary, building it
+# into $${ZKETCD_CACHE:-$$HOME/.cache/zketcd}/kube-apiserver-<version>/ once
+# (~17 min cold on 2 cores; a no-op when cached).
+KUBE_APISERVER_BUILD := integration/kube/build-kube-apiserver.sh
+kube-apiserver:
+	@out=$$($(KUBE_APISERVER_BUILD)) && printf '%s\n' "$$out" | tail -n 1
+
+# e2e runs kube-apiserver (as a child process) on ZooKeeper through zketcd:
+# integration/e2e, every scenario of integration/kubelab, plus the checks of
+# docker-compose.yml. Fails if kube-apiserver cannot be built.
+E2E_FLAGS ?= -count=1 -timeout 30m -v
+e2e: deps-zookeeper build
+	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "e2e: building kube-apiserver failed" >&2; exit 1; }; \
+	bin=$$(printf '%s\n' "$$out" | tail -n 1); \
+	[ -x "$$bin" ] || { echo "e2e: no kube-apiserver binary at '$$bin'" >&2; exit 1; }; \
+	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
+		$(GO) test $(E2E_FLAGS) ./e2e/
+
+# demo runs the same experiment and prints it as a lab notebook
+# (DEMO_FLAGS="-dir DIR" keeps the logs and data).
+DEMO_FLAGS ?=
+demo: deps-zookeeper build
+	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "demo: building kube-apiserver failed" >&2; exit 1; }; \
+	bin=$$(printf '%s\n' "$$out" | tail -n 1); \
+	[ -x "$$bin" ] || { echo "demo: no kube-apiserver binary at '$$bin'" >&2; exit 1; }; \
+	cd integration && $(GO) run ./kubedemo -kube-apiserver "$$bin" -zketcd "$(abspath $(BIN))/zketcd" $(DEMO_FLAGS)
+
 lint: fmt vet staticcheck
 
 fmt:
@@ -61,6 +90,19 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshot -fuzztime $(FUZZTIME) ./zkstore/
 	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./translate/
 	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./translate/
+
+# bench measures zketcd (on a standalone ZooKeeper and on a 3-member
+# ensemble) against etcd 3.7.3 and kine 0.17.5 side by side (quick profile,
+# ~15-20 min on 2 cores; the first run also builds the peers into
+# $${ZKETCD_CACHE:-$$HOME/.cache/zketcd}) and rewrites docs/benchmarks.md and
+# docs/bench/. bench-long adds longer cells and recovery over 1M keys. Not
+# run in CI. BENCH_FLAGS passes more zkbench flags (see -h).
+BENCH_FLAGS ?=
+bench: deps-zookeeper build
+	cd integration && $(GO) run ./bench/cmd/zkbench -profile quick -repo .. -zketcd ../$(BIN)/zketcd -md ../docs/benchmarks.md $(BENCH_FLAGS)
+
+bench-long: deps-zookeeper build
+	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,140 @@
+// Command zketcd-kubeinit is the helper of docker-compose.yml (it ships in
+// the zketcd image):
+//
+//	zketcd-kubeinit creds DIR   write what kube-apiserver needs into DIR, unless present:
+//	                            tokens.csv (a bearer token in system:masters), token (the
+//	                            token alone, for kubectl/curl), sa.key and sa.pub (the
+//	                            service account signing key pair); and copy this
+//	                            static binary to DIR/zketcd-kubeinit
+//	zketcd-kubeinit probe URL   exit 0 if GET URL answers 200 within 5s (https is not
+//	                            verified: kube-apiserver's certificate is self-signed)
+//
+// probe is the healthcheck of the zketcd and kube-apiserver containers:
+// neither image has a shell or curl, and the copy in DIR reaches the
+// kube-apiserver container through the shared volume.
+package main
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+func main() {
+	if len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: zketcd-kubeinit creds DIR | probe URL")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "creds":
+		err = creds(os.Args[2])
+	case "probe":
+		err = probe(os.Args[2], 5*time.Second)
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zketcd-kubeinit:", err)
+		os.Exit(1)
+	}
+}
+
+// creds writes the credentials into dir, keeping files that exist (so a
+// restart of the compose project keeps its token and keys).
+func creds(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tokenPath := filepath.Join(dir, "token")
+	token, err := os.ReadFile(tokenPath)
+	if errors.Is(err, os.ErrNotExist) {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		token = []byte(hex.EncodeToString(b))
+		if err := os.WriteFile(tokenPath, token, 0o644); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(string(token)+",admin,admin-uid,system:masters\n"), 0o644); err != nil {
+		return err
+	}
+	keyPath, pubPath := filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
+	if _, err := os.Stat(keyPath); errors.Is(err, os.ErrNotExist) {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return err
+		}
+		pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+			return err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := copyFile(self, filepath.Join(dir, "zketcd-kubeinit")); err != nil {
+		return err
+	}
+	fmt.Printf("credentials in %s; bearer token (also in %s): %s\n", dir, tokenPath, token)
+	return nil
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := to + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, to)
+}
+
+// probe GETs url and fails unless the answer is 200.
+func probe(url string, timeout time.Duration) error {
+	c := &http.Client{Timeout: timeout, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // self-signed serving certificate
+	}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, body)
+	}
+	return nil
+}

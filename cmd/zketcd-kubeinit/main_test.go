@@ -1,0 +1,67 @@
+package main
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCredsKeepsExistingFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "creds")
+	if err := creds(dir); err != nil {
+		t.Fatal(err)
+	}
+	token, _ := os.ReadFile(filepath.Join(dir, "token"))
+	csv, _ := os.ReadFile(filepath.Join(dir, "tokens.csv"))
+	if len(token) != 48 || string(csv) != string(token)+",admin,admin-uid,system:masters\n" {
+		t.Fatalf("token %q, tokens.csv %q", token, csv)
+	}
+	key, _ := os.ReadFile(filepath.Join(dir, "sa.key"))
+	pub, _ := os.ReadFile(filepath.Join(dir, "sa.pub"))
+	kb, _ := pem.Decode(key)
+	pb, _ := pem.Decode(pub)
+	if kb == nil || pb == nil {
+		t.Fatal("sa.key or sa.pub is not PEM")
+	}
+	if _, err := x509.ParsePKCS1PrivateKey(kb.Bytes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x509.ParsePKIXPublicKey(pb.Bytes); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "zketcd-kubeinit")); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("binary not copied: %v", err)
+	}
+	if err := creds(dir); err != nil {
+		t.Fatal(err)
+	}
+	token2, _ := os.ReadFile(filepath.Join(dir, "token"))
+	key2, _ := os.ReadFile(filepath.Join(dir, "sa.key"))
+	if string(token2) != string(token) || string(key2) != string(key) {
+		t.Fatal("a second run replaced the token or the key")
+	}
+}
+
+func TestProbe(t *testing.T) {
+	ok := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			w.Write([]byte("ok"))
+			return
+		}
+		http.Error(w, "[-]etcd failed", http.StatusServiceUnavailable)
+	}))
+	defer ok.Close()
+	if err := probe(ok.URL+"/readyz", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	err := probe(ok.URL+"/livez", 2*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("probe of a 503: %v", err)
+	}
+}

@@ -1,0 +1,77 @@
+package rvmap_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/rvmap"
+	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+func TestIndexMapsRevisionsToZxids(t *testing.T) {
+	zk := zkservertest.Standalone(t)
+	in := zketcdtest.Start(t, []string{zk.Addr()}, zketcdtest.Options{})
+	c := in.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var revs []int64
+	for _, v := range []string{"1", "2", "3"} {
+		r, err := c.Put(ctx, "k", v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, r.Header.Revision)
+	}
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zk.Addr()}, Root: in.Root(), Logger: logrus.NewEntry(lg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ix, err := rvmap.Load(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := ix.Key("k")
+	if !k.Found || k.CreateRevision != revs[0] || k.ModRevision != revs[2] || k.Version != 3 {
+		t.Fatalf("key k: %+v, want create %d mod %d version 3", k, revs[0], revs[2])
+	}
+	var prev int64
+	for i, rev := range revs {
+		m := ix.Revision(rev)
+		if !m.Found || m.Zxid <= prev {
+			t.Fatalf("revision %d: %+v (previous zxid 0x%x)", rev, m, prev)
+		}
+		prev = m.Zxid
+		czxid, err := st.EntryZxid(m.LSN)
+		if err != nil || czxid != m.Zxid {
+			t.Fatalf("revision %d: entry %d has czxid 0x%x (%v), index says 0x%x", rev, m.LSN, czxid, err, m.Zxid)
+		}
+		if (i == 0 && m.Zxid != k.CreateZxid) || (i == 2 && m.Zxid != k.ModZxid) {
+			t.Fatalf("revision %d zxid 0x%x, key czxid 0x%x mzxid 0x%x", rev, m.Zxid, k.CreateZxid, k.ModZxid)
+		}
+	}
+	if m := ix.Revision(1); !m.Sentinel {
+		t.Fatalf("revision 1: %+v, want the sentinel", m)
+	}
+	if m := ix.Revision(revs[2] + 100); m.Found {
+		t.Fatalf("future revision found: %+v", m)
+	}
+	var out bytes.Buffer
+	if err := ix.WriteTable(&out, []string{"k", "missing"}, []int64{1, revs[1]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"KEY", rvmap.ZxidString(k.ModZxid), "(empty store)", "missing   -"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
