@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 
 	"github.com/zketcd/zketcd/backend"
@@ -14,9 +15,10 @@ import (
 
 type leaseServer struct {
 	pb.UnsafeLeaseServer
-	be  *backend.Backend
-	hdr header
-	lg  *logrus.Entry
+	be   *backend.Backend
+	hdr  header
+	lg   *logrus.Entry
+	stop <-chan struct{} // closed when the server shuts down
 }
 
 var _ pb.LeaseServer = (*leaseServer)(nil)
@@ -50,9 +52,37 @@ func (s *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest)
 
 // LeaseKeepAlive renews leases as clients ask, answering each request with
 // the lease's TTL (0 if it does not exist), as etcd does.
+// The stream ends with etcd's "server stopped" when the server shuts down,
+// so clients move to another endpoint at once.
 func (s *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
+	type recv struct {
+		req *pb.LeaseKeepAliveRequest
+		err error
+	}
+	reqs := make(chan recv)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case reqs <- recv{req, err}:
+			case <-stream.Context().Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for {
-		req, err := stream.Recv()
+		var r recv
+		select {
+		case r = <-reqs:
+		case <-s.stop:
+			return rpctypes.ErrGRPCStopped
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+		req, err := r.req, r.err
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
