@@ -257,7 +257,10 @@ func (sws *serverWatchStream) progressInterval() time.Duration {
 
 func (sws *serverWatchStream) sendLoop() {
 	ids := map[int64]struct{}{}
-	pending := map[int64][]*pb.WatchResponse{}
+	// Responses of watchers whose created response is not sent yet, kept
+	// as the hub sent them: prev_kv and fragment are looked up when they
+	// are sent, after create recorded them.
+	pending := map[int64][]watchbridge.Response{}
 	ticker := time.NewTicker(sws.progressInterval())
 	defer ticker.Stop()
 	for {
@@ -266,39 +269,15 @@ func (sws *serverWatchStream) sendLoop() {
 			if !ok {
 				return
 			}
-			sws.mu.Lock()
-			needPrev := sws.prevKV[wresp.WatchID]
-			fragmented := sws.fragment[wresp.WatchID]
-			sws.mu.Unlock()
-			wr := &pb.WatchResponse{
-				Header:          sws.header(wresp.Revision),
-				WatchId:         wresp.WatchID,
-				Events:          toPBEvents(wresp.Events, needPrev),
-				CompactRevision: wresp.CompactRevision,
-				Canceled:        wresp.CompactRevision != 0,
-			}
 			if wresp.WatchID != watchbridge.InvalidWatchID {
 				if _, known := ids[wresp.WatchID]; !known {
-					pending[wresp.WatchID] = append(pending[wresp.WatchID], wr)
+					pending[wresp.WatchID] = append(pending[wresp.WatchID], wresp)
 					continue
 				}
 			}
-			var err error
-			if fragmented {
-				err = sendFragments(wr, sws.srv.maxRequestBytes, sws.grpc.Send)
-			} else {
-				err = sws.grpc.Send(wr)
-			}
-			if err != nil {
+			if err := sws.send(wresp); err != nil {
 				sws.srv.lg.WithError(err).Debug("send watch response")
 				return
-			}
-			if len(wresp.Events) > 0 {
-				sws.mu.Lock()
-				if sws.progress[wresp.WatchID] {
-					sws.progress[wresp.WatchID] = false
-				}
-				sws.mu.Unlock()
 			}
 		case c, ok := <-sws.ctrl:
 			if !ok {
@@ -314,8 +293,9 @@ func (sws *serverWatchStream) sendLoop() {
 			}
 			if c.Created {
 				ids[c.WatchId] = struct{}{}
-				for _, wr := range pending[c.WatchId] {
-					if err := sws.grpc.Send(wr); err != nil {
+				for _, wresp := range pending[c.WatchId] {
+					if err := sws.send(wresp); err != nil {
+						sws.srv.lg.WithError(err).Debug("send watch response")
 						return
 					}
 				}
@@ -336,7 +316,51 @@ func (sws *serverWatchStream) sendLoop() {
 	}
 }
 
-func toPBEvents(evs []revision.Event, prevKV bool) []*mvccpb.Event {
+// send converts a hub response for its watcher's options and sends it.
+func (sws *serverWatchStream) send(wresp watchbridge.Response) error {
+	sws.mu.Lock()
+	needPrev := sws.prevKV[wresp.WatchID]
+	fragmented := sws.fragment[wresp.WatchID]
+	sws.mu.Unlock()
+	// etcd reads each prev_kv at mod_revision-1 as it sends the event;
+	// below the compacted revision that read fails and the event goes
+	// without prev_kv. Do the same.
+	prevFloor := int64(-1)
+	if needPrev && len(wresp.Events) > 0 {
+		prevFloor = sws.srv.be.View().State().CompactRev
+	}
+	wr := &pb.WatchResponse{
+		Header:          sws.header(wresp.Revision),
+		WatchId:         wresp.WatchID,
+		Events:          toPBEvents(wresp.Events, needPrev, prevFloor),
+		CompactRevision: wresp.CompactRevision,
+		Canceled:        wresp.CompactRevision != 0,
+	}
+	var err error
+	if fragmented {
+		// etcd's threshold is --max-request-bytes plus the gRPC overhead it
+		// allows on requests.
+		err = sendFragments(wr, sws.srv.maxRequestBytes+grpcOverheadBytes, sws.grpc.Send)
+	} else {
+		err = sws.grpc.Send(wr)
+	}
+	if err != nil {
+		return err
+	}
+	if len(wresp.Events) > 0 {
+		sws.mu.Lock()
+		if sws.progress[wresp.WatchID] {
+			sws.progress[wresp.WatchID] = false
+		}
+		sws.mu.Unlock()
+	}
+	return nil
+}
+
+// toPBEvents converts events; with prevKV, each non-create event carries the
+// key's previous version unless mod_revision-1 is below prevFloor (the
+// compacted revision).
+func toPBEvents(evs []revision.Event, prevKV bool, prevFloor int64) []*mvccpb.Event {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -350,7 +374,7 @@ func toPBEvents(evs []revision.Event, prevKV bool) []*mvccpb.Event {
 			e.Kv = translate.ToPB(ev.KV)
 		}
 		isCreate := e.Type == mvccpb.Event_PUT && e.Kv.CreateRevision == e.Kv.ModRevision
-		if prevKV && !isCreate && ev.PrevKV != nil {
+		if prevKV && !isCreate && ev.PrevKV != nil && ev.KV.ModRevision-1 >= prevFloor {
 			e.PrevKv = translate.ToPB(ev.PrevKV)
 		}
 		out[i] = e

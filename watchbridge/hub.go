@@ -65,6 +65,10 @@ type watcher struct {
 	filters  []Filter
 	stream   *Stream
 	victim   bool
+	// compacted: canceled because its start revision was compacted. As in
+	// etcd, it stays on its stream (its ID taken, the stream not "synced"
+	// for progress requests) until the client cancels it.
+	compacted bool
 }
 
 func (w *watcher) matches(key []byte) bool {
@@ -350,7 +354,7 @@ func (h *Hub) syncWatchers() int {
 		if w.minRev < compacted {
 			if w.send(Response{WatchID: w.id, CompactRevision: compacted}) {
 				h.unsynced.remove(w)
-				w.stream.forget(w)
+				w.compacted = true
 			}
 			return
 		}
@@ -395,14 +399,15 @@ func (h *Hub) syncWatchers() int {
 			next = m
 		}
 		evs, ok := batches[w]
+		// max: a watcher on a future revision keeps it (etcd does the same).
 		if !ok {
-			w.minRev = next
+			w.minRev = max(next, w.minRev)
 			h.unsynced.remove(w)
 			h.synced.add(w)
 			continue
 		}
 		r := Response{WatchID: w.id, Events: evs, Revision: h.rev}
-		w.minRev = next
+		w.minRev = max(next, w.minRev)
 		h.unsynced.remove(w)
 		if !w.send(r) {
 			w.victim = true
@@ -437,4 +442,34 @@ func (h *Hub) Resync() {
 	}
 	h.rev = h.view.State().Rev
 	h.kick()
+}
+
+// Stats is a snapshot of the hub's watchers.
+type Stats struct {
+	// Synced, Unsynced and Victims count watchers by state.
+	Synced, Unsynced, Victims int
+	// Queued is the number of responses waiting in the channels of the
+	// streams those watchers belong to: with the victims' one pending
+	// response each, all the hub holds for slow consumers.
+	Queued int
+}
+
+// Stats returns a snapshot of the hub's watchers.
+func (h *Hub) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := Stats{Synced: h.synced.size, Unsynced: h.unsynced.size, Victims: len(h.victims)}
+	streams := map[*Stream]bool{}
+	count := func(w *watcher) {
+		if !streams[w.stream] {
+			streams[w.stream] = true
+			st.Queued += len(w.stream.ch)
+		}
+	}
+	h.synced.each(count)
+	h.unsynced.each(count)
+	for w := range h.victims {
+		count(w)
+	}
+	return st
 }

@@ -81,13 +81,6 @@ func (h *Hub) remove(w *watcher) {
 	}
 }
 
-// forget drops a watcher the hub canceled (compaction). Caller holds hub.mu.
-func (s *Stream) forget(w *watcher) {
-	if s.watchers[w.id] == w {
-		delete(s.watchers, w.id)
-	}
-}
-
 // RequestProgressAll sends a progress response (WatchID -1) at the hub's
 // revision if every watcher of the stream is synced, and reports whether
 // it did.

@@ -18,6 +18,22 @@
 // targets agree; Custom runs arbitrary client code. Every step records the
 // request exactly as it went on the wire.
 //
+// Watch steps drive raw gRPC watch streams, kept open across steps by name:
+// each sends requests (Create, CancelWatch, RequestProgress, Send) and
+// collects responses until a condition (Await with Responses, Events,
+// Progress, ProgressAt or Quiet); the collected responses are the step's
+// result. Writes are ordinary steps in between:
+//
+//	Watch("w", Create(&pb.WatchCreateRequest{Key: []byte("k")}), Await(Responses(1))),
+//	Put("k", "v"),
+//	Watch("w", Await(Events(0, 1))),
+//	Watch("w", CloseStream(400*time.Millisecond)), // nothing more arrives
+//
+// Responses of different watchers on one stream may interleave in any order
+// (GroupByWatchID orders them), and periodic progress notifications depend
+// on timing (DropProgress); WatchScenarios documents what its scenarios
+// compare.
+//
 // Lazy builds a step from the results of earlier ones, so scenarios never
 // hard-code revisions:
 //

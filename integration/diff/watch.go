@@ -154,10 +154,10 @@ func GroupByWatchID() WatchAction {
 	return WatchAction{option: func(o *watchOptions) { o.groupByID = true }}
 }
 
-// DropProgress leaves out of the step's result (and of its Await
-// conditions) the progress notifications sent by the server's periodic
-// ticker or by RequestProgress: responses without events that neither
-// create nor cancel a watcher. Their number depends on timing.
+// DropProgress leaves out of the step's result the progress notifications
+// sent by the server's periodic ticker or by RequestProgress: responses
+// without events that neither create nor cancel a watcher. Their number
+// depends on timing. Await conditions still see them (Quiet ignores them).
 func DropProgress() WatchAction {
 	return WatchAction{option: func(o *watchOptions) { o.dropProgress = true }}
 }
@@ -281,32 +281,36 @@ func awaitResponses(ctx context.Context, wc *watchConn, got []*pb.WatchResponse,
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	quietUntil := time.Now().Add(u.quiet)
 	for {
 		if u.done != nil && u.done(got) {
 			return got, nil
 		}
 		wait := deadline
-		if u.quiet > 0 {
-			wait = time.Now().Add(u.quiet)
+		if u.quiet > 0 && quietUntil.Before(deadline) {
+			wait = quietUntil
 		}
 		r, err := wc.next(wait)
 		if err != nil {
 			return got, fmt.Errorf("watch stream ended while waiting for %s: %w", u.desc, err)
 		}
 		if r == nil {
-			if u.quiet > 0 {
+			if u.quiet > 0 && !time.Now().Before(quietUntil) {
 				return got, nil
 			}
 			return got, fmt.Errorf("watch: %s not reached within %v (%d responses)", u.desc, opts.wait, len(got))
 		}
-		if opts.dropProgress && IsProgress(r) {
-			continue
-		}
 		got = append(got, r)
+		if !opts.dropProgress || !IsProgress(r) {
+			quietUntil = time.Now().Add(u.quiet) // dropped progress does not break the silence
+		}
 	}
 }
 
 func finishWatch(res Result, got []*pb.WatchResponse, opts watchOptions) Result {
+	if opts.dropProgress {
+		got = slices.DeleteFunc(got, IsProgress)
+	}
 	if opts.groupByID {
 		slices.SortStableFunc(got, func(a, b *pb.WatchResponse) int {
 			switch {
@@ -430,11 +434,4 @@ func wantWatch(want ...string) func(*State, Result) error {
 		}
 		return nil
 	}
-}
-
-// wantWatchFunc expects want(s) to hold for the step's summarized responses;
-// want builds the expected lines from the state (for revisions of earlier
-// steps).
-func wantWatchFunc(want func(s *State) []string) func(*State, Result) error {
-	return func(s *State, r Result) error { return wantWatch(want(s)...)(s, r) }
 }
