@@ -94,7 +94,7 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done()})
 	pb.RegisterAuthServer(srv, &authServer{})
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
-		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval})
+		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done()})
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)

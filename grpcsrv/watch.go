@@ -36,6 +36,7 @@ type watchServer struct {
 	lg               *logrus.Entry
 	maxRequestBytes  int
 	progressInterval time.Duration
+	stop             <-chan struct{} // closed when the server shuts down
 }
 
 var _ pb.WatchServer = (*watchServer)(nil)
@@ -96,6 +97,10 @@ func (s *watchServer) Watch(stream grpc.BidiStreamingServer[pb.WatchRequest, pb.
 		}
 	case <-leaderLost:
 		err = rpctypes.ErrGRPCNoLeader
+	case <-s.stop:
+		// Shutting down: end the stream now (a graceful stop would wait for
+		// it forever), so the client resumes on another endpoint at once.
+		err = rpctypes.ErrGRPCStopped
 	}
 	sws.ws.Close()
 	close(sws.closec)
