@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,6 +169,9 @@ func TestZooKeeperRestartDuringTraffic(t *testing.T) {
 	var acked sync.Map // value -> revision
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	stopWriters := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(stopWriters)
 	var failures atomic.Int32
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
@@ -212,13 +216,14 @@ func TestZooKeeperRestartDuringTraffic(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 			t.Fatalf("no write succeeded 20s after ZooKeeper came back: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stopWriters()
 	if failures.Load() == 0 {
 		t.Log("no request failed during the outage (ZooKeeper restarted quickly)")
 	}
