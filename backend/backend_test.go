@@ -207,7 +207,7 @@ func TestZooKeeperRestartDuringTraffic(t *testing.T) {
 	if err := zk.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(40 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := c.Put(cctx, "after", "restart")
@@ -218,7 +218,7 @@ func TestZooKeeperRestartDuringTraffic(t *testing.T) {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<20)
 			t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
-			t.Fatalf("no write succeeded 20s after ZooKeeper came back: %v", err)
+			t.Fatalf("no write succeeded 40s after ZooKeeper came back: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
