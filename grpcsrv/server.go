@@ -40,8 +40,14 @@ type Config struct {
 	// to watchers that asked for them (etcd's
 	// --experimental-watch-progress-notify-interval, default 10 minutes).
 	WatchProgressNotifyInterval time.Duration
-	Logger                      *logrus.Entry
-	Registerer                  prometheus.Registerer
+	// MaxWatchersPerStream bounds the watchers of one watch stream (0: no
+	// bound); a create beyond it is answered canceled with a reason.
+	MaxWatchersPerStream int
+	// MaxConcurrentStreams bounds the concurrent gRPC streams per client
+	// connection (etcd's --max-concurrent-streams; 0: unbounded).
+	MaxConcurrentStreams uint32
+	Logger               *logrus.Entry
+	Registerer           prometheus.Registerer
 }
 
 // New returns a gRPC server with every etcd service registered on be, and
@@ -59,6 +65,9 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	if cfg.WatchProgressNotifyInterval == 0 {
 		cfg.WatchProgressNotifyInterval = 10 * time.Minute
 	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = math.MaxUint32
+	}
 	if cfg.KeepaliveMinTime == 0 {
 		cfg.KeepaliveMinTime = 5 * time.Second
 	}
@@ -73,7 +82,7 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: false,
 		}),
@@ -94,7 +103,8 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done()})
 	pb.RegisterAuthServer(srv, &authServer{})
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
-		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done()})
+		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done(),
+		maxWatchers: cfg.MaxWatchersPerStream})
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)

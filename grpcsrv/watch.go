@@ -37,6 +37,7 @@ type watchServer struct {
 	maxRequestBytes  int
 	progressInterval time.Duration
 	stop             <-chan struct{} // closed when the server shuts down
+	maxWatchers      int
 }
 
 var _ pb.WatchServer = (*watchServer)(nil)
@@ -61,7 +62,7 @@ func (s *watchServer) Watch(stream grpc.BidiStreamingServer[pb.WatchRequest, pb.
 	sws := &serverWatchStream{
 		srv:      s,
 		grpc:     stream,
-		ws:       s.be.Hub().NewStream(),
+		ws:       s.be.Hub().NewStream(s.maxWatchers),
 		ctrl:     make(chan *pb.WatchResponse, ctrlStreamBufLen),
 		closec:   make(chan struct{}),
 		progress: map[int64]bool{},

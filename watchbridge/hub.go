@@ -33,6 +33,8 @@ var (
 	ErrEmptyWatcherRange  = errors.New("mvcc: watcher range is empty")
 	ErrWatcherDuplicateID = errors.New("mvcc: duplicate watch ID provided on the WatchStream")
 	ErrWatcherNotExist    = errors.New("mvcc: watcher does not exist")
+	// ErrTooManyWatchers is zketcd's own: a stream reached its watcher limit.
+	ErrTooManyWatchers = errors.New("zketcd: too many watchers on this stream")
 )
 
 // Response is what a stream's channel carries: events for one watcher, a

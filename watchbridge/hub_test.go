@@ -147,7 +147,7 @@ func checkExactlyOnce(t *testing.T, rs []Response, id, from, to int64, perRev in
 // every event in order once it is read.
 func TestSlowStreamIsBounded(t *testing.T) {
 	f := newFixture(t)
-	slow, fast := f.h.NewStream(), f.h.NewStream()
+	slow, fast := f.h.NewStream(0), f.h.NewStream(0)
 	defer slow.Close()
 	defer fast.Close()
 	for _, s := range []*Stream{slow, fast} {
@@ -218,7 +218,7 @@ func TestCatchUpWhileNotifying(t *testing.T) {
 	}()
 	var streams []*Stream
 	for _, from := range []int64{2, 700, 1501} {
-		s := f.h.NewStream()
+		s := f.h.NewStream(0)
 		defer s.Close()
 		if _, err := s.Watch(AutoWatchID, []byte("a"), []byte("b"), from); err != nil {
 			t.Fatal(err)
@@ -242,7 +242,7 @@ func TestCatchUpWhileNotifying(t *testing.T) {
 // notifications never announce a revision whose events come later.
 func TestProgressNeverAheadOfEvents(t *testing.T) {
 	f := newFixture(t)
-	s := f.h.NewStream()
+	s := f.h.NewStream(0)
 	defer s.Close()
 	if _, err := s.Watch(AutoWatchID, []byte("p"), []byte("q"), 0); err != nil {
 		t.Fatal(err)
@@ -275,7 +275,7 @@ func TestProgressNeverAheadOfEvents(t *testing.T) {
 func TestFutureStartRevision(t *testing.T) {
 	f := newFixture(t)
 	f.put("x")
-	s := f.h.NewStream()
+	s := f.h.NewStream(0)
 	defer s.Close()
 	if _, err := s.Watch(AutoWatchID, []byte("x"), nil, 10); err != nil {
 		t.Fatal(err)
@@ -301,7 +301,7 @@ func TestCompactedWatcherKeepsItsID(t *testing.T) {
 		f.put("c")
 	}
 	f.apply(revision.Op{Kind: revision.OpCompact, Rev: 4})
-	s := f.h.NewStream()
+	s := f.h.NewStream(0)
 	defer s.Close()
 	if _, err := s.Watch(7, []byte("c"), nil, 2); err != nil {
 		t.Fatal(err)
@@ -327,5 +327,25 @@ func TestCompactedWatcherKeepsItsID(t *testing.T) {
 	}
 	if st := f.h.Stats(); st.Synced != 1 || st.Unsynced != 0 || st.Victims != 0 {
 		t.Fatalf("hub %+v", st)
+	}
+}
+
+func TestStreamWatcherLimit(t *testing.T) {
+	f := newFixture(t)
+	s := f.h.NewStream(3)
+	defer s.Close()
+	for i := 0; i < 3; i++ {
+		if _, err := s.Watch(AutoWatchID, []byte("k"), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Watch(AutoWatchID, []byte("k"), nil, 0); !errors.Is(err, ErrTooManyWatchers) {
+		t.Fatalf("fourth watcher: %v", err)
+	}
+	if err := s.Cancel(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Watch(AutoWatchID, []byte("k"), nil, 0); err != nil {
+		t.Fatalf("after a cancel: %v", err)
 	}
 }

@@ -10,12 +10,15 @@ type Stream struct {
 	ch       chan Response
 	nextID   int64
 	watchers map[int64]*watcher // guarded by hub.mu
-	closed   bool
+	// maxWatchers bounds len(watchers); 0 means no bound.
+	maxWatchers int
+	closed      bool
 }
 
-// NewStream opens a stream on the hub.
-func (h *Hub) NewStream() *Stream {
-	return &Stream{hub: h, ch: make(chan Response, ChanBufLen), watchers: map[int64]*watcher{}}
+// NewStream opens a stream on the hub that holds at most maxWatchers
+// watchers (0: no bound).
+func (h *Hub) NewStream(maxWatchers int) *Stream {
+	return &Stream{hub: h, ch: make(chan Response, ChanBufLen), watchers: map[int64]*watcher{}, maxWatchers: maxWatchers}
 }
 
 // Chan returns the channel the stream's responses arrive on. It is closed
@@ -38,6 +41,9 @@ func (s *Stream) Watch(id int64, key, end []byte, startRev int64, filters ...Fil
 	defer h.mu.Unlock()
 	if s.closed {
 		return -1, ErrEmptyWatcherRange
+	}
+	if s.maxWatchers > 0 && len(s.watchers) >= s.maxWatchers {
+		return -1, ErrTooManyWatchers
 	}
 	if id == AutoWatchID {
 		for s.watchers[s.nextID] != nil {

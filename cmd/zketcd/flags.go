@@ -40,6 +40,8 @@ type serveFlags struct {
 
 	watchProgressInterval time.Duration
 	relaxedReads          bool
+	maxWatchersPerStream  int
+	maxConcurrentStreams  uint
 
 	keepaliveMinTime  time.Duration
 	keepaliveInterval time.Duration
@@ -69,6 +71,8 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.trustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
 	fs.BoolVar(&f.clientCert, "client-cert-auth", false, "require client certificates signed by --trusted-ca-file")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
+	fs.IntVar(&f.maxWatchersPerStream, "max-watchers-per-stream", 100000, "most watchers on one watch stream (0: no bound); a create beyond it is canceled with a reason")
+	fs.UintVar(&f.maxConcurrentStreams, "max-concurrent-streams", 0, "most concurrent gRPC streams per client connection (0: unbounded, as etcd's default)")
 	fs.DurationVar(&f.watchProgressInterval, "watch-progress-notify-interval", 10*time.Minute, "period of progress notifications to watchers that ask for them")
 	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest keepalive interval a client may use")
 	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", 2*time.Hour, "interval of server-to-client pings")

@@ -83,6 +83,8 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			KeepaliveInterval:           f.keepaliveInterval,
 			KeepaliveTimeout:            f.keepaliveTimeout,
 			WatchProgressNotifyInterval: f.watchProgressInterval,
+			MaxWatchersPerStream:        f.maxWatchersPerStream,
+			MaxConcurrentStreams:        uint32(min(f.maxConcurrentStreams, 1<<32-1)),
 		},
 		ClientAddrs:  listen,
 		TLS:          tlsCfg,
