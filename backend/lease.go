@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -82,14 +83,35 @@ func revokeLease(bt *revision.Batch, id int64) (any, error) {
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
 }
 
-// Leases lists every lease, after a barrier.
+// Leases lists every lease, after a barrier, soonest expiry first as etcd
+// orders them (estimated from when each lease's token was last written).
 func (b *Backend) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 	if err := b.Linearize(ctx); err != nil {
 		return nil, err
 	}
-	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}}
-	for _, id := range b.view.LeaseIDs() {
-		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
+	type item struct {
+		id     int64
+		expiry time.Time
+	}
+	var items []item
+	for id, ttl := range b.view.LeaseTTLs() {
+		tok, ok, err := b.store.ReadLeaseToken(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			items = append(items, item{id, tok.Renewed.Add(time.Duration(ttl) * time.Second)})
+		}
+	}
+	sort.Slice(items, func(i, j int) bool {
+		if !items[i].expiry.Equal(items[j].expiry) {
+			return items[i].expiry.Before(items[j].expiry)
+		}
+		return items[i].id < items[j].id
+	})
+	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: make([]*pb.LeaseStatus, len(items))}
+	for i, it := range items {
+		resp.Leases[i] = &pb.LeaseStatus{ID: it.id}
 	}
 	return resp, nil
 }
@@ -124,8 +146,9 @@ func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 	if !ok {
 		return resp, nil
 	}
-	remaining := granted - int64(time.Since(tok.Renewed).Seconds())
-	resp.TTL = min(max(remaining, 1), granted)
+	// etcd truncates the remaining duration to whole seconds.
+	remaining := int64((time.Duration(granted)*time.Second - time.Since(tok.Renewed)).Seconds())
+	resp.TTL = min(max(remaining, 0), granted)
 	resp.GrantedTTL = granted
 	resp.Keys = keys
 	return resp, nil

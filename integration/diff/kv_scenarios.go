@@ -29,6 +29,7 @@ func KVScenarios() []Scenario {
 		compactScenarios(),
 		streamScenarios(),
 		kubeScenarios(),
+		LeaseScenarios(),
 	)
 }
 

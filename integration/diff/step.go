@@ -280,7 +280,8 @@ func GetStream(key string, opts ...clientv3.OpOption) Step {
 // Raw sends req unchanged through the generated gRPC client, bypassing
 // clientv3's validation and option handling. req must be one of
 // *pb.RangeRequest, *pb.PutRequest, *pb.DeleteRangeRequest, *pb.TxnRequest,
-// *pb.CompactionRequest, *pb.LeaseGrantRequest or *pb.LeaseRevokeRequest.
+// *pb.CompactionRequest, *pb.LeaseGrantRequest, *pb.LeaseRevokeRequest,
+// *pb.LeaseTimeToLiveRequest or *pb.LeaseLeasesRequest.
 func Raw(req proto.Message) Step {
 	var call func(ctx context.Context, e *endpoint) (proto.Message, error)
 	switch r := req.(type) {
@@ -298,6 +299,10 @@ func Raw(req proto.Message) Step {
 		call = func(ctx context.Context, e *endpoint) (proto.Message, error) { return e.lease.LeaseGrant(ctx, r) }
 	case *pb.LeaseRevokeRequest:
 		call = func(ctx context.Context, e *endpoint) (proto.Message, error) { return e.lease.LeaseRevoke(ctx, r) }
+	case *pb.LeaseTimeToLiveRequest:
+		call = func(ctx context.Context, e *endpoint) (proto.Message, error) { return e.lease.LeaseTimeToLive(ctx, r) }
+	case *pb.LeaseLeasesRequest:
+		call = func(ctx context.Context, e *endpoint) (proto.Message, error) { return e.lease.LeaseLeases(ctx, r) }
 	default:
 		panic(fmt.Sprintf("diff.Raw: unsupported request type %T", req))
 	}
