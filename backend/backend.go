@@ -83,6 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		kick:        make(chan struct{}, 1),
 	}
 	b.barrier.sync = b.syncHead
+	b.barrier.maxRounds = 1
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	start := time.Now()
 	if err := b.recover(ctx); err != nil {

@@ -91,8 +91,14 @@ func TestTwoInstancesSeeEachOthersWritesLinearizably(t *testing.T) {
 }
 
 func TestConcurrentCASThroughTwoInstancesNeverBothSucceed(t *testing.T) {
-	a := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
-	b := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: a.Root()})
+	for _, depth := range []int{1, 3} {
+		t.Run(fmt.Sprintf("pipeline=%d", depth), func(t *testing.T) { testConcurrentCAS(t, depth) })
+	}
+}
+
+func testConcurrentCAS(t *testing.T, depth int) {
+	a := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{CommitPipeline: depth})
+	b := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: a.Root(), CommitPipeline: depth})
 	clients := []*clientv3.Client{a.Client(t), b.Client(t)}
 	ctx := ctxT(t)
 	const rounds = 30
@@ -123,7 +129,13 @@ func TestConcurrentCASThroughTwoInstancesNeverBothSucceed(t *testing.T) {
 }
 
 func TestGroupCommitGivesEachWriteItsOwnRevision(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	for _, depth := range []int{1, 3} {
+		t.Run(fmt.Sprintf("pipeline=%d", depth), func(t *testing.T) { testGroupCommit(t, depth) })
+	}
+}
+
+func testGroupCommit(t *testing.T, depth int) {
+	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{CommitPipeline: depth})
 	c := in.Client(t)
 	ctx := ctxT(t)
 	const writers, each = 32, 20

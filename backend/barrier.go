@@ -5,16 +5,19 @@ import (
 	"sync"
 )
 
-// barrier shares ZooKeeper sync round trips among concurrent linearizable
-// reads: a read joins the next round to start, never one already in flight
-// (whose sync may predate the read), so every read gets a head read after
-// it began.
+// barrier shares ZooKeeper barrier round trips among concurrent
+// linearizable reads. A read joins a round that starts after it arrived —
+// never one already in flight, whose barrier may predate the read. Up to
+// maxRounds rounds are in flight at once (ZooKeeper batches their
+// transactions into fewer fsyncs); reads arriving while all are busy wait
+// together for the next one.
 type barrier struct {
-	sync func() (int64, error) // returns the head LSN after a sync
+	sync      func() (int64, error) // returns the head LSN after a barrier
+	maxRounds int
 
 	mu       sync.Mutex
-	inflight bool
-	next     *round
+	inflight int
+	next     *round // the round reads join; not started yet
 }
 
 type round struct {
@@ -30,7 +33,7 @@ func (b *barrier) wait(ctx context.Context) (int64, error) {
 		b.next = &round{done: make(chan struct{})}
 	}
 	r := b.next
-	if !b.inflight {
+	if b.inflight < max(b.maxRounds, 1) {
 		b.startLocked()
 	}
 	b.mu.Unlock()
@@ -45,12 +48,12 @@ func (b *barrier) wait(ctx context.Context) (int64, error) {
 func (b *barrier) startLocked() {
 	r := b.next
 	b.next = nil
-	b.inflight = true
+	b.inflight++
 	go func() {
 		r.lsn, r.err = b.sync()
 		close(r.done)
 		b.mu.Lock()
-		b.inflight = false
+		b.inflight--
 		if b.next != nil {
 			b.startLocked()
 		}

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -55,162 +56,317 @@ func (b *Backend) submit(ctx context.Context, p *proposal) (any, error) {
 
 // commitLoop is the group committer: it takes every queued proposal (up to
 // the batch limits), evaluates them in order against the view, and commits
-// their writes as one log entry.
+// their writes as one log entry. Up to CommitPipeline entries are in flight
+// at once: the next batch is evaluated on top of the staged state of the
+// one before it, and its commit deletes that one's token, so it can only
+// succeed if its predecessor did (ZooKeeper applies one session's requests
+// in order, and groups their fsyncs).
 func (b *Backend) commitLoop() {
 	defer b.wg.Done()
-	var seq uint64
+	c := &committer{b: b}
+	c.run()
+}
+
+// flight is one entry being committed.
+type flight struct {
+	group []*proposal
+	// piggy are no-op requests evaluated on top of this flight: its
+	// successful commit proves the state they saw was the newest.
+	piggy   []*proposal
+	batch   *revision.Batch
+	entry   *revision.Entry
+	req     zkstore.CommitRequest
+	guarded bool
+
+	done chan struct{}
+	res  zkstore.CommitResult
+	err  error
+}
+
+// committer is the state of commitLoop; only its goroutine touches it.
+type committer struct {
+	b       *Backend
+	seq     uint64
+	pending []*proposal
+	flights []*flight
+	limit   int // most proposals in the next batch (lowered after a too-large entry)
+	// token is the pipeline token the next flight deletes: that of the
+	// newest flight not known to have failed ("" if none). committed is
+	// the token of the newest committed flight; it exists unless our
+	// session expired.
+	token, committed string
+}
+
+func (c *committer) depth() int { return max(c.b.cfg.CommitPipeline, 1) }
+
+func (c *committer) run() {
+	b := c.b
 	for {
-		var first *proposal
-		select {
-		case first = <-b.proposals:
-		case <-b.ctx.Done():
-			b.drainProposals()
+		if b.ctx.Err() != nil {
+			c.stop()
 			return
 		}
-		batch := []*proposal{first}
-		bytes := first.size
-	fill:
-		for len(batch) < b.cfg.MaxBatchRequests && bytes < b.cfg.Store.MaxEntryBytes {
+		if len(c.pending) == 0 && len(c.flights) == 0 {
 			select {
 			case p := <-b.proposals:
-				batch = append(batch, p)
-				bytes += p.size
-			default:
-				break fill
+				c.pending = append(c.pending, p)
+			case <-b.ctx.Done():
+				continue
 			}
 		}
-		b.process(batch, &seq)
+		c.drain()
+		if len(c.pending) > 0 && len(c.flights) < c.depth() && c.launch() {
+			continue
+		}
+		if len(c.flights) == 0 {
+			continue
+		}
+		var more <-chan *proposal
+		if len(c.flights) < c.depth() && len(c.pending) == 0 {
+			more = b.proposals
+		}
+		select {
+		case <-c.flights[0].done:
+			c.land()
+		case p := <-more:
+			c.pending = append(c.pending, p)
+		case <-b.ctx.Done():
+		}
 	}
 }
 
-func (b *Backend) drainProposals() {
-	for {
+// drain moves queued proposals to pending, within the batch limits.
+func (c *committer) drain() {
+	bytes := 0
+	for _, p := range c.pending {
+		bytes += p.size
+	}
+	for len(c.pending) < c.b.cfg.MaxBatchRequests && bytes < c.b.cfg.Store.MaxEntryBytes {
 		select {
-		case p := <-b.proposals:
-			p.finish(nil, rpctypes.ErrGRPCStopped)
+		case p := <-c.b.proposals:
+			c.pending = append(c.pending, p)
+			bytes += p.size
 		default:
 			return
 		}
 	}
 }
 
-func (p *proposal) finish(resp any, err error) {
-	p.resp, p.err = resp, err
-	close(p.done)
+// stop answers everything with ErrStopped once in-flight commits ended.
+func (c *committer) stop() {
+	for _, f := range c.flights {
+		<-f.done
+		finishAll(f.group, rpctypes.ErrGRPCStopped)
+		finishAll(f.piggy, rpctypes.ErrGRPCStopped)
+	}
+	finishAll(c.pending, rpctypes.ErrGRPCStopped)
+	c.b.drainProposals()
 }
 
-func finishAll(ps []*proposal, err error) {
-	for _, p := range ps {
-		if err != nil {
-			p.finish(nil, err)
-		} else {
-			p.finish(p.resp, p.err)
+// launch evaluates a batch from pending and starts committing it. It
+// reports false when nothing could be launched before the flights land.
+func (c *committer) launch() bool {
+	b := c.b
+	if err := b.view.Err(); err != nil {
+		finishAll(c.pending, rpctypes.ErrGRPCCorrupt)
+		c.pending = nil
+		return true
+	}
+	var last *flight
+	if n := len(c.flights); n > 0 {
+		last = c.flights[n-1]
+		if c.pending[0].guards != nil || last.guarded {
+			return false // guarded proposals are committed alone, unchained
 		}
 	}
-}
-
-// process evaluates and commits proposals until each is answered.
-func (b *Backend) process(pending []*proposal, seq *uint64) {
-	limit := len(pending)
-	for len(pending) > 0 {
-		if err := b.view.Err(); err != nil {
-			finishAll(pending, rpctypes.ErrGRPCCorrupt)
-			return
+	limit := c.limit
+	if limit <= 0 {
+		limit = len(c.pending)
+	}
+	group, rest, st, batch := b.evaluate(c.pending, limit, last)
+	if len(group) == 0 {
+		return false // must start on the view: wait for the flights
+	}
+	c.pending = rest
+	prev := st.LSN
+	if last != nil {
+		prev = last.entry.LSN
+	}
+	if batch.Empty() {
+		if last != nil {
+			// Linearized by the commit of the flight they were evaluated on.
+			last.piggy = append(last.piggy, group...)
+			return true
 		}
-		if b.ctx.Err() != nil {
-			finishAll(pending, rpctypes.ErrGRPCStopped)
-			return
-		}
-		group, rest, st, ops, rev := b.evaluate(pending, limit)
-		pending = rest
-		if len(ops) == 0 {
-			// Nothing to write: the answers hold if the view was the newest
-			// state, which a barrier proves.
-			lsn, err := b.barrier.wait(b.ctx)
-			if err != nil {
-				finishAll(group, toUnavailable(err))
-				continue
-			}
-			if lsn == st.LSN {
-				finishAll(group, nil)
-				continue
-			}
-			b.kickTailer()
-			if err := b.view.WaitApplied(b.ctx, lsn); err != nil {
-				finishAll(group, toUnavailable(err))
-				continue
-			}
-			pending = append(group, pending...)
-			continue
-		}
-		*seq++
-		entry := &revision.Entry{
-			LSN:    st.LSN + 1,
-			Writer: revision.WriterTag{Nonce: b.nonce, Seq: *seq},
-			Ops:    ops,
-		}
+		c.answerNoOps(group, st.LSN)
+		return true
+	}
+	c.seq++
+	f := &flight{
+		group: group, batch: batch,
+		entry: &revision.Entry{
+			LSN:    prev + 1,
+			Writer: revision.WriterTag{Nonce: b.nonce, Seq: c.seq},
+			Ops:    batch.Ops(),
+		},
+		done: make(chan struct{}),
+	}
+	f.req = zkstore.CommitRequest{Prev: prev, Entry: f.entry, Rev: batch.Rev(),
+		Token: fmt.Sprintf("%016x-%d", b.nonce, c.seq), PrevToken: c.token, Pipelined: last != nil}
+	if len(group) == 1 && group[0].guards != nil {
+		f.guarded = true
+		f.req.Guards = group[0].guards()
+	}
+	c.token = f.req.Token
+	c.flights = append(c.flights, f)
+	go func() {
 		timer := b.metrics.commitTimer()
-		var guards []zkstore.Guard
-		if len(group) == 1 && group[0].guards != nil {
-			guards = group[0].guards()
+		f.res, f.err = b.store.Commit(b.ctx, f.req)
+		timer(f.res.Outcome, f.err)
+		close(f.done)
+	}()
+	return true
+}
+
+// answerNoOps answers a batch that writes nothing, evaluated on the view at
+// lsn: the answers hold if that was the newest state, which a barrier
+// proves; otherwise the batch is evaluated again after catching up.
+func (c *committer) answerNoOps(group []*proposal, lsn int64) {
+	b := c.b
+	head, err := b.barrier.wait(b.ctx)
+	if err != nil {
+		finishAll(group, toUnavailable(err))
+		return
+	}
+	if head == lsn {
+		finishAll(group, nil)
+		return
+	}
+	b.kickTailer()
+	if err := b.view.WaitApplied(b.ctx, head); err != nil {
+		finishAll(group, toUnavailable(err))
+		return
+	}
+	c.pending = append(group, c.pending...)
+}
+
+// land handles the oldest flight, which has completed. When it did not
+// commit, every flight after it (chained on it) is awaited too, so that
+// their proposals go back to pending in their original order.
+func (c *committer) land() {
+	f := c.flights[0]
+	c.flights = c.flights[1:]
+	var requeue []*proposal
+	if !c.settle(f, &requeue) {
+		for _, g := range c.flights {
+			<-g.done
+			c.settle(g, &requeue)
 		}
-		res, err := b.store.Commit(b.ctx, st.LSN, entry, rev, guards...)
-		timer(res.Outcome, err)
-		lg := b.log.WithFields(logrus.Fields{"lsn": entry.LSN, "requests": len(group)})
-		switch {
-		case errors.Is(err, zkstore.ErrEntryTooLarge):
-			if len(group) > 1 {
-				limit = max(1, len(group)/2)
-				pending = append(group, pending...)
-				continue
-			}
-			finishAll(group, rpctypes.ErrGRPCRequestTooLarge)
-		case errors.Is(err, zkstore.ErrUnknownOutcome):
-			lg.WithError(err).Warn("commit outcome unknown")
-			finishAll(group, rpctypes.ErrGRPCTimeoutDueToConnectionLost)
-		case err != nil:
-			lg.WithError(err).Warn("commit failed; nothing was written")
-			finishAll(group, toUnavailable(err))
-		case res.Outcome == zkstore.Committed:
-			entry.Zxid = res.Zxid
-			if err := b.apply(entry, res.Size); err != nil {
-				finishAll(group, rpctypes.ErrGRPCCorrupt)
-				continue
-			}
-			finishAll(group, nil)
-			limit = len(pending)
-		case res.Outcome == zkstore.Conflict:
-			// Another instance took the position: catch up, evaluate again.
-			b.metrics.conflicts.Inc()
-			b.kickTailer()
-			if err := b.view.WaitApplied(b.ctx, entry.LSN); err != nil {
-				finishAll(group, toUnavailable(err))
-				continue
-			}
-			pending = append(group, pending...)
-		case res.Outcome == zkstore.Refused:
-			if guards == nil {
-				// A chunk of the entry was collected meanwhile: write anew.
-				pending = append(group, pending...)
-				continue
-			}
-			finishAll(group, errRefused)
-		case res.Outcome == zkstore.Behind:
-			lg.Warn("view is behind a compaction of the log")
-			finishAll(group, rpctypes.ErrGRPCTimeout)
-		}
+		c.flights = nil
+	}
+	if len(requeue) > 0 {
+		c.pending = append(requeue, c.pending...)
 	}
 }
 
-// evaluate runs up to limit proposals against the view in one batch. It
-// returns the proposals evaluated (answered, or to answer once the batch is
-// committed) and those left for the next batch.
-func (b *Backend) evaluate(pending []*proposal, limit int) (group, rest []*proposal, st revision.State, ops []revision.Op, rev int64) {
+// settle answers or requeues the proposals of a completed flight and
+// reports whether it committed.
+func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
+	b := c.b
+	lg := b.log.WithFields(logrus.Fields{"lsn": f.entry.LSN, "requests": len(f.group)})
+	again := func() { *requeue = append(*requeue, append(f.group, f.piggy...)...) }
+	failed := func(err error) {
+		finishAll(f.group, err)
+		finishAll(f.piggy, err)
+	}
+	err, res := f.err, f.res
+	if err != nil || res.Outcome != zkstore.Committed {
+		// Nothing of this flight was written (or it is unknown): the next
+		// commit deletes the newest token known to exist instead.
+		if res.PrevTokenGone && f.req.PrevToken == c.committed {
+			c.committed = "" // vanished with an expired session
+		}
+		if errors.Is(err, zkstore.ErrUnknownOutcome) {
+			c.committed = "" // this flight's own token may exist: leave both to the session's end
+		}
+		c.token = c.committed
+	}
+	switch {
+	case errors.Is(err, zkstore.ErrEntryTooLarge):
+		if len(f.group) > 1 {
+			c.limit = max(1, len(f.group)/2)
+			again()
+			return false
+		}
+		failed(rpctypes.ErrGRPCRequestTooLarge)
+	case errors.Is(err, zkstore.ErrUnknownOutcome):
+		lg.WithError(err).Warn("commit outcome unknown")
+		failed(rpctypes.ErrGRPCTimeoutDueToConnectionLost)
+	case err != nil:
+		lg.WithError(err).Warn("commit failed; nothing was written")
+		failed(toUnavailable(err))
+	case res.Outcome == zkstore.Committed:
+		c.committed = f.req.Token
+		f.entry.Zxid = res.Zxid
+		if err := c.applyOwn(f); err != nil {
+			failed(rpctypes.ErrGRPCCorrupt)
+			return true
+		}
+		finishAll(f.group, nil)
+		finishAll(f.piggy, nil)
+		c.limit = 0
+		return true
+	case res.Outcome == zkstore.Conflict:
+		// Another instance took the position: catch up, evaluate again.
+		b.metrics.conflicts.Inc()
+		b.kickTailer()
+		if err := b.view.WaitApplied(b.ctx, f.entry.LSN); err != nil {
+			failed(toUnavailable(err))
+			return false
+		}
+		again()
+	case res.Outcome == zkstore.Refused:
+		if f.guarded {
+			failed(errRefused)
+			return false
+		}
+		// The flight before failed, a chunk was collected, or our last
+		// token vanished with an expired session: write anew.
+		again()
+	case res.Outcome == zkstore.Behind:
+		lg.Warn("view is behind a compaction of the log")
+		failed(rpctypes.ErrGRPCTimeout)
+	}
+	return false
+}
+
+// applyOwn applies a committed flight's entry: directly if the view is
+// right before it, else by waiting for the tailer (it may have applied it
+// already, or an earlier flight of unknown outcome that did land).
+func (c *committer) applyOwn(f *flight) error {
+	b := c.b
+	if b.view.State().LSN == f.entry.LSN-1 {
+		return b.apply(f.entry, f.res.Size)
+	}
+	b.kickTailer()
+	return b.view.WaitApplied(b.ctx, f.entry.LSN)
+}
+
+// evaluate runs up to limit proposals in one batch, on top of the view or,
+// if last is not nil, of last's staged state. It returns the proposals
+// evaluated (answered, or to answer once the batch is committed), those
+// left for the next batch, the view's state and the batch. An empty group
+// means the first proposal cannot be evaluated on top of last.
+func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group, rest []*proposal, st revision.State, bt *revision.Batch) {
 	cut := min(limit, len(pending))
 	size := 0
 	_ = b.view.ReadState(func(r revision.Reader, s revision.State) error {
 		st = s
-		bt := revision.NewBatch(r)
+		var base revision.Reader = r
+		if last != nil {
+			base = last.batch
+		}
+		bt = revision.NewBatch(base)
 		for i, p := range pending[:cut] {
 			p.resp, p.err = nil, nil
 			if err := p.ctx.Err(); err != nil {
@@ -223,7 +379,7 @@ func (b *Backend) evaluate(pending []*proposal, limit int) (group, rest []*propo
 			}
 			bt.Begin()
 			resp, err := p.eval(bt)
-			if errors.Is(err, revision.ErrBatchBoundary) && !bt.Empty() {
+			if errors.Is(err, revision.ErrBatchBoundary) && (!bt.Empty() || bt.Chained()) {
 				bt.Abort()
 				cut = i
 				break
@@ -244,10 +400,9 @@ func (b *Backend) evaluate(pending []*proposal, limit int) (group, rest []*propo
 				break
 			}
 		}
-		ops, rev = bt.Ops(), bt.Rev()
 		return nil
 	})
-	return pending[:cut], pending[cut:], st, ops, rev
+	return pending[:cut], pending[cut:], st, bt
 }
 
 // toUnavailable maps infrastructure errors to etcd's retryable errors.
@@ -259,4 +414,32 @@ func toUnavailable(err error) error {
 		return rpctypes.ErrGRPCNoLeader
 	}
 	return rpctypes.ErrGRPCNoLeader
+}
+
+func (b *Backend) drainProposals() {
+	for {
+		select {
+		case p := <-b.proposals:
+			p.finish(nil, rpctypes.ErrGRPCStopped)
+		default:
+			return
+		}
+	}
+}
+
+func (p *proposal) finish(resp any, err error) {
+	p.resp, p.err = resp, err
+	close(p.done)
+}
+
+// finishAll answers every proposal: with err if not nil, else with what
+// its evaluation produced.
+func finishAll(ps []*proposal, err error) {
+	for _, p := range ps {
+		if err != nil {
+			p.finish(nil, err)
+		} else {
+			p.finish(p.resp, p.err)
+		}
+	}
 }

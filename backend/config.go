@@ -35,6 +35,11 @@ type Config struct {
 	Logger *logrus.Entry
 	// Registerer receives the backend's Prometheus metrics (nil: none).
 	Registerer prometheus.Registerer
+	// CommitPipeline is how many log entries the committer keeps in flight
+	// (default 1: a batch is evaluated once the previous one landed). More
+	// lets ZooKeeper group fsyncs, at the cost of smaller batches and more
+	// ZooKeeper transactions; measure before raising it.
+	CommitPipeline int
 	// RelaxedReads makes the linearizable-read barrier a ZooKeeper sync
 	// instead of a quorum round trip. sync is cheaper, but a ZooKeeper server
 	// cut off from its quorum that still believes it is the leader answers
@@ -52,6 +57,7 @@ const (
 	DefaultMaxTxnOps        = 128
 	DefaultMaxRequestBytes  = 1536 * 1024
 	DefaultMaxBatchRequests = 512
+	DefaultCommitPipeline   = 1
 	DefaultReadWindow       = 64
 	DefaultStaleAfter       = 3 * time.Second
 )
@@ -62,6 +68,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.CommitPipeline == 0 {
+		c.CommitPipeline = DefaultCommitPipeline
 	}
 	if c.MaxBatchRequests == 0 {
 		c.MaxBatchRequests = DefaultMaxBatchRequests

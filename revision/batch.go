@@ -55,6 +55,13 @@ func NewBatch(base Reader) *Batch {
 	}
 }
 
+// Chained reports whether the batch is stacked on another batch (one whose
+// entry is still being committed) rather than on the view.
+func (b *Batch) Chained() bool {
+	_, ok := b.base.(*Batch)
+	return ok
+}
+
 func kvLess(a, b *KeyValue) bool { return bytes.Compare(a.Key, b.Key) < 0 }
 
 // Ops returns the staged operations, in order. The slice belongs to the batch.
@@ -274,8 +281,11 @@ func (b *Batch) RevokeLease(id int64) {
 // LeaseKeys returns the keys attached to lease id, in key order. It returns
 // ErrBatchBoundary when the batch already staged ops (their attachments are
 // not tracked), so lease revocations are evaluated at the start of a batch.
+//
+// A batch stacked on another batch (see Chained) also returns
+// ErrBatchBoundary: the attachments staged below are not tracked either.
 func (b *Batch) LeaseKeys(id int64) ([][]byte, error) {
-	if len(b.ops) > 0 || len(b.changes) > 0 || len(b.leases) > 0 {
+	if len(b.ops) > 0 || len(b.changes) > 0 || len(b.leases) > 0 || b.Chained() {
 		return nil, ErrBatchBoundary
 	}
 	l := b.base.Lease(id)

@@ -64,6 +64,9 @@ type CommitResult struct {
 	Zxid int64
 	// Size of the encoded entry in bytes.
 	Size int
+	// PrevTokenGone says a Refused commit failed on PrevToken: the commit
+	// before it failed, or the token vanished with an expired session.
+	PrevTokenGone bool
 }
 
 // maxChunkedEntryBytes bounds one entry written as chunks: the multi that
@@ -75,28 +78,55 @@ const maxChunkedEntryBytes = 64 << 20
 // be in the log; the tailer will find out.
 var ErrUnknownOutcome = errors.New("commit outcome unknown")
 
-// Commit appends e (with e.LSN = prev+1 and a Writer tag unique to this
-// batch) to the log in one multi: check that entry prev exists, create entry
-// prev+1, set the head to {prev+1, rev}. It returns the zxid of the commit.
+// CommitRequest describes one commit.
+type CommitRequest struct {
+	// Prev is the log position the entry follows; Entry.LSN is Prev+1.
+	Prev  int64
+	Entry *revision.Entry
+	// Rev is the revision after the entry (written to the head).
+	Rev int64
+	// Guards are extra preconditions.
+	Guards []Guard
+	// Token, if set, names an ephemeral znode the commit creates: proof,
+	// for a commit pipelined after it, that this one succeeded.
+	Token string
+	// PrevToken, if set, names the token of the commit this one follows
+	// (still in flight, or the last one); the commit deletes it, so it
+	// fails unless that commit succeeded.
+	PrevToken string
+	// Pipelined says entry Prev is a commit of ours still in flight: if it
+	// is missing, the outcome is Refused (it failed, or ZooKeeper received
+	// this commit first), not Behind.
+	Pipelined bool
+}
+
+// Commit appends req.Entry to the log in one multi: check that entry Prev
+// exists, create entry Prev+1, set the head to {Prev+1, Rev}. It returns the
+// zxid of the commit.
 //
 // A multi whose connection dropped is re-sent byte for byte until ZooKeeper
-// answers; if entry prev+1 then exists, its writer tag tells whether it is
+// answers; if entry Prev+1 then exists, its writer tag tells whether it is
 // ours. So an entry is never written twice and a failure is never reported
 // for an entry that was written. Errors: ErrEntryTooLarge, ErrUnavailable
 // (nothing was written), ErrUnknownOutcome (ctx ended while unresolved).
 //
 // The same multi creates the renewal token of every lease the entry grants,
-// deletes that of every lease it revokes, and checks every guard; if one of
-// those fails, nothing is written and the outcome is Refused.
-func (s *Store) Commit(ctx context.Context, prev int64, e *revision.Entry, rev int64, guards ...Guard) (CommitResult, error) {
-	lsn := prev + 1
-	if e.LSN != lsn {
-		return CommitResult{}, fmt.Errorf("commit: entry LSN %d does not follow %d", e.LSN, prev)
+// deletes that of every lease it revokes, checks every guard, and creates
+// and deletes the pipeline tokens; if one of those fails, nothing is written
+// and the outcome is Refused.
+func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, error) {
+	lsn := req.Prev + 1
+	if req.Entry.LSN != lsn {
+		return CommitResult{}, fmt.Errorf("commit: entry LSN %d does not follow %d", req.Entry.LSN, req.Prev)
 	}
-	data := EncodeEntry(e)
-	out, zxid, err := s.commit(ctx, prev, e, data, rev, guards)
-	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data)}, err
+	data := EncodeEntry(req.Entry)
+	var tokenGone bool
+	out, zxid, err := s.commit(ctx, req, data, &tokenGone)
+	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data), PrevTokenGone: tokenGone}, err
 }
+
+func (l layout) tokens() string           { return l.root + "/tokens" }
+func (l layout) token(name string) string { return l.root + "/tokens/" + name }
 
 // failedOp returns the index of the op that failed a multi, or -1. Ops after
 // it report a runtime inconsistency, ops before it nothing.
@@ -111,7 +141,8 @@ func failedOp(mr []zk.MultiResponse) int {
 	return -1
 }
 
-func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data []byte, rev int64, guards []Guard) (Outcome, int64, error) {
+func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, tokenGone *bool) (Outcome, int64, error) {
+	prev, e, rev, guards := req.Prev, req.Entry, req.Rev, req.Guards
 	lsn := prev + 1
 	var chunks []string
 	if len(data) > s.cfg.MaxEntryBytes {
@@ -139,6 +170,12 @@ func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data 
 	}
 	for _, g := range guards {
 		ops = append(ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
+	}
+	if req.PrevToken != "" {
+		ops = append(ops, &zk.DeleteRequest{Path: s.l.token(req.PrevToken), Version: -1})
+	}
+	if req.Token != "" {
+		ops = append(ops, &zk.CreateRequest{Path: s.l.token(req.Token), Flags: zk.FlagEphemeral, Acl: s.acl})
 	}
 	for _, op := range e.Ops {
 		switch op.Kind {
@@ -186,6 +223,9 @@ func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data 
 					return out, zxid, nil
 				}
 			}
+			if d, ok := ops[failed].(*zk.DeleteRequest); ok && req.PrevToken != "" && d.Path == s.l.token(req.PrevToken) {
+				*tokenGone = true
+			}
 			lg.WithField("op", fmt.Sprintf("%T %v", ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
 			return Refused, 0, nil
 		case errors.Is(opErr(1), zk.ErrNoNode):
@@ -196,6 +236,9 @@ func (s *Store) commit(ctx context.Context, prev int64, e *revision.Entry, data 
 			}
 			continue
 		case errors.Is(opErr(0), zk.ErrNoNode) || (errors.Is(err, zk.ErrNoNode) && len(mr) == 0):
+			if !unknown && req.Pipelined {
+				return Refused, 0, nil
+			}
 			if !unknown {
 				return Behind, 0, nil
 			}

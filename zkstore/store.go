@@ -145,6 +145,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	// Roots created before a directory existed get it now.
+	for _, p := range []string{s.l.tokens(), s.l.chunks(), s.l.base(), s.l.leases(), s.l.election()} {
+		if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			s.Close()
+			return nil, s.wrap("create "+p, err)
+		}
+	}
 	return s, nil
 }
 

@@ -40,6 +40,7 @@ type serveFlags struct {
 
 	watchProgressInterval time.Duration
 	relaxedReads          bool
+	commitPipeline        int
 	maxWatchersPerStream  int
 	maxConcurrentStreams  uint
 
@@ -71,6 +72,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.trustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
 	fs.BoolVar(&f.clientCert, "client-cert-auth", false, "require client certificates signed by --trusted-ca-file")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
+	fs.IntVar(&f.commitPipeline, "commit-pipeline", backend.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
 	fs.IntVar(&f.maxWatchersPerStream, "max-watchers-per-stream", 100000, "most watchers on one watch stream (0: no bound); a create beyond it is canceled with a reason")
 	fs.UintVar(&f.maxConcurrentStreams, "max-concurrent-streams", 0, "most concurrent gRPC streams per client connection (0: unbounded, as etcd's default)")
 	fs.DurationVar(&f.watchProgressInterval, "watch-progress-notify-interval", 10*time.Minute, "period of progress notifications to watchers that ask for them")

@@ -77,6 +77,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			MaxTxnOps:       f.maxTxnOps,
 			MaxRequestBytes: f.maxRequestBytes,
 			RelaxedReads:    f.relaxedReads,
+			CommitPipeline:  f.commitPipeline,
 		},
 		GRPC: grpcsrv.Config{
 			KeepaliveMinTime:            f.keepaliveMinTime,

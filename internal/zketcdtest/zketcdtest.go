@@ -41,6 +41,8 @@ type Options struct {
 	LogLevel logrus.Level
 	// CompactionHook is backend.Config.CompactionHook (fault injection).
 	CompactionHook func(step string) error
+	// CommitPipeline is backend.Config.CommitPipeline.
+	CommitPipeline int
 	// TLS serves the etcd API with TLS.
 	TLS *tls.Config
 	// ZKAuth is zkstore.Config.Auth ("digest:user:pass").
@@ -96,6 +98,7 @@ func (in *Instance) start() {
 			MaxTxnOps:       in.opts.MaxTxnOps,
 			MaxRequestBytes: in.opts.MaxRequestBytes,
 			CompactionHook:  in.opts.CompactionHook,
+			CommitPipeline:  in.opts.CommitPipeline,
 		},
 		ClientAddrs: []string{in.addr},
 		TLS:         in.opts.TLS,
