@@ -211,8 +211,12 @@ func (c *committer) launch() bool {
 		},
 		done: make(chan struct{}),
 	}
-	f.req = zkstore.CommitRequest{Prev: prev, Entry: f.entry, Rev: batch.Rev(),
-		Token: fmt.Sprintf("%016x-%d", b.nonce, c.seq), PrevToken: c.token, Pipelined: last != nil}
+	f.req = zkstore.CommitRequest{Prev: prev, Entry: f.entry, Rev: batch.Rev(), Pipelined: last != nil}
+	if c.depth() > 1 {
+		// Tokens chain pipelined commits; without pipelining they are not
+		// needed.
+		f.req.Token, f.req.PrevToken = fmt.Sprintf("%016x-%d", b.nonce, c.seq), c.token
+	}
 	if len(group) == 1 && group[0].guards != nil {
 		f.guarded = true
 		f.req.Guards = group[0].guards()
