@@ -189,7 +189,7 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 	unknown := false
 	backoff := 20 * time.Millisecond
 	for {
-		mr, err := s.conn.Multi(ops...)
+		mr, err := bounded(s, func() ([]zk.MultiResponse, error) { return s.conn.Multi(ops...) })
 		opErr := func(i int) error {
 			if i < len(mr) {
 				return mr[i].Error
@@ -250,7 +250,7 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 			if errors.Is(rerr, ErrEntryMissing) {
 				return Behind, 0, fmt.Errorf("entry %d: %w", lsn, ErrUnknownOutcome)
 			}
-		case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrSessionExpired):
+		case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrSessionExpired), isNoAnswer(err):
 			if !unknown {
 				lg.WithError(err).Warn("connection lost during commit; re-sending the same multi until ZooKeeper answers")
 			}

@@ -326,7 +326,15 @@ func (s *Store) wrap(what string, err error) error {
 
 // Head reads the head znode (no barrier: it may lag other servers).
 func (s *Store) Head() (Head, error) {
-	data, st, err := s.conn.Get(s.l.head())
+	type got struct {
+		data []byte
+		st   *zk.Stat
+	}
+	g, err := bounded(s, func() (got, error) {
+		data, st, err := s.conn.Get(s.l.head())
+		return got{data, st}, err
+	})
+	data, st := g.data, g.st
 	if err != nil {
 		return Head{}, s.wrap("read head", err)
 	}
@@ -346,7 +354,7 @@ func (s *Store) decodeHead(data []byte, st *zk.Stat) (Head, error) {
 // ZooKeeper leader, then reads the head. Every commit acknowledged before
 // SyncHead was called is at or below the returned head.
 func (s *Store) SyncHead() (Head, error) {
-	if _, err := s.conn.Sync(s.l.head()); err != nil {
+	if _, err := bounded(s, func() (string, error) { return s.conn.Sync(s.l.head()) }); err != nil {
 		return Head{}, s.wrap("sync", err)
 	}
 	return s.Head()
@@ -358,7 +366,9 @@ func (s *Store) SyncHead() (Head, error) {
 // the head read after it on the same session reflects every commit
 // acknowledged before QuorumHead was called.
 func (s *Store) QuorumHead() (Head, error) {
-	if _, err := s.conn.Multi(&zk.CheckVersionRequest{Path: s.l.head(), Version: -1}); err != nil {
+	if _, err := bounded(s, func() ([]zk.MultiResponse, error) {
+		return s.conn.Multi(&zk.CheckVersionRequest{Path: s.l.head(), Version: -1})
+	}); err != nil {
 		return Head{}, s.wrap("quorum barrier", err)
 	}
 	return s.Head()
@@ -368,7 +378,16 @@ func (s *Store) QuorumHead() (Head, error) {
 // receives one value when the head changes or the watch is lost (session
 // expiry, close); either way the caller should read again.
 func (s *Store) WatchHead() (Head, <-chan struct{}, error) {
-	data, st, ev, err := s.conn.GetW(s.l.head())
+	type got struct {
+		data []byte
+		st   *zk.Stat
+		ev   <-chan zk.Event
+	}
+	g, err := bounded(s, func() (got, error) {
+		data, st, ev, err := s.conn.GetW(s.l.head())
+		return got{data, st, ev}, err
+	})
+	data, st, ev := g.data, g.st, g.ev
 	if err != nil {
 		return Head{}, nil, s.wrap("watch head", err)
 	}
@@ -442,7 +461,15 @@ func (s *Store) ReadEntries(ctx context.Context, from, to int64, window int, fn 
 
 func (s *Store) readEntry(lsn int64) (*revision.Entry, int, error) {
 	p := s.l.entry(lsn)
-	data, st, err := s.conn.Get(p)
+	type got struct {
+		data []byte
+		st   *zk.Stat
+	}
+	g, err := bounded(s, func() (got, error) {
+		data, st, err := s.conn.Get(p)
+		return got{data, st}, err
+	})
+	data, st := g.data, g.st
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, 0, fmt.Errorf("%w: %s", ErrEntryMissing, p)
 	}
