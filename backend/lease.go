@@ -282,7 +282,6 @@ func (b *Backend) expireLoop() {
 }
 
 func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline, fence zkstore.Fence) {
-	now := time.Now()
 	ttls := b.view.LeaseTTLs()
 	for id := range deadlines {
 		if _, ok := ttls[id]; !ok {
@@ -290,12 +289,11 @@ func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline
 		}
 	}
 	for id, ttl := range ttls {
+		full := time.Duration(ttl) * time.Second
 		d := deadlines[id]
-		if d == nil {
-			d = &leaseDeadline{deadline: now.Add(time.Duration(ttl) * time.Second)}
-			deadlines[id] = d
-		}
-		if !d.known {
+		if d == nil || !d.known {
+			// Baseline: the token as it is now. A renewal may have happened
+			// up to the moment the read returned, so the clock starts then.
 			tok, ok, err := b.store.ReadLeaseToken(id)
 			if err != nil {
 				lg.WithError(err).Debug("read lease token")
@@ -304,9 +302,10 @@ func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline
 			if !ok {
 				continue // revoked meanwhile; the view will catch up
 			}
-			d.version, d.known = tok.Version, true
+			deadlines[id] = &leaseDeadline{version: tok.Version, known: true, deadline: time.Now().Add(full)}
+			continue
 		}
-		if now.Before(d.deadline) {
+		if time.Now().Before(d.deadline) {
 			continue
 		}
 		tok, ok, err := b.store.ReadLeaseToken(id)
@@ -318,13 +317,15 @@ func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline
 			continue
 		}
 		if tok.Version != d.version {
-			d.version = tok.Version
-			d.deadline = now.Add(time.Duration(ttl) * time.Second)
+			// Renewed since the baseline, at the latest just now.
+			d.version, d.deadline = tok.Version, time.Now().Add(full)
 			continue
 		}
 		if err := b.expire(id, tok.Version, fence); err != nil {
+			// Refused: renewed (or leadership lost) while expiring. Take a
+			// new baseline, with a whole TTL from then.
 			lg.WithError(err).WithField("lease", fmt.Sprintf("%x", id)).Debug("lease expiry not committed")
-			d.known = false // look again at the next tick
+			d.known = false
 			continue
 		}
 		lg.WithField("lease", fmt.Sprintf("%x", id)).Debug("lease expired")
