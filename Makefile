@@ -13,7 +13,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration e2e demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long deps-zookeeper clean
+.PHONY: all build run test test-unit test-integration e2e demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper clean
 
 all: build
 
@@ -103,6 +103,21 @@ bench: deps-zookeeper build
 
 bench-long: deps-zookeeper build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd -md ../docs/benchmarks.md $(BENCH_FLAGS)
+
+# faults runs every fault-injection scenario of integration/faults (a real
+# 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1; leaders
+# and followers killed, the ensemble restarted, zketcd SIGSTOPped, killed and
+# partitioned from ZooKeeper) for FAULTS_DURATION of workload each (~6 min
+# in all at 30s), checks linearizability, watch guarantees, lost and
+# duplicated writes and lease expiry, prints the summary table and writes it
+# to docs/reliability.md. make test runs a short variant (two scenarios).
+# FAULTS_ARTIFACTS=DIR keeps every scenario's operations and watch events.
+FAULTS_DURATION ?= 30s
+FAULTS_ARTIFACTS ?=
+faults: deps-zookeeper build
+	cd integration/faults && FAULTS_DURATION=$(FAULTS_DURATION) FAULTS_REPORT=$(abspath docs/reliability.md) \
+		FAULTS_ARTIFACTS=$(FAULTS_ARTIFACTS) ZKETCD_BINARY=$(abspath $(BIN))/zketcd \
+		$(GO) test -count=1 -timeout 60m -run '^TestFaults$$'
 
 clean:
 	rm -rf $(BIN)

@@ -252,6 +252,21 @@ func TestCompactionGapIsAccepted(t *testing.T) {
 	wantProblems(t, Check(h, w))
 }
 
+// A watcher at exactly the compacted revision is not canceled, and its
+// event there comes without prev_kv (the previous version is compacted).
+func TestPrevKVOmittedAtCompactedRevision(t *testing.T) {
+	h := sample()
+	rs := perfect(t, h, all, 4, 8)
+	rs[revResp(t, rs, 5)].Events[0].PrevKv = nil
+	w := watchOf(all, seg(4, rs...))
+	wantProblems(t, Check(h, w), "revision 5: event 0: prev_kv missing")
+	h.Compacted(5)
+	wantProblems(t, Check(h, w))
+	// Only at the compacted revision itself.
+	rs[revResp(t, rs, 4)].Events[0].PrevKv = nil
+	wantProblems(t, Check(h, w), "revision 4: event 0: prev_kv missing")
+}
+
 func TestFilteredWatchGetsWrongEvent(t *testing.T) {
 	h := sample()
 	s := Spec{Name: "nodelete", Key: "", End: "\x00", NoDelete: true}

@@ -70,6 +70,8 @@ type History struct {
 	writes  []Write
 	unknown []Write
 	final   int64
+	// compacted holds the revisions a compaction was requested at.
+	compacted map[int64]bool
 }
 
 // Add records an acknowledged write that created revision rev with these
@@ -101,6 +103,20 @@ func (h *History) SetFinal(rev int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.final = max(h.final, rev)
+}
+
+// Compacted records that a compaction to rev was requested (its outcome
+// may be unknown). An event at exactly a compacted revision may come
+// without prev_kv: as etcd, zketcd leaves prev_kv out when the previous
+// version is below the compacted revision, and a watcher at the compacted
+// revision itself is not canceled.
+func (h *History) Compacted(rev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.compacted == nil {
+		h.compacted = map[int64]bool{}
+	}
+	h.compacted[rev] = true
 }
 
 // Writes returns the acknowledged writes, by revision.

@@ -1,0 +1,245 @@
+package faults
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/zketcd/zketcd/integration/watchcheck"
+)
+
+// sim builds synthetic histories for the checker's own tests: a store
+// that makes revisions, the events an archive watch would deliver, and
+// recorded operations.
+type sim struct {
+	rev   int64
+	kvs   map[string]KV
+	start time.Time
+	resps []watchcheck.Response
+	h     *History
+}
+
+func newSim() *sim {
+	s := &sim{rev: 1, kvs: map[string]KV{}, start: time.Now()}
+	s.h = &History{Start: s.start}
+	return s
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// write makes the next revision with puts (key=value pairs; value ""
+// deletes) and records the archive watch's response at seen.
+func (s *sim) write(seen time.Duration, lease int64, kv ...string) int64 {
+	s.rev++
+	resp := watchcheck.Response{Revision: s.rev, At: s.start.Add(seen)}
+	for i := 0; i < len(kv); i += 2 {
+		k, v := kv[i], kv[i+1]
+		if v == "" {
+			delete(s.kvs, k)
+			resp.Events = append(resp.Events, &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(k), ModRevision: s.rev}})
+			continue
+		}
+		n := KV{Key: k, Value: v, Create: s.rev, Mod: s.rev, Ver: 1, Lse: lease}
+		if old, ok := s.kvs[k]; ok {
+			n.Create, n.Ver = old.Create, old.Ver+1
+		}
+		s.kvs[k] = n
+		resp.Events = append(resp.Events, &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(k), Value: []byte(v),
+			CreateRevision: n.Create, ModRevision: n.Mod, Version: n.Ver, Lease: lease}})
+	}
+	s.resps = append(s.resps, resp)
+	return s.rev
+}
+
+func (s *sim) get(key string) []KV {
+	if kv, ok := s.kvs[key]; ok {
+		return []KV{kv}
+	}
+	return nil
+}
+
+func (s *sim) op(op *Op, call, ret int) *Op {
+	op.Call, op.Return, op.ID = ms(call), ms(ret), len(s.h.Ops)
+	s.h.Ops = append(s.h.Ops, op)
+	return op
+}
+
+// put records an acknowledged put that made the next revision.
+func (s *sim) put(worker int, key, value string, call, ret int) *Op {
+	rev := s.write(ms(ret), 0, key, value)
+	return s.op(&Op{Worker: worker, Kind: KindPut, Key: key, Value: value, Header: rev}, call, ret)
+}
+
+// read records a linearizable get of key at the current revision.
+func (s *sim) read(worker int, key string, call, ret int) *Op {
+	return s.op(&Op{Worker: worker, Kind: KindRange, Key: key, Header: s.rev, KVs: s.get(key), Count: int64(len(s.get(key)))}, call, ret)
+}
+
+func (s *sim) check(t *testing.T, elapsed time.Duration) *Result {
+	t.Helper()
+	s.h.Final, s.h.Elapsed = s.rev, elapsed
+	s.h.Watches = []*watchcheck.Watch{{Spec: watchcheck.Spec{Name: "archive", Key: Prefix, End: clientEnd(Prefix)},
+		Segments: []*watchcheck.Segment{{Start: 2, Responses: s.resps}}}}
+	return Check(s.h, CheckOptions{LeaseBound: 5 * time.Second, PorcupineTimeout: time.Minute})
+}
+
+func wantViolation(t *testing.T, r *Result, substr string) {
+	t.Helper()
+	for _, v := range r.Violations {
+		if strings.Contains(v, substr) {
+			t.Logf("found: %s", v)
+			return
+		}
+	}
+	t.Errorf("no violation containing %q in %q", substr, r.Violations)
+}
+
+func wantClean(t *testing.T, r *Result) {
+	t.Helper()
+	if len(r.Violations) > 0 || r.Linearizable != porcupine.Ok {
+		t.Errorf("linearizable %s, violations: %q", r.Linearizable, r.Violations)
+	}
+}
+
+var errUnknown = errors.New("rpc error: code = Unavailable desc = connection lost")
+
+func TestCheckValidHistory(t *testing.T) {
+	s := newSim()
+	k := KubePrefix + "01"
+	s.put(0, k, "v1", 0, 10)
+	s.read(1, k, 5, 15)
+	// CAS update on the mod revision read: succeeds.
+	rev := s.write(ms(28), 0, k, "v2")
+	s.op(&Op{Worker: 1, Kind: KindTxn, Cmps: []Cmp{{Key: k, Target: "mod", Op: "=", Value: 2}},
+		Then: []Sub{{Kind: "put", Key: k, Value: "v2"}}, Else: []Sub{{Kind: "get", Key: k}},
+		Header: rev, Succeeded: true, Results: []SubResult{{}}}, 20, 30)
+	// A stale CAS fails and reads the key back.
+	s.op(&Op{Worker: 0, Kind: KindTxn, Cmps: []Cmp{{Key: k, Target: "mod", Op: "=", Value: 2}},
+		Then: []Sub{{Kind: "put", Key: k, Value: "v3"}}, Else: []Sub{{Kind: "get", Key: k}},
+		Header: rev, Succeeded: false, Results: []SubResult{{KVs: s.get(k)}}}, 31, 40)
+	// A write whose client got an error but that the watch saw applied,
+	// and one it never saw.
+	s.write(ms(55), 0, EtcdPrefix+"1", "u1")
+	s.op(&Op{Worker: 2, Kind: KindPut, Key: EtcdPrefix + "1", Value: "u1", Err: errUnknown}, 41, 60)
+	s.op(&Op{Worker: 2, Kind: KindPut, Key: EtcdPrefix + "1", Value: "u2", Err: errUnknown}, 61, 70)
+	s.read(0, EtcdPrefix+"1", 71, 80)
+	// A lease key and its expiry: external revisions.
+	s.op(&Op{Worker: 3, Kind: KindGrant, TTL: 2, RespTTL: 2, Lease: 7}, 0, 1)
+	lk := LeasePrefix + "7"
+	rev = s.write(ms(2), 7, lk, "l1")
+	s.op(&Op{Worker: 3, Kind: KindPut, Key: lk, Value: "l1", Lease: 7, Header: rev}, 1, 2)
+	s.write(ms(2100), 0, lk, "")
+	s.read(0, k, 2200, 2210)
+	// A list: first page linearizable, second at its revision.
+	s.put(1, KubePrefix+"02", "x", 2211, 2220)
+	first := s.op(&Op{Worker: 1, Kind: KindRange, Key: KubePrefix, End: clientEnd(KubePrefix), Limit: 1, Header: s.rev,
+		KVs: s.get(k), More: true, Count: 2}, 2221, 2230)
+	s.put(0, KubePrefix+"03", "y", 2231, 2240)
+	s.op(&Op{Worker: 1, Kind: KindPinned, Key: k + "\x00", End: clientEnd(KubePrefix), Limit: 1, Rev: first.Header, Header: s.rev,
+		KVs: s.get(KubePrefix + "02"), More: false, Count: 1}, 2241, 2250)
+	r := s.check(t, 3*time.Second)
+	wantClean(t, r)
+	if r.Resolved != 1 || r.Dropped != 1 || r.External != 2 {
+		t.Errorf("resolved %d, dropped %d, external %d; want 1, 1, 2", r.Resolved, r.Dropped, r.External)
+	}
+}
+
+func TestCheckStaleRead(t *testing.T) {
+	s := newSim()
+	k := KubePrefix + "01"
+	s.put(0, k, "v1", 0, 10)
+	stale := s.read(1, k, 11, 12) // header 2, v1
+	s.put(0, k, "v2", 20, 30)
+	// Called after the second put returned, yet answers the old state.
+	s.op(&Op{Worker: 2, Kind: KindRange, Key: k, Header: stale.Header, KVs: stale.KVs, Count: 1}, 40, 50)
+	r := s.check(t, time.Second)
+	if r.Linearizable != porcupine.Illegal {
+		t.Errorf("porcupine: %s, want Illegal", r.Linearizable)
+	}
+	wantViolation(t, r, "real-time order contradicts revisions")
+}
+
+func TestCheckLostWrite(t *testing.T) {
+	s := newSim()
+	k := EtcdPrefix + "1"
+	s.put(0, k, "v1", 0, 10)
+	// Acknowledged at revision 3, but revision 3 holds another value.
+	s.write(ms(25), 0, k, "other")
+	s.op(&Op{Worker: 1, Kind: KindPut, Key: k, Value: "acked", Header: 3}, 15, 20)
+	r := s.check(t, time.Second)
+	wantViolation(t, r, "acknowledged write lost or changed")
+}
+
+func TestCheckAppliedTwice(t *testing.T) {
+	s := newSim()
+	k := EtcdPrefix + "1"
+	s.write(ms(5), 0, k, "dup")
+	s.put(0, k, "v1", 6, 10)
+	s.write(ms(25), 0, k, "dup")
+	s.op(&Op{Worker: 1, Kind: KindPut, Key: k, Value: "dup", Err: errUnknown}, 0, 30)
+	r := s.check(t, time.Second)
+	wantViolation(t, r, "applied twice")
+}
+
+func TestCheckLeases(t *testing.T) {
+	s := newSim()
+	// Lease 1 (TTL 3 s) is deleted 1 s after its grant: early.
+	s.op(&Op{Worker: 0, Kind: KindGrant, TTL: 3, RespTTL: 3, Lease: 1}, 0, 5)
+	rev := s.write(ms(10), 1, LeasePrefix+"1", "a")
+	s.op(&Op{Worker: 0, Kind: KindPut, Key: LeasePrefix + "1", Value: "a", Lease: 1, Header: rev}, 6, 10)
+	s.write(ms(1000), 0, LeasePrefix+"1", "")
+	// Lease 2 (TTL 2 s) never expires in a 30 s run.
+	s.op(&Op{Worker: 0, Kind: KindGrant, TTL: 2, RespTTL: 2, Lease: 2}, 1100, 1105)
+	rev = s.write(ms(1110), 2, LeasePrefix+"2", "b")
+	s.op(&Op{Worker: 0, Kind: KindPut, Key: LeasePrefix + "2", Value: "b", Lease: 2, Header: rev}, 1106, 1110)
+	// Lease 3 (TTL 2 s) renewed at 1.5 s: expiring at 3 s is early.
+	s.op(&Op{Worker: 1, Kind: KindGrant, TTL: 2, RespTTL: 2, Lease: 3}, 0, 5)
+	rev = s.write(ms(10), 3, LeasePrefix+"3", "c")
+	s.op(&Op{Worker: 1, Kind: KindPut, Key: LeasePrefix + "3", Value: "c", Lease: 3, Header: rev}, 6, 10)
+	s.op(&Op{Worker: 1, Kind: KindKeepAlive, Lease: 3, RespTTL: 2, Header: rev}, 1500, 1510)
+	s.write(ms(3000), 0, LeasePrefix+"3", "")
+	r := s.check(t, 30*time.Second)
+	wantViolation(t, r, "lease 1 expired early")
+	wantViolation(t, r, "lease 2 never expired")
+	wantViolation(t, r, "lease 3 expired early")
+}
+
+func TestCheckRevisionBackwards(t *testing.T) {
+	s := newSim()
+	k := EtcdPrefix + "1"
+	s.put(0, k, "v1", 0, 10)
+	old := s.read(1, k, 11, 12)
+	s.put(0, k, "v2", 13, 20)
+	s.read(1, k, 21, 22)
+	s.op(&Op{Worker: 1, Kind: KindRange, Key: k, Header: old.Header, KVs: old.KVs, Count: 1}, 23, 24)
+	r := s.check(t, time.Second)
+	wantViolation(t, r, "revision went backwards for worker 1")
+}
+
+func TestCheckPinnedReadWrong(t *testing.T) {
+	s := newSim()
+	s.put(0, KubePrefix+"01", "a", 0, 10)
+	s.put(0, KubePrefix+"02", "b", 11, 20)
+	s.put(0, KubePrefix+"02", "c", 21, 30)
+	// A page at revision 3 must see b, not c.
+	s.op(&Op{Worker: 1, Kind: KindPinned, Key: KubePrefix + "01\x00", End: clientEnd(KubePrefix), Limit: 5, Rev: 3, Header: s.rev,
+		KVs: s.get(KubePrefix + "02"), Count: 1}, 31, 40)
+	r := s.check(t, time.Second)
+	wantViolation(t, r, "read does not match the store at revision 3")
+}
+
+func TestExternalRevisions(t *testing.T) {
+	e := external{3, 4, 7}
+	for _, c := range []struct {
+		from, to int64
+		want     bool
+	}{{3, 4, true}, {3, 5, false}, {5, 4, true}, {7, 7, true}, {6, 7, false}} {
+		if got := e.all(c.from, c.to); got != c.want {
+			t.Errorf("all(%d, %d) = %v, want %v", c.from, c.to, got, c.want)
+		}
+	}
+}

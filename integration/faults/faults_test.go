@@ -1,0 +1,435 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/zketcd/zketcd/integration/faultproxy"
+	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// Environment:
+//
+//	FAULTS_DURATION  workload time of each scenario (e.g. 40s). Unset: the
+//	                 short variant that `make test` runs: the scenarios
+//	                 marked short, shortDuration each.
+//	FAULTS_REPORT    write the summary table as markdown to this file.
+//	FAULTS_ARTIFACTS keep the operations and the porcupine visualization of
+//	                 every scenario here (default: only of a failed one, in
+//	                 a new temporary directory).
+//	ZKETCD_BINARY    the zketcd binary (default: built from this tree).
+//	FAULTS_ZKETCD_LOG_LEVEL  zketcd's --log-level (default info).
+const (
+	shortDuration  = 12 * time.Second
+	sessionTimeout = 4 * time.Second
+	// leaseBound is how late a lease may expire after it was due: a
+	// leadership change (the old leader's session expiring) plus a loaded
+	// machine's scheduling.
+	leaseBound = sessionTimeout + 20*time.Second
+)
+
+var (
+	zketcdBin string
+	ports     = zkserver.NewPortAllocator()
+
+	summaryMu sync.Mutex
+	summary   []row
+)
+
+func TestMain(m *testing.M) {
+	zketcdBin = os.Getenv("ZKETCD_BINARY")
+	var tmp string
+	if zketcdBin == "" {
+		var err error
+		tmp, err = os.MkdirTemp("", "zketcd-faults-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		zketcdBin, err = BuildZketcd(ctx, tmp)
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.RemoveAll(tmp)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if tmp != "" {
+		os.RemoveAll(tmp)
+	}
+	summaryMu.Lock()
+	rows := append([]row(nil), summary...)
+	summaryMu.Unlock()
+	if len(rows) > 0 {
+		fmt.Println()
+		fmt.Print(textTable(rows))
+		if path := os.Getenv("FAULTS_REPORT"); path != "" {
+			if err := os.WriteFile(path, []byte(markdown(rows, durationSetting())), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "write report:", err)
+				code = 1
+			} else {
+				fmt.Println("summary written to", path)
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+func durationSetting() string {
+	if d := os.Getenv("FAULTS_DURATION"); d != "" {
+		return d
+	}
+	return shortDuration.String() + " (short variant)"
+}
+
+// cluster is a 3-member ensemble, zketcd A (reaching ZooKeeper through one
+// fault proxy per member) and zketcd B (direct), and clients.
+type cluster struct {
+	t       *testing.T
+	dir     string
+	ens     *zkserver.Ensemble
+	proxies []*faultproxy.Proxy
+	a, b    *Zketcd
+	clients map[string]*clientv3.Client
+}
+
+func newCluster(t *testing.T) *cluster {
+	dir := t.TempDir()
+	opts := zkservertest.Options(t)
+	opts.Ports = ports
+	opts.TickTime = 500 * time.Millisecond // session timeouts from 1 s
+	opts.ExtraConfig = map[string]string{"forceSync": "no"}
+	cl := &cluster{t: t, dir: dir, ens: zkservertest.EnsembleWith(t, 3, opts), clients: map[string]*clientv3.Client{}}
+	for _, addr := range cl.ens.Addrs() {
+		p, err := faultproxy.Start(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		cl.proxies = append(cl.proxies, p)
+	}
+	var viaProxy []string
+	for _, p := range cl.proxies {
+		viaProxy = append(viaProxy, p.Addr())
+	}
+	root := "/faults-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	pp, err := ports.PickN(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, zk []string, p1, p2 int) *Zketcd {
+		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
+			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
+			SessionTimeout: sessionTimeout, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
+		t.Cleanup(func() {
+			if err := z.Kill(); err != nil {
+				t.Error(err)
+			}
+		})
+		return z
+	}
+	cl.a = mk("a", viaProxy, pp[0], pp[1])
+	cl.b = mk("b", cl.ens.Addrs(), pp[2], pp[3])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, z := range []*Zketcd{cl.a, cl.b} {
+		if err := z.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, eps := range map[string][]string{"A": {cl.a.Addr}, "B": {cl.b.Addr}, "AB": {cl.a.Addr, cl.b.Addr}} {
+		c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closed before the servers are killed (cleanups run last first).
+		t.Cleanup(func() { c.Close() })
+		cl.clients[name] = c
+	}
+	return cl
+}
+
+// waitHealthy waits until both instances report healthy.
+func (cl *cluster) waitHealthy(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ok := cl.a.Healthy(ctx) && cl.b.Healthy(ctx)
+		cancel()
+		if ok {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+// scenario is one fault, injected repeatedly under the workload.
+type scenario struct {
+	name string
+	// short: part of the short variant that `make test` runs.
+	short bool
+	// expiresSession: the fault must expire zketcd A's ZooKeeper session.
+	expiresSession bool
+	// inject injects the fault and returns what was done and how to heal
+	// it; hold is how long the fault lasts before heal is called.
+	inject func(t *testing.T, cl *cluster) (what string, heal func())
+	hold   time.Duration
+}
+
+func killZKMember(leader bool) func(t *testing.T, cl *cluster) (string, func()) {
+	return func(t *testing.T, cl *cluster) (string, func()) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var li int
+		for {
+			var err error
+			if li, err = cl.ens.Leader(ctx); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("no ZooKeeper leader: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		victim, what := li, "kill -9 ZooKeeper leader"
+		if !leader {
+			victim, what = (li+1)%cl.ens.Size(), "kill -9 ZooKeeper follower"
+		}
+		m := cl.ens.Member(victim)
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%s (member %d)", what, victim+1), func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := m.Start(ctx); err != nil {
+				t.Fatalf("restart ZooKeeper member %d: %v", victim+1, err)
+			}
+		}
+	}
+}
+
+var scenarios = []scenario{
+	{name: "ZKLeaderKill", short: true, hold: 3 * time.Second, inject: killZKMember(true)},
+	{name: "ZKFollowerKill", hold: 3 * time.Second, inject: killZKMember(false)},
+	{name: "ZKEnsembleRestart", hold: 2 * time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
+		if err := cl.ens.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		return "kill -9 all 3 ZooKeeper members, start them again", func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := cl.ens.Start(ctx); err != nil {
+				t.Fatalf("restart ensemble: %v", err)
+			}
+		}
+	}},
+	{name: "ZketcdSigstop", short: true, expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
+		if err := cl.a.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("SIGSTOP zketcd A for %v (session timeout %v), SIGCONT", 2*sessionTimeout+time.Second, sessionTimeout), func() {
+			if err := cl.a.Resume(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}},
+	{name: "ZketcdKill", hold: time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
+		if err := cl.a.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		return "kill -9 zketcd A under writes, restart it", func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := cl.a.Start(ctx); err != nil {
+				t.Fatalf("restart zketcd A: %v", err)
+			}
+		}
+	}},
+	{name: "ZketcdPartition", expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
+		for _, p := range cl.proxies {
+			p.Blackhole()
+		}
+		return fmt.Sprintf("blackhole zketcd A <-> ZooKeeper for %v (session timeout %v), heal", 2*sessionTimeout+time.Second, sessionTimeout), func() {
+			for _, p := range cl.proxies {
+				p.Heal()
+			}
+		}
+	}},
+}
+
+func TestFaults(t *testing.T) {
+	duration := shortDuration
+	full := false
+	if d := os.Getenv("FAULTS_DURATION"); d != "" {
+		var err error
+		if duration, err = time.ParseDuration(d); err != nil {
+			t.Fatalf("FAULTS_DURATION: %v", err)
+		}
+		full = true
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			if !full && !sc.short {
+				t.Skip("not in the short variant: run make faults (FAULTS_DURATION=...)")
+			}
+			runScenario(t, sc, duration)
+		})
+	}
+}
+
+func runScenario(t *testing.T, sc scenario, duration time.Duration) {
+	cl := newCluster(t)
+	w, err := Start(Config{
+		Clients:        cl.clients,
+		KubeWorkers:    []string{"A", "B", "AB", "AB"},
+		EtcdWorkers:    []string{"A", "B"},
+		LeaseClient:    "AB",
+		CompactEvery:   time.Second,
+		RequestTimeout: 4 * time.Second,
+		Seed:           uint64(time.Now().UnixNano()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	const warmup, settle = 3 * time.Second, 3 * time.Second
+	time.Sleep(warmup)
+	var whats []string
+	for n := 0; n == 0 || time.Since(began)+sc.hold+settle < duration; n++ {
+		i, err := w.Probe(sc.name, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		what, heal := sc.inject(t, cl)
+		t.Logf("%.1fs: fault %d: %s", w.Since().Seconds(), n+1, what)
+		time.Sleep(sc.hold)
+		heal()
+		w.Healed(i)
+		t.Logf("%.1fs: healed", w.Since().Seconds())
+		if !cl.waitHealthy(60 * time.Second) {
+			t.Errorf("instances not healthy 60s after fault %d healed", n+1)
+		}
+		time.Sleep(settle)
+		whats = append(whats, what)
+	}
+	if rest := duration - time.Since(began); rest > 0 {
+		time.Sleep(rest)
+	}
+	w.WaitProbes(leaseBound)
+	h := w.Stop()
+	t.Logf("workload ran %.1fs; checking %d operations and %d watches", h.Elapsed.Seconds(), len(h.Ops), len(h.Watches))
+
+	artifacts := os.Getenv("FAULTS_ARTIFACTS")
+	if artifacts != "" {
+		artifacts = filepath.Join(artifacts, sc.name)
+		if err := os.MkdirAll(artifacts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		artifacts = t.TempDir()
+	}
+	res := Check(h, CheckOptions{LeaseBound: leaseBound, ArtifactDir: artifacts})
+	expired := cl.a.Grep("the previous one expired")
+	t.Logf("zketcd A got a new ZooKeeper session after an expiry %d times, B %d times", expired, cl.b.Grep("the previous one expired"))
+	if sc.expiresSession && expired < len(h.Faults) {
+		t.Errorf("zketcd A's session expired %d times in %d faults meant to expire it", expired, len(h.Faults))
+	}
+	report(t, sc, h, res, whats)
+	if len(res.Violations) > 0 {
+		keep := artifacts
+		if os.Getenv("FAULTS_ARTIFACTS") == "" {
+			if d, err := os.MkdirTemp("", "zketcd-faults-"+sc.name+"-"); err == nil {
+				keep = d
+				if res.VisualizationPath != "" {
+					if b, err := os.ReadFile(res.VisualizationPath); err == nil {
+						_ = os.WriteFile(filepath.Join(keep, "linearizability.html"), b, 0o644)
+					}
+				}
+			}
+		}
+		for _, z := range []*Zketcd{cl.a, cl.b} {
+			if b, err := os.ReadFile(z.LogPath()); err == nil {
+				_ = os.WriteFile(filepath.Join(keep, filepath.Base(z.LogPath())), b, 0o644)
+			}
+		}
+		if err := WriteOps(h, filepath.Join(keep, "ops.txt")); err == nil {
+			t.Logf("operations, watch events, logs and visualization kept in %s", keep)
+		}
+		for _, v := range res.Violations {
+			t.Errorf("VIOLATION: %s", v)
+		}
+	} else if os.Getenv("FAULTS_ARTIFACTS") != "" {
+		_ = WriteOps(h, filepath.Join(artifacts, "ops.txt"))
+	}
+}
+
+// allBefore tells whether every probe lease expired before its fault's heal.
+func allBefore(fs []FaultStats) bool {
+	for _, f := range fs {
+		if !f.ProbeExpired || f.ProbeExpiry >= 0 {
+			return false
+		}
+	}
+	return len(fs) > 0
+}
+
+func report(t *testing.T, sc scenario, h *History, res *Result, whats []string) {
+	t.Logf("operations: %d (%d ok, %d failed: %v, %d refused as compacted); %d successful writes, %d reads, %d compactions",
+		res.Ops, res.OK, res.Failed, res.ErrorsByClassCount, res.Compacted, res.Writes, res.Reads, res.Compactions)
+	t.Logf("unknown-outcome writes: %d found applied, %d not applied; %d revisions, %d external (lease keys); %d watch events",
+		res.Resolved, res.Dropped, res.Revisions, res.External, res.WatchEvents)
+	t.Logf("linearizability: %s (%d operations, %v); watches: %s", res.Linearizable, res.PorcupineOps,
+		res.PorcupineTook.Round(time.Millisecond), res.WatchReport)
+	t.Logf("leases: %d checked, %d expired, latest %.1fs after due", res.LeasesChecked, res.LeasesExpired, res.MaxLeaseLateness.Seconds())
+	var details []string
+	for i, f := range res.FaultStats {
+		probe := "never"
+		switch {
+		case f.ProbeExpired && f.ProbeExpiry >= 0:
+			probe = fmt.Sprintf("%.1f s after the heal", f.ProbeExpiry.Seconds())
+		case f.ProbeExpired:
+			probe = fmt.Sprintf("%.1f s before the heal", -f.ProbeExpiry.Seconds())
+		}
+		d := fmt.Sprintf("%s: injected at %.1f s (%d writes in flight), healed at %.1f s: %d failed requests over %.1f s, the last %.1f s after the heal; probe lease (TTL %d s) expired %s",
+			whats[min(i, len(whats)-1)], f.Inject.Seconds(), f.InFlight, f.Heal.Seconds(), f.Errors, f.ErrorWindow.Seconds(),
+			f.Recovery.Seconds(), f.ProbeTTL, probe)
+		details = append(details, d)
+		t.Logf("fault %d: %s", i+1, d)
+	}
+	if os.Getenv("FAULTS_DURATION") != "" {
+		// Streamed by make faults (go test in local directory mode).
+		fmt.Printf("%s: %d operations, %d faults, %d violations, linearizable: %s\n", sc.name, res.Ops, len(h.Faults), len(res.Violations), res.Linearizable)
+	}
+	what := ""
+	if len(whats) > 0 {
+		what = whats[0]
+	}
+	summaryMu.Lock()
+	defer summaryMu.Unlock()
+	summary = append(summary, row{
+		Scenario: sc.name, Fault: what, Faults: len(h.Faults), Duration: h.Elapsed,
+		Ops: res.Ops, Failed: res.Failed, Resolved: res.Resolved, Dropped: res.Dropped,
+		WatchEvents: res.WatchEvents, Compactions: res.Compactions, Leases: res.LeasesChecked,
+		Violations: len(res.Violations), Linearizable: string(res.Linearizable), PorcupineOps: res.PorcupineOps,
+		ErrorWindow: res.MaxErrorWindow, Recovery: res.MaxRecovery, ProbeAfterHeal: res.MaxProbeAfterHeal,
+		Details: details, Problems: res.Violations,
+		Extra: fmt.Sprintf("%d successful writes, %d reads, %d list pages refused as compacted; %d revisions (%d by lease keys); errors by kind %v; porcupine took %v",
+			res.Writes, res.Reads, res.Compacted, res.Revisions, res.External, res.ErrorsByClassCount, res.PorcupineTook.Round(time.Millisecond)),
+		ProbeDuring: allBefore(res.FaultStats),
+	})
+}
