@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	var v []float64
+	for i := 1; i <= 1000; i++ {
+		v = append(v, float64(i))
+	}
+	for _, c := range []struct{ p, want float64 }{{50, 500}, {99, 990}, {99.9, 999}, {100, 1000}, {0, 1}} {
+		if got := Percentile(v, c.p); got != c.want {
+			t.Errorf("Percentile(%v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if !math.IsNaN(Percentile(nil, 50)) {
+		t.Error("empty: want NaN")
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	a := &recorder{}
+	for i := 1; i <= 100; i++ {
+		a.ok(time.Duration(i) * time.Millisecond)
+	}
+	b := &recorder{}
+	b.kind = "get"
+	b.ok(5 * time.Millisecond)
+	b.kind = ""
+	b.fail(errors.New("boom"))
+	b.add("conflicts", 2)
+	var r Result
+	summarize(&r, []*recorder{a, b}, 2)
+	if r.Status != "ok" || r.Ops != 101 || r.Errors != 1 || r.FirstError != "boom" {
+		t.Fatalf("summary %+v", r)
+	}
+	if r.Throughput != 50.5 || r.P50Ms != 50 || r.MaxMs != 100 {
+		t.Errorf("throughput %v p50 %v max %v", r.Throughput, r.P50Ms, r.MaxMs)
+	}
+	if r.Extra["conflicts"] != 2 || r.Extra["get_ops"] != 1 || r.Extra["get_p99_ms"] != 5 {
+		t.Errorf("extra %v", r.Extra)
+	}
+	var u Result
+	c := &recorder{}
+	c.fail(errors.New("Unimplemented"))
+	summarize(&u, []*recorder{c}, 1)
+	if u.Status != "unsupported" {
+		t.Errorf("all errors: status %q", u.Status)
+	}
+}
+
+const toolOutput = `
+Summary:
+  Total:	7.961176075 secs.
+  Slowest:	0.730696132 secs.
+  Fastest:	0.001389387 secs.
+  Average:	0.04238044990833336 secs.
+  Stddev:	0.08010122776576348 secs.
+  Requests/sec:	376.8287463733805
+
+Response time histogram:
+  0.001389387 [1]	|
+
+Latency distribution:
+  10% in 0.005950943 secs.
+  50% in 0.015697855 secs.
+  90% in 0.115305076 secs.
+  99% in 0.422933516 secs.
+  99.9% in 0.73028768 secs.
+`
+
+func TestParseToolOutput(t *testing.T) {
+	var r Result
+	if err := parseToolOutput(toolOutput, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "ok" || math.Abs(r.Throughput-376.83) > 0.01 || r.Ops != 3000 {
+		t.Errorf("throughput %v ops %v status %q", r.Throughput, r.Ops, r.Status)
+	}
+	if math.Abs(r.P50Ms-15.697855) > 1e-6 || math.Abs(r.P99Ms-422.933516) > 1e-6 || math.Abs(r.P999Ms-730.28768) > 1e-6 {
+		t.Errorf("p50 %v p99 %v p999 %v", r.P50Ms, r.P99Ms, r.P999Ms)
+	}
+	var e Result
+	errOut := "\nError distribution:\n  [4014]\trpc error: code = Unimplemented desc = serializable is not implemented by kine\n"
+	if err := parseToolOutput(errOut, &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.Status != "unsupported" || e.Errors != 4014 || !strings.Contains(e.FirstError, "Unimplemented") {
+		t.Errorf("error output: %+v", e)
+	}
+	if err := parseToolOutput("garbage", &Result{}); err == nil {
+		t.Error("garbage: want an error")
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for in, want := range map[float64]string{1234567: "1,234,567", 999: "999", 55.55: "55.5", 3.14159: "3.14"} {
+		if got := fmtNum(in); got != want {
+			t.Errorf("fmtNum(%v) = %q, want %q", in, got, want)
+		}
+	}
+	if got := fmtRatio(0.5); got != "0.50×" {
+		t.Errorf("fmtRatio = %q", got)
+	}
+	if got := fmtRatio(math.NaN()); got != "—" {
+		t.Errorf("fmtRatio(NaN) = %q", got)
+	}
+}
+
+// TestReportFiles renders a synthetic report: markdown tables with
+// ratios, CSV, JSON and the PNG plots.
+func TestReportFiles(t *testing.T) {
+	rep := &Report{Machine: Machine{NProc: 2, CPUModel: "test"}, Profile: Profiles["quick"]}
+	rate := map[string]float64{ServerEtcd: 1000, ServerKine: 500, ServerZK1: 2000, ServerZK3: 800}
+	for _, s := range AllServers {
+		for _, w := range AllWorkloads {
+			for _, c := range []int{1, 16, 64} {
+				r := Result{Server: s, Workload: w, Clients: c}
+				rec := &recorder{}
+				for i := 1; i <= 200; i++ {
+					rec.ok(time.Duration(i) * time.Duration(rate[s]) * time.Microsecond)
+				}
+				summarize(&r, []*recorder{rec}, 200/rate[s])
+				if s == ServerKine && w == WGetSer {
+					r = Result{Server: s, Workload: w, Clients: c, Status: "unsupported", Errors: 50, FirstError: "Unimplemented"}
+				}
+				rep.Results = append(rep.Results, r)
+			}
+		}
+		rep.Results = append(rep.Results, Result{Server: s, Workload: WWatch, Clients: 100, Status: "ok", Ops: 10, P99Ms: rate[s] / 100})
+	}
+	rep.Results = append(rep.Results, recoveryResult(ServerZK1, WRecoveryLog, 100000, 2*time.Second, 200<<20, 20<<20, "log"))
+	rep.Results = append(rep.Results, recoveryResult(ServerEtcd, WRecovery, 100000, time.Second, 100<<20, 20<<20, "restart"))
+	dir := t.TempDir()
+	md := filepath.Join(dir, "benchmarks.md")
+	if err := rep.WriteFiles(md, filepath.Join(dir, "bench")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for _, want := range []string{
+		"| put-seq | 16 | 1,000 | 500 | 2,000 | 800 | 2.00× | 0.80× | 4.00× | 1.60× |",
+		"| get-ser | 1 | 1,000 | unsupported |",
+		"| zketcd, ZK standalone | recovery-log (log) | 100,000 | 2.00 | 200 | 20 | 180.0 | 2.00× |",
+		"![throughput vs clients, put-seq](bench/throughput-put-seq.png)",
+		"slower in 30 of 30 rows", // zk3 at 0.8× etcd everywhere
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	for _, f := range []string{"results.json", "results.csv", "throughput-list-10k.png", "cdf-put-seq-16.png"} {
+		if fi, err := os.Stat(filepath.Join(dir, "bench", f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
+
+// TestPartialReport renders a report in which only some servers ran (as
+// after each server's turn of a run).
+func TestPartialReport(t *testing.T) {
+	rep := &Report{Profile: Profiles["quick"]}
+	for _, w := range []string{WPutSeq, WPutRand, WGetLin} {
+		r := Result{Server: ServerEtcd, Workload: w, Clients: 16}
+		rec := &recorder{}
+		rec.ok(time.Millisecond)
+		summarize(&r, []*recorder{rec}, 1)
+		rep.Results = append(rep.Results, r)
+	}
+	rep.Results = append(rep.Results, Result{Server: ServerKine, Workload: WPutSeq, Clients: 16, Status: "crashed"})
+	dir := t.TempDir()
+	if err := rep.WriteFiles(filepath.Join(dir, "b.md"), filepath.Join(dir, "bench")); err != nil {
+		t.Fatal(err)
+	}
+	// Re-render from the JSON, as -render does.
+	again, err := LoadReport(filepath.Join(dir, "bench", "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.WriteFiles(filepath.Join(dir, "c.md"), filepath.Join(dir, "bench2")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "c.md"))
+	if !strings.Contains(string(b), "| put-seq | 16 | 1.00 | crashed |") {
+		t.Errorf("re-rendered markdown:\n%s", b)
+	}
+}

@@ -1,0 +1,164 @@
+// Command zkbench benchmarks zketcd against etcd and kine side by side on
+// one machine and writes docs/benchmarks.md with the raw results in
+// docs/bench/. `make bench` (quick profile) and `make bench-long` run it
+// from the repository root.
+//
+//	cd integration && go run ./bench/cmd/zkbench -profile quick -repo .. \
+//	    -md ../docs/benchmarks.md -data ../docs/bench
+//
+// `zkbench serve-zketcd` is internal: the zketcd child the harness runs
+// (with net/http/pprof) when -pprof is given.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/zketcd/zketcd/integration/bench"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve-zketcd" {
+		if err := bench.ServeZketcd(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "serve-zketcd:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "zkbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	profile := flag.String("profile", "quick", "quick or long")
+	servers := flag.String("servers", strings.Join(bench.AllServers, ","), "servers to measure, comma separated")
+	workloads := flag.String("workloads", "", "workloads to run, comma separated (default all): "+
+		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WToolPut+","+bench.WRecovery)
+	duration := flag.Duration("duration", 0, "measured time per cell (default: the profile's)")
+	warmup := flag.Duration("warmup", -1, "warm-up per cell (default: the profile's)")
+	clients := flag.String("clients", "", "client counts, comma separated (default: the profile's)")
+	recoveryKeys := flag.String("recovery-keys", "", "key counts for the recovery measurement, comma separated (default: the profile's)")
+	repo := flag.String("repo", "..", "the zketcd repository root")
+	md := flag.String("md", "", "markdown report to write (e.g. ../docs/benchmarks.md); empty: none")
+	data := flag.String("data", "", "directory for results.json, results.csv and the plots (default: bench/ beside -md)")
+	etcdBin := flag.String("etcd", "", "etcd binary (default: build-peers.sh)")
+	kineBin := flag.String("kine", "", "kine binary (default: build-peers.sh)")
+	benchBin := flag.String("benchmark", "", `etcd benchmark tool binary (default: build-peers.sh; "none" skips the cross-check)`)
+	zketcdBin := flag.String("zketcd", "", "zketcd binary (default: go build ./cmd/zketcd)")
+	pprofDir := flag.String("pprof", "", "run zketcd in-process in a child with net/http/pprof and save a CPU profile of every cell here")
+	keep := flag.Bool("keep", false, "keep the work directory (server data and logs)")
+	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json")
+	flag.Parse()
+
+	if *render != "" {
+		if *md == "" {
+			return fmt.Errorf("-render needs -md")
+		}
+		rep, err := bench.LoadReport(*render)
+		if err != nil {
+			return err
+		}
+		dir := *data
+		if dir == "" {
+			dir = filepath.Join(filepath.Dir(*md), "bench")
+		}
+		return rep.WriteFiles(*md, dir)
+	}
+
+	p, ok := bench.Profiles[*profile]
+	if !ok {
+		return fmt.Errorf("unknown profile %q", *profile)
+	}
+	if *duration > 0 {
+		p.Duration = *duration
+		p.Name += "-custom"
+	}
+	if *warmup >= 0 {
+		p.Warmup = *warmup
+	}
+	if *clients != "" {
+		cs, err := ints(*clients)
+		if err != nil {
+			return err
+		}
+		p.Clients = cs
+		if !strings.HasSuffix(p.Name, "-custom") {
+			p.Name += "-custom"
+		}
+	}
+	if *recoveryKeys != "" {
+		ks, err := ints(*recoveryKeys)
+		if err != nil {
+			return err
+		}
+		p.RecoveryKeys = ks
+	}
+	root, err := filepath.Abs(*repo)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	opts := bench.Options{
+		Profile: p, Servers: list(*servers), Workloads: list(*workloads),
+		RepoRoot: root, EtcdBin: *etcdBin, KineBin: *kineBin, BenchmarkBin: *benchBin, ZketcdBin: *zketcdBin,
+		SelfBin: self, PprofDir: *pprofDir, KeepWorkDir: *keep,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+		},
+	}
+	if *md != "" {
+		opts.MarkdownPath = *md
+		opts.DataDir = *data
+		if opts.DataDir == "" {
+			opts.DataDir = filepath.Join(filepath.Dir(*md), "bench")
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := bench.Run(ctx, opts)
+	if rep != nil {
+		opts.Logf("done in %s: %d results", time.Since(start).Round(time.Second), len(rep.Results))
+		for _, h := range rep.Headlines() {
+			if h.Rows > 0 {
+				opts.Logf("headline: %s vs %s: geo-mean throughput ratio %.2f over %d rows (%d >10%% faster, %d within ±10%%, %d >10%% slower)",
+					h.Zketcd, h.Peer, h.GeoMean, h.Rows, h.Faster, h.Even, h.Slower)
+			}
+		}
+	}
+	return err
+}
+
+func list(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, p := range list(s) {
+		var n int
+		if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad number %q", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,330 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Report is everything a run produced.
+type Report struct {
+	Machine Machine `json:"machine"`
+	Profile Profile `json:"profile"`
+	// Servers lists the servers measured, in order, with the load average
+	// when each started and finished.
+	Servers []ServerRun `json:"servers"`
+	Results []Result    `json:"results"`
+	Notes   []string    `json:"notes,omitempty"`
+	// ElapsedSeconds is the run's wall time.
+	ElapsedSeconds float64 `json:"elapsed_s"`
+}
+
+// ServerRun records one server's turn.
+type ServerRun struct {
+	Name      string     `json:"name"`
+	LoadStart [3]float64 `json:"load_start"`
+	LoadEnd   [3]float64 `json:"load_end"`
+	Seconds   float64    `json:"seconds"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// find returns the result for (server, workload, clients).
+func (r *Report) find(server, workload string, clients int) *Result {
+	for i := range r.Results {
+		x := &r.Results[i]
+		if x.Server == server && x.Workload == workload && x.Clients == clients {
+			return x
+		}
+	}
+	return nil
+}
+
+// cells returns the (workload, clients) pairs present for workloads, in
+// the order of workloads and ascending clients.
+func (r *Report) cells(workloads []string) [][2]string {
+	var out [][2]string
+	for _, w := range workloads {
+		seen := map[int]bool{}
+		var cs []int
+		for _, x := range r.Results {
+			if x.Workload == w && !seen[x.Clients] {
+				seen[x.Clients] = true
+				cs = append(cs, x.Clients)
+			}
+		}
+		sort.Ints(cs)
+		for _, c := range cs {
+			out = append(out, [2]string{w, strconv.Itoa(c)})
+		}
+	}
+	return out
+}
+
+func (r *Report) serversPresent() []string {
+	var out []string
+	for _, s := range AllServers {
+		for _, x := range r.Results {
+			if x.Server == s {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func ok(x *Result) bool { return x != nil && x.Status == "ok" && x.Ops > 0 }
+
+// fmtNum formats a throughput: thousands separators, no decimals above 100.
+func fmtNum(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	if v < 10 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	if v < 100 {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	s := strconv.FormatInt(int64(math.Round(v)), 10)
+	var b strings.Builder
+	for i, ch := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(ch)
+	}
+	return b.String()
+}
+
+// fmtMs formats a latency in milliseconds with two significant digits or
+// more.
+func fmtMs(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "—"
+	case v < 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+}
+
+func fmtRatio(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	if v >= 10 {
+		return strconv.FormatFloat(v, 'f', 0, 64) + "×"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64) + "×"
+}
+
+func cellStatus(x *Result) string {
+	switch {
+	case x == nil:
+		return "not run"
+	case x.Status == "unsupported":
+		return "unsupported"
+	case x.Status == "crashed":
+		return "crashed"
+	case x.Status == "timeout":
+		return "none completed"
+	case x.Status != "ok":
+		return "failed"
+	}
+	return ""
+}
+
+// throughputRatio is a/b for two ok results, NaN otherwise.
+func throughputRatio(a, b *Result) float64 {
+	if !ok(a) || !ok(b) || b.Throughput == 0 {
+		return math.NaN()
+	}
+	return a.Throughput / b.Throughput
+}
+
+func p99Ratio(a, b *Result) float64 {
+	if !ok(a) || !ok(b) || b.P99Ms == 0 {
+		return math.NaN()
+	}
+	return a.P99Ms / b.P99Ms
+}
+
+var zketcdServers = []string{ServerZK1, ServerZK3}
+var peerServers = []string{ServerEtcd, ServerKine}
+
+// ratioHeader names the ratio columns.
+func ratioHeader() []string {
+	var h []string
+	for _, p := range peerServers {
+		for _, z := range zketcdServers {
+			h = append(h, fmt.Sprintf("%s/%s", shortName(z), p))
+		}
+	}
+	return h
+}
+
+func shortName(s string) string {
+	switch s {
+	case ServerZK1:
+		return "zk1"
+	case ServerZK3:
+		return "zk3"
+	}
+	return s
+}
+
+// geoMean returns the geometric mean of vs (NaNs skipped) and the count.
+func geoMean(vs []float64) (float64, int) {
+	var s float64
+	n := 0
+	for _, v := range vs {
+		if !math.IsNaN(v) && v > 0 && !math.IsInf(v, 0) {
+			s += math.Log(v)
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN(), 0
+	}
+	return math.Exp(s / float64(n)), n
+}
+
+// Headline is a summary ratio of a zketcd variant against a peer over the
+// throughput rows.
+type Headline struct {
+	Zketcd, Peer string
+	GeoMean      float64
+	Rows         int
+	Faster       int // by more than 10%
+	Slower       int // by more than 10%
+	Even         int // within ±10%
+	Worst        string
+	WorstRatio   float64
+	Best         string
+	BestRatio    float64
+}
+
+// Headlines computes, for each zketcd variant and peer, the geometric mean
+// of the throughput ratios over the client-count workloads, and the best
+// and worst row.
+func (r *Report) Headlines() []Headline {
+	var out []Headline
+	cells := r.cells(AllWorkloads)
+	for _, p := range peerServers {
+		for _, z := range zketcdServers {
+			h := Headline{Zketcd: z, Peer: p, WorstRatio: math.Inf(1), BestRatio: math.Inf(-1)}
+			var vs []float64
+			for _, c := range cells {
+				n, _ := strconv.Atoi(c[1])
+				v := throughputRatio(r.find(z, c[0], n), r.find(p, c[0], n))
+				if math.IsNaN(v) {
+					continue
+				}
+				vs = append(vs, v)
+				switch {
+				case v >= 1.1:
+					h.Faster++
+				case v <= 0.9:
+					h.Slower++
+				default:
+					h.Even++
+				}
+				name := fmt.Sprintf("%s ×%d", c[0], n)
+				if v < h.WorstRatio {
+					h.WorstRatio, h.Worst = v, name
+				}
+				if v > h.BestRatio {
+					h.BestRatio, h.Best = v, name
+				}
+			}
+			h.GeoMean, h.Rows = geoMean(vs)
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// WriteFiles writes results.json, results.csv, the plots and the markdown
+// report: md is the markdown file, dataDir the directory for the rest
+// (its path relative to md's directory is used for links).
+func (r *Report) WriteFiles(md, dataDir string) error {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := r.writeCSV(filepath.Join(dataDir, "results.csv")); err != nil {
+		return err
+	}
+	plots, err := r.writePlots(dataDir)
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(filepath.Dir(md), dataDir)
+	if err != nil {
+		rel = dataDir
+	}
+	return os.WriteFile(md, []byte(r.Markdown(rel, plots)), 0o644)
+}
+
+func (r *Report) writeCSV(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"server", "workload", "clients", "conns", "status", "ops", "errors", "seconds",
+		"throughput", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms",
+		"server_cpu_s", "server_cpu_per_op_us", "driver_cpu_s", "load1", "extra", "first_error", "note"})
+	f64 := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+	for _, x := range r.Results {
+		var extra []string
+		keys := make([]string, 0, len(x.Extra))
+		for k := range x.Extra {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			extra = append(extra, k+"="+f64(x.Extra[k]))
+		}
+		_ = w.Write([]string{x.Server, x.Workload, strconv.Itoa(x.Clients), strconv.Itoa(x.Conns), x.Status,
+			strconv.FormatInt(x.Ops, 10), strconv.FormatInt(x.Errors, 10), f64(x.Seconds),
+			f64(x.Throughput), f64(x.MeanMs), f64(x.P50Ms), f64(x.P90Ms), f64(x.P99Ms), f64(x.P999Ms), f64(x.MaxMs),
+			f64(x.ServerCPUSeconds), f64(x.ServerCPUPerOpUs), f64(x.DriverCPUSeconds), f64(x.Load1),
+			strings.Join(extra, ";"), x.FirstError, x.Note})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// LoadReport reads a results.json written by WriteFiles.
+func LoadReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}

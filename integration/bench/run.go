@@ -1,0 +1,390 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Profile sets the size of a run.
+type Profile struct {
+	Name     string        `json:"name"`
+	Warmup   time.Duration `json:"warmup"`
+	Duration time.Duration `json:"duration"`
+	Clients  []int         `json:"clients"`
+	// MaxConns caps the connections of a cell: worker i uses connection
+	// i mod min(clients, MaxConns).
+	MaxConns     int    `json:"max_conns"`
+	Watchers     []int  `json:"watchers"`
+	WatchRate    int    `json:"watch_rate"`
+	MixWatchers  int    `json:"mix_watchers"`
+	KVKeys       int    `json:"kv_keys"`
+	RecoveryKeys []int  `json:"recovery_keys"`
+	ToolClients  int    `json:"tool_clients"`
+	ZKHeap       string `json:"zk_heap"`
+}
+
+// MakeTarget names the make target that runs the profile.
+func (p Profile) MakeTarget() string {
+	switch p.Name {
+	case "quick":
+		return "`make bench`"
+	case "long":
+		return "`make bench-long`"
+	}
+	return "`zkbench` (custom profile " + p.Name + ")"
+}
+
+// Profiles are the predefined run sizes.
+var Profiles = map[string]Profile{
+	// quick: every server × workload in under 20 minutes on 2 cores.
+	"quick": {
+		Name: "quick", Warmup: time.Second, Duration: 4 * time.Second, Clients: []int{1, 16, 64},
+		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
+		RecoveryKeys: []int{100000}, ToolClients: 16, ZKHeap: "1g",
+	},
+	// long: longer cells and recovery over 1M keys as well.
+	"long": {
+		Name: "long", Warmup: 3 * time.Second, Duration: 20 * time.Second, Clients: []int{1, 16, 64},
+		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
+		RecoveryKeys: []int{100000, 1000000}, ToolClients: 16, ZKHeap: "4g",
+	},
+}
+
+// Options configure a run.
+type Options struct {
+	Profile   Profile
+	Servers   []string // default AllServers
+	Workloads []string // default: all (AllWorkloads, watch, tool, recovery)
+	// MarkdownPath and DataDir receive the report; empty: not written.
+	MarkdownPath, DataDir string
+	RepoRoot              string // the zketcd repository (for build-peers.sh and building zketcd)
+	EtcdBin, KineBin      string // default: build-peers.sh
+	BenchmarkBin          string // default: build-peers.sh; "none" skips the cross-check
+	ZketcdBin             string // default: go build ./cmd/zketcd into the work dir
+	SelfBin               string // the harness binary (pprof child)
+	PprofDir              string // if set, zketcd runs in the pprof child and each cell is profiled
+	KeepWorkDir           bool
+	Logf                  func(format string, args ...any)
+}
+
+func (o *Options) wants(w string) bool {
+	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, w)
+}
+
+// Run measures every server of opts and writes the report.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	if len(opts.Servers) == 0 {
+		opts.Servers = AllServers
+	}
+	began := time.Now()
+	rep := &Report{Machine: DescribeMachine(), Profile: opts.Profile}
+	work, err := os.MkdirTemp("", "zkbench-")
+	if err != nil {
+		return nil, err
+	}
+	if opts.KeepWorkDir {
+		opts.Logf("work dir %s (kept)", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+	env := &Env{WorkDir: work, ZKHeap: opts.Profile.ZKHeap, SelfBin: opts.SelfBin, PprofChild: opts.PprofDir != ""}
+	if err := resolveBinaries(ctx, &opts, env); err != nil {
+		return nil, err
+	}
+	if opts.PprofDir != "" {
+		if err := os.MkdirAll(opts.PprofDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range opts.Servers {
+		if ctx.Err() != nil {
+			break
+		}
+		sr := ServerRun{Name: s, LoadStart: loadAvg()}
+		t0 := time.Now()
+		res, err := runServer(ctx, env, &opts, s)
+		rep.Results = append(rep.Results, res...)
+		sr.LoadEnd, sr.Seconds = loadAvg(), time.Since(t0).Seconds()
+		if err != nil {
+			sr.Error = oneLine(err.Error())
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", s, err))
+			opts.Logf("%s: ERROR %v", s, err)
+		}
+		rep.Servers = append(rep.Servers, sr)
+		rep.Machine.LoadEnd = loadAvg()
+		rep.ElapsedSeconds = time.Since(began).Seconds()
+		if opts.MarkdownPath != "" {
+			if err := rep.WriteFiles(opts.MarkdownPath, opts.DataDir); err != nil {
+				return rep, err
+			}
+		}
+	}
+	return rep, ctx.Err()
+}
+
+// resolveBinaries builds or finds the peers and zketcd.
+func resolveBinaries(ctx context.Context, opts *Options, env *Env) error {
+	var need []string
+	if slices.Contains(opts.Servers, ServerEtcd) && opts.EtcdBin == "" {
+		need = append(need, "etcd")
+	}
+	if slices.Contains(opts.Servers, ServerKine) && opts.KineBin == "" {
+		need = append(need, "kine")
+	}
+	if opts.BenchmarkBin == "" && opts.wants(WToolPut) {
+		need = append(need, "benchmark")
+	}
+	if len(need) > 0 {
+		script := filepath.Join(opts.RepoRoot, "integration", "bench", "build-peers.sh")
+		opts.Logf("building/locating peers: %s %s", script, strings.Join(need, " "))
+		cmd := exec.CommandContext(ctx, "bash", append([]string{script}, need...)...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("build-peers.sh: %w", err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), "=")
+			if !ok {
+				continue
+			}
+			switch k {
+			case "etcd":
+				opts.EtcdBin = v
+			case "kine":
+				opts.KineBin = v
+			case "benchmark":
+				opts.BenchmarkBin = v
+			}
+		}
+	}
+	if opts.BenchmarkBin == "none" {
+		opts.BenchmarkBin = ""
+	}
+	// Servers run in their own directories: make every path absolute.
+	for _, p := range []*string{&opts.EtcdBin, &opts.KineBin, &opts.BenchmarkBin, &opts.ZketcdBin} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return err
+			}
+			*p = abs
+		}
+	}
+	env.EtcdBin, env.KineBin = opts.EtcdBin, opts.KineBin
+	needZketcd := slices.Contains(opts.Servers, ServerZK1) || slices.Contains(opts.Servers, ServerZK3)
+	if opts.ZketcdBin == "" && needZketcd && !env.PprofChild {
+		opts.ZketcdBin = filepath.Join(env.WorkDir, "zketcd")
+		opts.Logf("building zketcd from %s", opts.RepoRoot)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", opts.ZketcdBin, "./cmd/zketcd")
+		cmd.Dir = opts.RepoRoot
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build ./cmd/zketcd: %w", err)
+		}
+	}
+	env.ZketcdBin = opts.ZketcdBin
+	return nil
+}
+
+// runServer runs every selected workload against server s.
+func runServer(ctx context.Context, env *Env, opts *Options, s string) (results []Result, err error) {
+	p := opts.Profile
+	logf := func(format string, args ...any) { opts.Logf("[%s] "+format, append([]any{s}, args...)...) }
+	var t *Target
+	var zk *zkCluster
+	defer func() {
+		if t != nil {
+			err = errors.Join(err, t.Stop())
+		}
+		if zk != nil {
+			err = errors.Join(err, zk.stop())
+		}
+	}()
+	start := time.Now()
+	switch s {
+	case ServerEtcd:
+		t, err = env.StartEtcd(ctx, "etcd")
+	case ServerKine:
+		t, err = env.StartKine(ctx)
+	case ServerZK1, ServerZK3:
+		members := 1
+		if s == ServerZK3 {
+			members = 3
+		}
+		zk, err = env.StartZooKeeper(ctx, members)
+		if err != nil {
+			return nil, fmt.Errorf("start ZooKeeper: %w", err)
+		}
+		logf("ZooKeeper (%d) serving on %s after %.1fs", members, zk.connect(), time.Since(start).Seconds())
+		t, _, err = env.StartZketcd(ctx, s, s, zk, "/bench", 0)
+		if t != nil {
+			t.zk = zk
+		}
+	default:
+		return nil, fmt.Errorf("unknown server %q", s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	logf("serving on %s after %.1fs", t.Endpoint, time.Since(start).Seconds())
+
+	conns, err := newPool(t.Endpoint, p.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	defer conns.close()
+	ws := newWorkloadSet(p.KVKeys)
+	pstart := time.Now()
+	if _, err := preload(ctx, conns, p.KVKeys, 64, kvKey); err != nil {
+		return nil, err
+	}
+	if ws.mixRevs, err = preload(ctx, conns, mixKeys, 64, mixKey); err != nil {
+		return nil, err
+	}
+	logf("preloaded %d + %d keys in %.1fs", p.KVKeys, mixKeys, time.Since(pstart).Seconds())
+
+	for _, w := range AllWorkloads {
+		if !opts.wants(w) && !(w == WCreate && opts.wants(WDelete)) {
+			continue
+		}
+		for _, c := range p.Clients {
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+			spec, ok := ws.spec(w, c)
+			if !ok {
+				continue
+			}
+			spec.warmup, spec.duration = p.Warmup, p.Duration
+			sub := &pool{clients: conns.clients[:min(c, p.MaxConns)]}
+			var stopWatchers func() int64
+			var wc *clientv3.Client
+			if w == WMix && p.MixWatchers > 0 {
+				if wc, err = newClient(t.Endpoint); err != nil {
+					return results, err
+				}
+				if stopWatchers, err = mixWatchers(ctx, wc, p.MixWatchers); err != nil {
+					wc.Close()
+					return results, err
+				}
+			}
+			r := runCell(ctx, t, sub, spec, opts.PprofDir)
+			if stopWatchers != nil {
+				if r.Extra == nil {
+					r.Extra = map[string]float64{}
+				}
+				r.Extra["watch_events"] = float64(stopWatchers())
+				wc.Close()
+			}
+			if err := markCrash(ctx, t, &r, logf); err != nil {
+				return append(results, r), err
+			}
+			logCell(logf, r)
+			if opts.wants(w) {
+				results = append(results, r)
+			}
+		}
+	}
+
+	if opts.wants(WWatch) {
+		for i, n := range p.Watchers {
+			r, err := runWatch(ctx, t, watchSpec{watchers: n, rate: p.WatchRate, warmup: p.Warmup, duration: p.Duration, conns: p.MaxConns}, i)
+			if err != nil {
+				r.Status, r.FirstError = "failed", err.Error()
+			}
+			if err := markCrash(ctx, t, &r, logf); err != nil {
+				return append(results, r), err
+			}
+			logCell(logf, r)
+			results = append(results, r)
+		}
+	}
+
+	if opts.BenchmarkBin != "" && opts.wants(WToolPut) {
+		n := p.ToolClients
+		total := func(w string, fallback float64) int {
+			rate := fallback
+			for _, r := range results {
+				if r.Workload == w && r.Clients == n && ok(&r) {
+					rate = r.Throughput
+				}
+			}
+			return int(min(max(rate*p.Duration.Seconds(), 1000), 200000))
+		}
+		for _, tc := range toolCells(n, total(WPutSeq, 1000), total(WGetLin, 2000)) {
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+			r := runTool(ctx, opts.BenchmarkBin, t, n, tc)
+			if err := markCrash(ctx, t, &r, logf); err != nil {
+				return append(results, r), err
+			}
+			logCell(logf, r)
+			results = append(results, r)
+		}
+	}
+
+	// Recovery runs on its own instances: stop the one under test first.
+	if err := t.Stop(); err != nil {
+		return results, err
+	}
+	t = nil
+	if opts.wants(WRecovery) || opts.wants(WRecoveryLog) {
+		for _, n := range p.RecoveryKeys {
+			switch s {
+			case ServerZK1, ServerZK3:
+				rs, err := measureZketcdRecovery(ctx, env, s, zk, n, logf)
+				results = append(results, rs...)
+				if err != nil {
+					return results, fmt.Errorf("recovery over %d keys: %w", n, err)
+				}
+			case ServerEtcd:
+				r, err := measureEtcdRecovery(ctx, env, n, logf)
+				if err != nil {
+					return results, fmt.Errorf("etcd recovery over %d keys: %w", n, err)
+				}
+				results = append(results, r)
+			}
+		}
+	}
+	return results, nil
+}
+
+// markCrash marks r as "crashed" if the server's process died during the
+// cell, and restarts it.
+func markCrash(ctx context.Context, t *Target, r *Result, logf func(string, ...any)) error {
+	crash, err := t.checkAlive(ctx)
+	if crash == "" {
+		return err
+	}
+	r.Status = "crashed"
+	r.ServerCPUSeconds, r.ServerCPUPerOpUs = 0, 0
+	r.Note = joinNote(r.Note, crash)
+	logf("CRASH during %s ×%d: %s", r.Workload, r.Clients, crash)
+	return err
+}
+
+func logCell(logf func(string, ...any), r Result) {
+	msg := fmt.Sprintf("%-14s ×%-3d %9.1f ops/s  p50 %7.2f  p99 %8.2f  p999 %8.2f ms  cpu %6.0f µs/op  load %.1f",
+		r.Workload, r.Clients, r.Throughput, r.P50Ms, r.P99Ms, r.P999Ms, r.ServerCPUPerOpUs, r.Load1)
+	if r.Status != "ok" || r.Errors > 0 {
+		msg += fmt.Sprintf("  [%s, %d errors: %s]", r.Status, r.Errors, oneLine(r.FirstError))
+	}
+	logf("%s", msg)
+}
