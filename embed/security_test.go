@@ -3,6 +3,9 @@ package embed_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/testcerts"
 	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -71,5 +75,49 @@ func TestZooKeeperACLKeepsOthersOut(t *testing.T) {
 	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:zketcd:wrong")
 	if err == nil || !strings.Contains(err.Error(), "meta") {
 		t.Fatalf("instance with a wrong password: %v", err)
+	}
+}
+
+// TestZooKeeperTLS runs zketcd against ZooKeeper's secure client port with
+// a client certificate ZooKeeper requires.
+func TestZooKeeperTLS(t *testing.T) {
+	certs := testcerts.New(t)
+	key, err := os.ReadFile(certs.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, err := os.ReadFile(certs.ServerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keystore := filepath.Join(t.TempDir(), "keystore.pem") // ZooKeeper's PEM key store: key and certificate
+	if err := os.WriteFile(keystore, append(key, crt...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	securePort, err := zkserver.NewPortAllocator().Pick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := zkservertest.Options(t)
+	opts.SystemProps = map[string]string{"zookeeper.serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory"}
+	opts.ExtraConfig = map[string]string{
+		"secureClientPort":        strconv.Itoa(securePort),
+		"ssl.keyStore.location":   keystore,
+		"ssl.keyStore.type":       "PEM",
+		"ssl.trustStore.location": certs.CAFile,
+		"ssl.trustStore.type":     "PEM",
+		"ssl.clientAuth":          "need",
+	}
+	zkservertest.StandaloneWith(t, opts)
+	secure := []string{"127.0.0.1:" + strconv.Itoa(securePort)}
+	in := zketcdtest.Start(t, secure, zketcdtest.Options{ZKTLS: certs.ClientTLS(t, true)})
+	c := in.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, "over", "tls"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := c.Get(ctx, "over"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("get over TLS: %v %v", resp, err)
 	}
 }

@@ -2,6 +2,8 @@ package zkstore
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -43,8 +45,9 @@ type Config struct {
 	Auth []string
 	// MaxEntryBytes bounds one encoded log entry (the byte budget B).
 	MaxEntryBytes int
-	// Dialer, if set, dials ZooKeeper (for TLS).
-	Dialer zk.Dialer
+	// TLS, if set, is used for every connection to ZooKeeper (its
+	// secureClientPort).
+	TLS *tls.Config
 	// Logger receives structured logs.
 	Logger *logrus.Entry
 }
@@ -100,9 +103,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		events <-chan zk.Event
 		err    error
 	)
-	if cfg.Dialer != nil {
+	if cfg.TLS != nil {
+		tlsCfg := cfg.TLS
+		dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
+			return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, address, tlsCfg)
+		}
 		conn, events, err = zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
-			zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(cfg.Dialer))
+			zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dial))
 	} else {
 		conn, events, err = zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
 			zk.WithMaxConnBufferSize(zkBufferBytes))

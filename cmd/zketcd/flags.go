@@ -24,6 +24,9 @@ type serveFlags struct {
 	zkRoot           string
 	zkSessionTimeout time.Duration
 	zkAuth           string
+	zkTLSCert        string
+	zkTLSKey         string
+	zkTLSCA          string
 
 	name                string
 	listenClientURLs    string
@@ -61,6 +64,9 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", "znode under which zketcd keeps everything")
 	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout")
 	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential, e.g. digest:user:password (znodes then get an ACL for that identity only)")
+	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper (its secureClientPort)")
+	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
+	fs.StringVar(&f.zkTLSCA, "zk-tls-ca-file", "", "CA bundle to verify ZooKeeper's certificate; setting it turns TLS to ZooKeeper on")
 	fs.StringVar(&f.name, "name", "", "member name (default: host name and client port); the member ID derives from it")
 	fs.StringVar(&f.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "URLs to serve the etcd API on, comma separated")
 	fs.StringVar(&f.advertiseClientURLs, "advertise-client-urls", "", "URLs advertised in the member list (default: the listen URLs)")
@@ -205,16 +211,39 @@ func (f *serveFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-func (f *serveFlags) storeConfig(lg *logrus.Entry) zkstore.Config {
+func (f *serveFlags) storeConfig(lg *logrus.Entry) (zkstore.Config, error) {
 	var auth []string
 	if f.zkAuth != "" {
 		auth = []string{f.zkAuth}
 	}
-	return zkstore.Config{
+	cfg := zkstore.Config{
 		Servers:        splitList(f.zk),
 		Root:           f.zkRoot,
 		SessionTimeout: f.zkSessionTimeout,
 		Auth:           auth,
 		Logger:         lg,
 	}
+	if f.zkTLSCA == "" {
+		if f.zkTLSCert != "" || f.zkTLSKey != "" {
+			return cfg, errors.New("--zk-tls-cert-file and --zk-tls-key-file need --zk-tls-ca-file")
+		}
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(f.zkTLSCA)
+	if err != nil {
+		return cfg, fmt.Errorf("read --zk-tls-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return cfg, fmt.Errorf("--zk-tls-ca-file %s: no certificates", f.zkTLSCA)
+	}
+	cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if f.zkTLSCert != "" || f.zkTLSKey != "" {
+		cert, err := tls.LoadX509KeyPair(f.zkTLSCert, f.zkTLSKey)
+		if err != nil {
+			return cfg, fmt.Errorf("load --zk-tls-cert-file/--zk-tls-key-file: %w", err)
+		}
+		cfg.TLS.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }

@@ -69,9 +69,13 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		_, port, _ := net.SplitHostPort(listen[0])
 		name = fmt.Sprintf("%s-%s", host, port)
 	}
+	storeCfg, err := f.storeConfig(lg)
+	if err != nil {
+		return err
+	}
 	cfg := embed.Config{
 		Backend: backend.Config{
-			Store:           f.storeConfig(lg),
+			Store:           storeCfg,
 			Name:            name,
 			ClientURLs:      advertise,
 			MaxTxnOps:       f.maxTxnOps,

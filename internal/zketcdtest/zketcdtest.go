@@ -45,6 +45,8 @@ type Options struct {
 	CommitPipeline int
 	// TLS serves the etcd API with TLS.
 	TLS *tls.Config
+	// ZKTLS is zkstore.Config.TLS.
+	ZKTLS *tls.Config
 	// ZKAuth is zkstore.Config.Auth ("digest:user:pass").
 	ZKAuth []string
 }
@@ -90,7 +92,7 @@ func (in *Instance) start() {
 	cfg := embed.Config{
 		Backend: backend.Config{
 			Store: zkstore.Config{
-				Servers: in.zk, Root: in.opts.Root, Auth: in.opts.ZKAuth,
+				Servers: in.zk, Root: in.opts.Root, Auth: in.opts.ZKAuth, TLS: in.opts.ZKTLS,
 				SessionTimeout: in.opts.SessionTimeout, MaxEntryBytes: in.opts.MaxEntryBytes,
 			},
 			Name:            in.opts.Name,

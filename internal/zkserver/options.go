@@ -48,7 +48,16 @@ const (
 // slf4j-simple.jar (so that the server logs to stderr, which goes to the log
 // file). It returns a new slice on every call.
 func DefaultClassPath() []string {
-	return []string{"/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"}
+	cp := []string{"/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"}
+	// netty-codec and netty-resolver are not on the class path that
+	// Debian's zookeeper.jar names, but its Netty connection factory (needed
+	// for TLS clients) requires them; added when installed.
+	for _, jar := range []string{"/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar"} {
+		if _, err := os.Stat(jar); err == nil {
+			cp = append(cp, jar)
+		}
+	}
+	return cp
 }
 
 // DefaultJVMFlags returns the JVM flags used unless [Options.NoDefaultJVMFlags]
