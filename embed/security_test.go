@@ -121,3 +121,38 @@ func TestZooKeeperTLS(t *testing.T) {
 		t.Fatalf("get over TLS: %v %v", resp, err)
 	}
 }
+
+// TestForeignDataUnderTheRootIsReportedNotServed: data zketcd did not
+// write (or that was corrupted) makes recovery fail with an error naming
+// the znode, never a panic or a silent skip.
+func TestForeignDataUnderTheRootIsReportedNotServed(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{})
+	c := in.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	raw, _, err := zk.Connect([]string{zkSrv.Addr()}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	entry := in.Root() + "/log/0000000000/00000000000000000002"
+	if _, err := raw.Set(entry, []byte("not a zketcd entry"), -1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:any:one")
+	if err == nil || !strings.Contains(err.Error(), entry) {
+		t.Fatalf("recovery over a corrupted entry: %v (want an error naming %s)", err, entry)
+	}
+	if _, err := raw.Set(in.Root()+"/meta", []byte("{not json"), -1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:any:one")
+	if err == nil || !strings.Contains(err.Error(), in.Root()+"/meta") {
+		t.Fatalf("corrupted meta: %v", err)
+	}
+}
