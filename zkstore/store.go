@@ -2,13 +2,13 @@ package zkstore
 
 import (
 	"context"
-	"crypto/tls"
-	"net"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
