@@ -23,6 +23,12 @@ import (
 // "request is too large" rather than a transport error.
 const grpcOverheadBytes = 512 * 1024
 
+// DefaultConnectionTimeout is the default ConnectionTimeout: ample for a
+// TLS and HTTP/2 handshake over a slow link, short enough that connections
+// that never finish one (slowloris) do not pile up for gRPC's default two
+// minutes.
+const DefaultConnectionTimeout = 20 * time.Second
+
 // Config configures the gRPC server.
 type Config struct {
 	MaxRequestBytes int
@@ -46,7 +52,15 @@ type Config struct {
 	// MaxConcurrentStreams bounds the concurrent gRPC streams per client
 	// connection (etcd's --max-concurrent-streams; 0: unbounded).
 	MaxConcurrentStreams uint32
-	Logger               *logrus.Entry
+	// MaxConcurrentRequests bounds the unary RPCs and RangeStreams in
+	// flight across all clients (0: unbounded); one more fails at once with
+	// etcd's "too many requests". The health service is exempt.
+	MaxConcurrentRequests int
+	// ConnectionTimeout bounds the TLS and HTTP/2 handshakes of a new
+	// connection; one not done by then is closed (0:
+	// DefaultConnectionTimeout).
+	ConnectionTimeout time.Duration
+	Logger            *logrus.Entry
 	Registerer           prometheus.Registerer
 }
 
@@ -67,6 +81,9 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	}
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = math.MaxUint32
+	}
+	if cfg.ConnectionTimeout == 0 {
+		cfg.ConnectionTimeout = DefaultConnectionTimeout
 	}
 	if cfg.KeepaliveMinTime == 0 {
 		cfg.KeepaliveMinTime = 5 * time.Second
@@ -89,8 +106,13 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: cfg.KeepaliveInterval, Timeout: cfg.KeepaliveTimeout,
 		}),
-		grpc.ChainUnaryInterceptor(m.unary),
-		grpc.ChainStreamInterceptor(m.stream),
+		grpc.ConnectionTimeout(cfg.ConnectionTimeout),
+	}
+	if l := newRequestLimiter(cfg.MaxConcurrentRequests, cfg.Registerer); l != nil {
+		// Metrics first, so that refused requests are counted with their code.
+		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, l.unary), grpc.ChainStreamInterceptor(m.stream, l.stream))
+	} else {
+		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/grpcsrv"
 	"github.com/zketcd/zketcd/zkstore"
 )
 
@@ -40,12 +41,17 @@ type serveFlags struct {
 	keyFile       string
 	trustedCAFile string
 	clientCert    bool
+	cipherSuites  string
+	tlsMinVersion string
+	tlsMaxVersion string
 
 	watchProgressInterval time.Duration
 	relaxedReads          bool
 	commitPipeline        int
 	maxWatchersPerStream  int
 	maxConcurrentStreams  uint
+	maxConcurrentRequests int
+	handshakeTimeout      time.Duration
 
 	keepaliveMinTime  time.Duration
 	keepaliveInterval time.Duration
@@ -77,10 +83,15 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.keyFile, "key-file", "", "TLS key for clients")
 	fs.StringVar(&f.trustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
 	fs.BoolVar(&f.clientCert, "client-cert-auth", false, "require client certificates signed by --trusted-ca-file")
+	fs.StringVar(&f.cipherSuites, "cipher-suites", "", "comma-separated TLS cipher suites for clients, by Go/IANA name (empty: Go's defaults; TLS 1.3 suites are not configurable)")
+	fs.StringVar(&f.tlsMinVersion, "tls-min-version", "TLS1.2", "lowest TLS version accepted from clients: TLS1.2 or TLS1.3")
+	fs.StringVar(&f.tlsMaxVersion, "tls-max-version", "", "highest TLS version accepted from clients: TLS1.2 or TLS1.3 (empty: Go's highest)")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
 	fs.IntVar(&f.commitPipeline, "commit-pipeline", backend.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
 	fs.IntVar(&f.maxWatchersPerStream, "max-watchers-per-stream", 100000, "most watchers on one watch stream (0: no bound); a create beyond it is canceled with a reason")
 	fs.UintVar(&f.maxConcurrentStreams, "max-concurrent-streams", 0, "most concurrent gRPC streams per client connection (0: unbounded, as etcd's default)")
+	fs.IntVar(&f.maxConcurrentRequests, "max-concurrent-requests", grpcsrv.DefaultMaxConcurrentRequests, "most requests (unary RPCs and RangeStream) in flight across all clients; one more fails at once with \"too many requests\" (0: unbounded)")
+	fs.DurationVar(&f.handshakeTimeout, "grpc-handshake-timeout", grpcsrv.DefaultConnectionTimeout, "time a new client connection has to finish its TLS and HTTP/2 handshakes before it is closed")
 	fs.DurationVar(&f.watchProgressInterval, "watch-progress-notify-interval", 10*time.Minute, "period of progress notifications to watchers that ask for them")
 	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest keepalive interval a client may use")
 	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", 2*time.Hour, "interval of server-to-client pings")
@@ -179,7 +190,94 @@ func listenAddrs(urls []string) (addrs []string, secure bool, err error) {
 	return addrs, secure, nil
 }
 
+// tlsVersions parses --tls-min-version, --tls-max-version and
+// --cipher-suites with etcd's rules: versions are TLS1.2 or TLS1.3 (empty:
+// Go's choice, 0), min must not exceed max, and cipher suites cannot be set
+// when the minimum is TLS 1.3 (Go does not let TLS 1.3 suites be chosen).
+// It returns the insecure suites named, for a warning.
+func (f *serveFlags) tlsVersions() (minV, maxV uint16, suites []uint16, insecure []string, err error) {
+	if minV, err = parseTLSVersion(f.tlsMinVersion); err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("--tls-min-version: %w", err)
+	}
+	if maxV, err = parseTLSVersion(f.tlsMaxVersion); err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("--tls-max-version: %w", err)
+	}
+	if maxV != 0 && minV > maxV {
+		return 0, 0, nil, nil, fmt.Errorf("--tls-min-version %s is above --tls-max-version %s", f.tlsMinVersion, f.tlsMaxVersion)
+	}
+	names := splitList(f.cipherSuites)
+	if len(names) > 0 && minV == tls.VersionTLS13 {
+		return 0, 0, nil, nil, errors.New("--cipher-suites cannot be set when --tls-min-version is TLS1.3 (TLS 1.3 suites are not configurable)")
+	}
+	suites, insecure, err = parseCipherSuites(names)
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("--cipher-suites: %w", err)
+	}
+	return minV, maxV, suites, insecure, nil
+}
+
+// parseTLSVersion maps etcd's version names to crypto/tls constants; ""
+// is 0 (Go's default).
+func parseTLSVersion(v string) (uint16, error) {
+	switch v {
+	case "":
+		return 0, nil
+	case "TLS1.2":
+		return tls.VersionTLS12, nil
+	case "TLS1.3":
+		return tls.VersionTLS13, nil
+	}
+	return 0, fmt.Errorf("unknown TLS version %q (want TLS1.2 or TLS1.3)", v)
+}
+
+// cipherSuiteAliases are the names etcd accepts besides Go's: the
+// ChaCha20 suites as Go named them before their IANA names.
+var cipherSuiteAliases = map[string]uint16{
+	"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305":   tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// parseCipherSuites maps cipher suite names (Go's, which are IANA's) to
+// IDs in the order given (an empty list is nil: Go's defaults). An unknown
+// name is an error; insecure lists the names Go marks insecure.
+func parseCipherSuites(names []string) (ids []uint16, insecure []string, err error) {
+	known := map[string]uint16{}
+	for _, c := range tls.CipherSuites() {
+		known[c.Name] = c.ID
+	}
+	weak := map[string]uint16{}
+	for _, c := range tls.InsecureCipherSuites() {
+		weak[c.Name] = c.ID
+	}
+	for _, n := range names {
+		id, ok := known[n]
+		if !ok {
+			id, ok = cipherSuiteAliases[n]
+		}
+		if !ok {
+			if id, ok = weak[n]; ok {
+				insecure = append(insecure, n)
+			}
+		}
+		if !ok {
+			return nil, nil, fmt.Errorf("unknown TLS cipher suite %q", n)
+		}
+		ids = append(ids, id)
+	}
+	return ids, insecure, nil
+}
+
+// tlsConfig builds the client TLS configuration, or nil without
+// --cert-file/--key-file. The version and cipher suite flags are checked
+// even then, so a typo never goes unnoticed.
 func (f *serveFlags) tlsConfig() (*tls.Config, error) {
+	minV, maxV, suites, _, err := f.tlsVersions()
+	if err != nil {
+		return nil, err
+	}
+	if minV == 0 {
+		minV = tls.VersionTLS12
+	}
 	if f.certFile == "" && f.keyFile == "" {
 		if f.clientCert {
 			return nil, errors.New("--client-cert-auth needs --cert-file and --key-file")
@@ -190,7 +288,7 @@ func (f *serveFlags) tlsConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load --cert-file/--key-file: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: minV, MaxVersion: maxV, CipherSuites: suites}
 	if f.trustedCAFile != "" {
 		pem, err := os.ReadFile(f.trustedCAFile)
 		if err != nil {

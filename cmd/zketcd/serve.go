@@ -55,6 +55,12 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if secure && tlsCfg == nil {
 		return errors.New("https client URLs need --cert-file and --key-file")
 	}
+	if _, _, _, insecure, _ := f.tlsVersions(); len(insecure) > 0 && tlsCfg != nil {
+		lg.WithField("cipher_suites", insecure).Warn("--cipher-suites names suites Go considers insecure")
+	}
+	if f.handshakeTimeout <= 0 {
+		return errors.New("--grpc-handshake-timeout must be positive")
+	}
 	metricsAddrs, _, err := listenAddrs(splitList(f.listenMetricsURLs))
 	if err != nil {
 		return fmt.Errorf("--listen-metrics-urls: %w", err)
@@ -90,6 +96,8 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			WatchProgressNotifyInterval: f.watchProgressInterval,
 			MaxWatchersPerStream:        f.maxWatchersPerStream,
 			MaxConcurrentStreams:        uint32(min(f.maxConcurrentStreams, 1<<32-1)),
+			MaxConcurrentRequests:       f.maxConcurrentRequests,
+			ConnectionTimeout:           f.handshakeTimeout,
 		},
 		ClientAddrs:  listen,
 		TLS:          tlsCfg,

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/zketcd/zketcd/internal/testcerts"
+	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// TestServeTLSMinVersion13RefusesTLS12Client runs "serve" with
+// --tls-min-version=TLS1.3: a client capped at TLS 1.2 fails its
+// handshake, a TLS 1.3 client is served.
+func TestServeTLSMinVersion13RefusesTLS12Client(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	certs := testcerts.New(t)
+	addr := zketcdtest.FreeAddr(t)
+	f := parseServeFlags(t, "--zk", zkSrv.Addr(), "--zk-root", "/serve-tls13",
+		"--listen-client-urls", "https://"+addr, "--log-level", "warn",
+		"--cert-file", certs.ServerCert, "--key-file", certs.ServerKey,
+		"--trusted-ca-file", certs.CAFile, "--client-cert-auth",
+		"--tls-min-version", "TLS1.3")
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, f, func() { close(ready) }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not become ready")
+	}
+
+	put := func(maxVersion uint16) error {
+		cfg := certs.ClientTLS(t, true)
+		cfg.MaxVersion = maxVersion
+		c, err := clientv3.New(clientv3.Config{
+			Endpoints: []string{addr}, DialTimeout: 3 * time.Second, TLS: cfg, Logger: zap.NewNop(),
+		})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+		defer pcancel()
+		_, err = c.Put(pctx, "k", "v")
+		return err
+	}
+	if err := put(tls.VersionTLS12); err == nil {
+		t.Fatal("a client limited to TLS 1.2 was served with --tls-min-version=TLS1.3")
+	}
+	if err := put(tls.VersionTLS13); err != nil {
+		t.Fatalf("TLS 1.3 client: %v", err)
+	}
+	// The refusal is the handshake's, not the server's health.
+	raw, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: certs.CA, MaxVersion: tls.VersionTLS12, NextProtos: []string{"h2"}})
+	if err == nil {
+		raw.Close()
+		t.Fatal("TLS 1.2 handshake succeeded")
+	}
+	t.Logf("TLS 1.2 handshake: %v", err)
+}
