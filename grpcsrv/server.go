@@ -61,7 +61,7 @@ type Config struct {
 	// DefaultConnectionTimeout).
 	ConnectionTimeout time.Duration
 	Logger            *logrus.Entry
-	Registerer           prometheus.Registerer
+	Registerer        prometheus.Registerer
 }
 
 // New returns a gRPC server with every etcd service registered on be, and
