@@ -49,6 +49,9 @@ type Options struct {
 	ZKTLS *tls.Config
 	// ZKAuth is zkstore.Config.Auth ("digest:user:pass").
 	ZKAuth []string
+	// Configure, if set, edits the instance's configuration last (limits,
+	// the logger); it is called again on Restart.
+	Configure func(*embed.Config)
 }
 
 var counter atomic.Int64
@@ -107,6 +110,9 @@ func (in *Instance) start() {
 		Logger:      entry,
 	}
 	cfg.GRPC.WatchProgressNotifyInterval = in.opts.ProgressNotifyInterval
+	if in.opts.Configure != nil {
+		in.opts.Configure(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var z *embed.Zketcd
