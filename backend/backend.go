@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/compactor"
 	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/watchbridge"
 	"github.com/zketcd/zketcd/zkstore"
@@ -82,6 +83,13 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		compactKick: make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
 	}
+	var auto *compactor.Compactor
+	if cfg.AutoCompaction.Enabled() {
+		if auto, err = compactor.New(cfg.AutoCompaction, autoCompactTarget{b}, cfg.Logger, cfg.Registerer); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	b.barrier.sync = b.syncHead
 	b.barrier.maxRounds = 1
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -102,6 +110,10 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("register member: %w", err)
 	}
 	b.election = st.Campaign(b.memberID)
+	if auto != nil {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
+	}
 	b.wg.Add(5)
 	go b.tail()
 	go b.commitLoop()

@@ -33,11 +33,7 @@ type proposal struct {
 // errRefused answers a guarded proposal whose preconditions did not hold.
 var errRefused = errors.New("commit refused: a precondition no longer holds")
 
-// propose queues a write for the committer and waits for its outcome.
-func (b *Backend) propose(ctx context.Context, size int, eval evalFunc) (any, error) {
-	return b.submit(ctx, &proposal{ctx: ctx, size: size, eval: eval, done: make(chan struct{})})
-}
-
+// submit queues a proposal for the committer and waits for its outcome.
 func (b *Backend) submit(ctx context.Context, p *proposal) (any, error) {
 	select {
 	case b.proposals <- p:

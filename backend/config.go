@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/compactor"
 	"github.com/zketcd/zketcd/zkstore"
 )
 
@@ -45,6 +46,10 @@ type Config struct {
 	// cut off from its quorum that still believes it is the leader answers
 	// it alone, so a read through it can miss acknowledged writes.
 	RelaxedReads bool
+	// AutoCompaction is etcd's --auto-compaction-mode and
+	// --auto-compaction-retention (zero: off). Every instance samples
+	// revisions; only the leader instance compacts.
+	AutoCompaction compactor.Config
 	// CompactionHook, if set, is called between the steps of a physical
 	// compaction ("base-prepared", "base-published", "log-truncated"); an
 	// error stops the compaction there, as a crash would. For fault
@@ -103,6 +108,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max txn ops %d must be positive", c.MaxTxnOps)
 	case c.MaxRequestBytes < 1:
 		return fmt.Errorf("max request bytes %d must be positive", c.MaxRequestBytes)
+	}
+	if err := c.AutoCompaction.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/translate"
+	"github.com/zketcd/zketcd/zkstore"
 )
 
 func (b *Backend) syncHead() (int64, error) {
@@ -213,19 +214,32 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 // then on, on every instance. Errors: ErrGRPCCompacted if already compacted
 // there, ErrGRPCFutureRev above the current revision.
 func (b *Backend) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	return b.compact(ctx, req, zkstore.Fence{})
+}
+
+// compact is Compact; with a valid fence, the compaction is committed only
+// while that leadership holds (errRefused otherwise).
+func (b *Backend) compact(ctx context.Context, req *pb.CompactionRequest, fence zkstore.Fence) (*pb.CompactionResponse, error) {
 	if req.Revision > b.view.State().Rev {
 		// It may exist on another instance: decide after a barrier.
 		if err := b.Linearize(ctx); err != nil {
 			return nil, err
 		}
 	}
-	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) {
+	eval := func(bt *revision.Batch) (any, error) {
 		if err := translate.CheckCompact(bt, req.Revision); err != nil {
 			return nil, err
 		}
 		bt.Compact(req.Revision)
 		return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: bt.Rev()}}, nil
-	})
+	}
+	var resp any
+	var err error
+	if fence.Valid() {
+		resp, err = b.writeGuarded(ctx, req, eval, func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} })
+	} else {
+		resp, err = b.write(ctx, req, eval)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -239,11 +253,17 @@ func (b *Backend) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.C
 
 // write checks the request size and queues it for the committer.
 func (b *Backend) write(ctx context.Context, req proto.Message, eval evalFunc) (any, error) {
+	return b.writeGuarded(ctx, req, eval, nil)
+}
+
+// writeGuarded is write; with guards not nil, the request is committed in
+// an entry of its own under the preconditions guards returns.
+func (b *Backend) writeGuarded(ctx context.Context, req proto.Message, eval evalFunc, guards func() []zkstore.Guard) (any, error) {
 	size := proto.Size(req)
 	if size > b.cfg.MaxRequestBytes {
 		return nil, rpctypes.ErrGRPCRequestTooLarge
 	}
-	resp, err := b.propose(ctx, size, eval)
+	resp, err := b.submit(ctx, &proposal{ctx: ctx, size: size, eval: eval, guards: guards, done: make(chan struct{})})
 	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return nil, err
 	}

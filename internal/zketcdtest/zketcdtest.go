@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/compactor"
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/zkstore"
 )
@@ -43,6 +44,8 @@ type Options struct {
 	CompactionHook func(step string) error
 	// CommitPipeline is backend.Config.CommitPipeline.
 	CommitPipeline int
+	// AutoCompaction is backend.Config.AutoCompaction.
+	AutoCompaction compactor.Config
 	// TLS serves the etcd API with TLS.
 	TLS *tls.Config
 	// ZKTLS is zkstore.Config.TLS.
@@ -104,6 +107,7 @@ func (in *Instance) start() {
 			MaxRequestBytes: in.opts.MaxRequestBytes,
 			CompactionHook:  in.opts.CompactionHook,
 			CommitPipeline:  in.opts.CommitPipeline,
+			AutoCompaction:  in.opts.AutoCompaction,
 		},
 		ClientAddrs: []string{in.addr},
 		TLS:         in.opts.TLS,
