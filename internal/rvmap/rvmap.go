@@ -83,9 +83,10 @@ func (ix *Index) Key(k string) Key {
 // Revision is where a revision was committed.
 type Revision struct {
 	Revision int64
-	// Found is false for a revision not in the log (in the future, or
-	// before the current base generation).
-	Found bool
+	// Found is false for a revision not in the log: in the future
+	// (Future) or folded into the current base generation by a physical
+	// compaction (Compacted).
+	Found, Future, Compacted bool
 	// Sentinel is true for revision 1, the empty store, made by the
 	// transaction that created the root.
 	Sentinel bool
@@ -101,7 +102,7 @@ func (ix *Index) Revision(rev int64) Revision {
 	}
 	i := sort.Search(len(ix.entries), func(i int) bool { return ix.entries[i].last >= rev })
 	if i == len(ix.entries) || ix.entries[i].first > rev {
-		return Revision{Revision: rev}
+		return Revision{Revision: rev, Future: rev > ix.Head.Rev, Compacted: rev <= ix.Head.Rev && (i == 0 || rev < ix.entries[0].first)}
 	}
 	return Revision{Revision: rev, Found: true, LSN: ix.entries[i].lsn, Zxid: ix.entries[i].zxid}
 }
@@ -129,6 +130,10 @@ func (ix *Index) WriteTable(out io.Writer, keys []string, revs []int64) error {
 			switch {
 			case r.Sentinel:
 				fmt.Fprintf(w, "%d\t1\t(empty store)\n", rv)
+			case r.Future:
+				fmt.Fprintf(w, "%d\t-\t(after the head revision)\n", rv)
+			case r.Compacted:
+				fmt.Fprintf(w, "%d\t-\t(compacted into the base generation; its log entry is gone)\n", rv)
 			case !r.Found:
 				fmt.Fprintf(w, "%d\t-\t-\n", rv)
 			default:

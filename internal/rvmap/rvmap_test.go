@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/internal/rvmap"
 	"github.com/zketcd/zketcd/internal/zketcdtest"
@@ -73,5 +74,58 @@ func TestIndexMapsRevisionsToZxids(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestIndexSaysWhenARevisionWasCompactedAway(t *testing.T) {
+	zk := zkservertest.Standalone(t)
+	in := zketcdtest.Start(t, []string{zk.Addr()}, zketcdtest.Options{})
+	c := in.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	put := func() int64 {
+		r, err := c.Put(ctx, "k", "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	old := put()
+	// Two physical compactions: the second removes the log entries below
+	// the first one's base generation.
+	for round := 0; round < 2; round++ {
+		rev := put()
+		put()
+		if _, err := c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	cfg := zkstore.Config{Servers: []string{zk.Addr()}, Root: in.Root(), Logger: logrus.NewEntry(lg)}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ix, err := rvmap.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := ix.Revision(old)
+		if m.Compacted && !m.Found && !m.Future {
+			if f := ix.Revision(ix.Head.Rev + 1); !f.Future || f.Compacted {
+				t.Fatalf("revision after the head: %+v", f)
+			}
+			var out bytes.Buffer
+			if err := ix.WriteTable(&out, nil, []int64{old}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "compacted into the base generation") {
+				t.Fatalf("table does not say the revision was compacted:\n%s", out.String())
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revision %d still mapped after two physical compactions: %+v", old, m)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
