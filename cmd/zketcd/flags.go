@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/compactor"
 	"github.com/zketcd/zketcd/grpcsrv"
 	"github.com/zketcd/zketcd/zkstore"
 )
@@ -48,6 +49,8 @@ type serveFlags struct {
 	watchProgressInterval time.Duration
 	relaxedReads          bool
 	commitPipeline        int
+	autoCompactionMode    string
+	autoCompactionRetain  string
 	maxWatchersPerStream  int
 	maxConcurrentStreams  uint
 	maxConcurrentRequests int
@@ -88,6 +91,8 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.tlsMaxVersion, "tls-max-version", "", "highest TLS version accepted from clients: TLS1.2 or TLS1.3 (empty: Go's highest)")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
 	fs.IntVar(&f.commitPipeline, "commit-pipeline", backend.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
+	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
+	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")
 	fs.IntVar(&f.maxWatchersPerStream, "max-watchers-per-stream", 100000, "most watchers on one watch stream (0: no bound); a create beyond it is canceled with a reason")
 	fs.UintVar(&f.maxConcurrentStreams, "max-concurrent-streams", 0, "most concurrent gRPC streams per client connection (0: unbounded, as etcd's default)")
 	fs.IntVar(&f.maxConcurrentRequests, "max-concurrent-requests", grpcsrv.DefaultMaxConcurrentRequests, "most requests (unary RPCs and RangeStream) in flight across all clients; one more fails at once with \"too many requests\" (0: unbounded)")

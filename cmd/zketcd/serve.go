@@ -79,6 +79,10 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
+	autoCompaction, err := f.autoCompaction()
+	if err != nil {
+		return err
+	}
 	cfg := embed.Config{
 		Backend: backend.Config{
 			Store:           storeCfg,
@@ -88,6 +92,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			MaxRequestBytes: f.maxRequestBytes,
 			RelaxedReads:    f.relaxedReads,
 			CommitPipeline:  f.commitPipeline,
+			AutoCompaction:  autoCompaction,
 		},
 		GRPC: grpcsrv.Config{
 			KeepaliveMinTime:            f.keepaliveMinTime,
