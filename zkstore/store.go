@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -98,22 +97,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
 	lg := cfg.Logger.WithField("component", "zkstore")
-	var (
-		conn   *zk.Conn
-		events <-chan zk.Event
-		err    error
-	)
-	if cfg.TLS != nil {
-		tlsCfg := cfg.TLS
-		dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
-			return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, address, tlsCfg)
-		}
-		conn, events, err = zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
-			zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dial))
-	} else {
-		conn, events, err = zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
-			zk.WithMaxConnBufferSize(zkBufferBytes))
-	}
+	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
+		zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dialer(cfg.TLS, handshakeTimeout(cfg.SessionTimeout))))
 	if err != nil {
 		return nil, fmt.Errorf("connect to zookeeper %v: %w", cfg.Servers, err)
 	}
