@@ -4,18 +4,19 @@
 # working binary is already there):
 #
 #   $CACHE/etcd-v3.7.3/etcd            go.etcd.io/etcd/server/v3 v3.7.3
+#   $CACHE/etcd-v3.7.3/etcdctl         go.etcd.io/etcd/etcdctl/v3 v3.7.3
 #   $CACHE/etcd-v3.7.3/benchmark       go.etcd.io/etcd/v3/tools/benchmark v3.7.1
 #                                      (client/pkg v3.7.3; v3.7.2+ of the root
 #                                      module are not served by the proxy)
 #   $CACHE/kine-v0.17.5/kine           github.com/k3s-io/kine v0.17.5 (cgo: SQLite)
 #
-# CACHE is ${ZKETCD_CACHE:-$HOME/.cache/zketcd}. etcd and its benchmark tool
-# are built from the wrapper module in ./peers (etcd's own go.mod files carry
+# CACHE is ${ZKETCD_CACHE:-$HOME/.cache/zketcd}. etcd, etcdctl and the benchmark
+# tool are built from the wrapper module in ./peers (etcd's own go.mod files carry
 # replace directives, so `go install ...@v3.7.3` does not work); kine with
 # `go install`. Output: one line per binary, NAME=PATH, on stdout; logs go to
 # stderr. Cold: etcd+benchmark ~1.5 min, kine ~2.5 min on 2 cores.
 #
-# Usage: build-peers.sh [etcd] [benchmark] [kine]   (default: all three)
+# Usage: build-peers.sh [etcd] [etcdctl] [benchmark] [kine]   (default: all four)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,7 +32,7 @@ kine_dir="$cache_root/kine-$KINE_VERSION"
 export GOWORK=off
 
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(etcd benchmark kine)
+[ ${#want[@]} -gt 0 ] || want=(etcd etcdctl benchmark kine)
 
 locked() { # locked DIR: serialize concurrent builds into DIR
 	mkdir -p "$1"
@@ -57,12 +58,14 @@ build_wrapper() { # build_wrapper NAME PKG CHECK...
 }
 
 etcd_ok() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "etcd Version: ${ETCD_VERSION#v}"; }
+etcdctl_ok() { [ -x "$1" ] && "$1" version 2>/dev/null | grep -q "etcdctl version: ${ETCD_VERSION#v}"; }
 bench_ok() { [ -x "$1" ] && "$1" --help 2>/dev/null | grep -q "benchmark"; }
 kine_ok() { [ -x "$1" ] && "$1" --help >/dev/null 2>&1; }
 
 for w in "${want[@]}"; do
 	case "$w" in
 	etcd) build_wrapper etcd go.etcd.io/etcd/server/v3 etcd_ok ;;
+	etcdctl) build_wrapper etcdctl go.etcd.io/etcd/etcdctl/v3 etcdctl_ok ;;
 	benchmark) build_wrapper benchmark go.etcd.io/etcd/v3/tools/benchmark bench_ok ;;
 	kine)
 		out="$kine_dir/kine"
@@ -77,6 +80,6 @@ for w in "${want[@]}"; do
 		fi
 		echo "kine=$out"
 		;;
-	*) die "unknown peer $w (etcd, benchmark, kine)" ;;
+	*) die "unknown peer $w (etcd, etcdctl, benchmark, kine)" ;;
 	esac
 done
