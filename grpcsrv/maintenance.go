@@ -43,8 +43,8 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 		RaftIndex:        uint64(max(head.LSN, st.LSN)),
 		RaftAppliedIndex: uint64(st.LSN),
 		RaftTerm:         uint64(head.Zxid >> 32),
-		DbSize:           s.be.DBSize(),
-		DbSizeInUse:      s.be.DBSize(),
+		DbSize:           statusDBSize(s.be.DBSize()),
+		DbSizeInUse:      statusDBSize(s.be.DBSize()),
 		DbSizeQuota:      quotaBytes,
 		StorageVersion:   version.Version[:3] + ".0",
 		DowngradeInfo:    &pb.DowngradeInfo{},
@@ -58,6 +58,13 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	}
 	return resp, nil
 }
+
+// statusDBSize is the DbSize (and DbSizeInUse) Status reports for applied
+// bytes of log entries. It is never 0: a fresh root has applied no entry yet,
+// and etcdctl's `endpoint status` table divides by DbSize (etcdctl 3.7.3
+// panics with an integer divide by zero on a 0), while etcd's own database
+// file is never empty either.
+func statusDBSize(applied int64) int64 { return max(applied, 1) }
 
 // Alarm reports no alarms (zketcd raises none yet) and refuses to set one.
 func (s *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
