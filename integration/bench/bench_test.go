@@ -198,3 +198,46 @@ func TestPartialReport(t *testing.T) {
 		t.Errorf("re-rendered markdown:\n%s", b)
 	}
 }
+
+// TestReportEmbedsAnalysis checks that a hand-written analysis.md in the
+// data directory becomes a section after the summary, headings one level
+// down (not inside code blocks), and that without it nothing changes.
+func TestReportEmbedsAnalysis(t *testing.T) {
+	rep := &Report{Profile: Profiles["quick"]}
+	r := Result{Server: ServerEtcd, Workload: WPutSeq, Clients: 1}
+	rec := &recorder{}
+	rec.ok(time.Millisecond)
+	summarize(&r, []*recorder{rec}, 1)
+	rep.Results = append(rep.Results, r)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "bench")
+	if err := rep.WriteFiles(filepath.Join(dir, "plain.md"), data); err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := os.ReadFile(filepath.Join(dir, "plain.md"))
+	if strings.Contains(string(plain), "hand-written") {
+		t.Fatalf("no analysis.md, yet:\n%s", plain)
+	}
+	analysis := "# Where the time goes\n\nIntro.\n\n## Puts\n\n```sh\n# a shell comment\n```\n"
+	if err := os.WriteFile(filepath.Join(data, AnalysisFile), []byte(analysis), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteFiles(filepath.Join(dir, "b.md"), data); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "b.md"))
+	text := string(b)
+	for _, want := range []string{
+		"\n## Where the time goes\n\n*This section is hand-written: it is copied from [`bench/analysis.md`](bench/analysis.md)",
+		"Intro.\n\n### Puts\n\n```sh\n# a shell comment\n```\n\n## Setup\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, text)
+		}
+	}
+	// Apart from the section, the report is the same as without it.
+	a, e := strings.Index(text, "## Where the time goes"), strings.Index(text, "## Setup")
+	if a < 0 || e < a || text[:a]+text[e:] != string(plain) {
+		t.Errorf("with the section cut out, the report differs from the one without analysis.md")
+	}
+}

@@ -3,7 +3,9 @@ package bench
 import (
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -279,7 +281,25 @@ func (r *Report) WriteFiles(md, dataDir string) error {
 	if err != nil {
 		rel = dataDir
 	}
-	return os.WriteFile(md, []byte(r.Markdown(rel, plots)), 0o644)
+	analysis, err := readAnalysis(dataDir)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(md, []byte(r.Markdown(rel, plots, analysis)), 0o644)
+}
+
+// AnalysisFile is the hand-written analysis (profiles, latency budgets) in
+// the data directory that the report embeds when it exists.
+const AnalysisFile = "analysis.md"
+
+// readAnalysis returns the content of dataDir/analysis.md, or "" if there
+// is none.
+func readAnalysis(dataDir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, AnalysisFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return string(b), err
 }
 
 func (r *Report) writeCSV(path string) error {
