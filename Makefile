@@ -3,6 +3,7 @@
 #   make run     start a local ZooKeeper (installed if missing) and zketcd on it
 #   make test    every test that runs in CI: unit, ZooKeeper-backed, differential
 #   make e2e     kube-apiserver on ZooKeeper through zketcd (builds kube-apiserver once, cached)
+#   make etcdctl-test  the real etcdctl against zketcd dev and etcd 3.7.3, outputs compared
 #   make demo    the same experiment, printed as a lab notebook
 #
 # Long-running targets (benchmarks, soaks, faults) are listed in README.md.
@@ -13,7 +14,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration e2e demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper clean
+.PHONY: all build run test test-unit test-integration e2e etcdctl-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper clean
 
 all: build
 
@@ -56,6 +57,19 @@ e2e: deps-zookeeper build
 	[ -x "$$bin" ] || { echo "e2e: no kube-apiserver binary at '$$bin'" >&2; exit 1; }; \
 	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
 		$(GO) test $(E2E_FLAGS) ./e2e/
+
+# etcdctl-test runs the real etcdctl v3.7.3 against `zketcd dev` and etcd
+# 3.7.3 with one command script and compares the outputs
+# (integration/etcdctl). etcdctl and etcd are built once into
+# $${ZKETCD_CACHE:-$$HOME/.cache/zketcd}/etcd-v3.7.3/ by build-peers.sh.
+ETCDCTL_TEST_FLAGS ?= -race -count=1 -timeout 10m -v
+PEERS_BUILD := integration/bench/build-peers.sh
+etcdctl-test: deps-zookeeper build
+	@out=$$($(PEERS_BUILD) etcdctl etcd) || { echo "etcdctl-test: building etcdctl/etcd failed" >&2; exit 1; }; \
+	ctl=$$(printf '%s\n' "$$out" | sed -n 's/^etcdctl=//p'); etcd=$$(printf '%s\n' "$$out" | sed -n 's/^etcd=//p'); \
+	[ -x "$$ctl" ] && [ -x "$$etcd" ] || { echo "etcdctl-test: no etcdctl/etcd binaries in: $$out" >&2; exit 1; }; \
+	cd integration && ETCDCTL="$$ctl" ETCD_BINARY="$$etcd" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
+		$(GO) test $(ETCDCTL_TEST_FLAGS) ./etcdctl/
 
 # demo runs the same experiment and prints it as a lab notebook
 # (DEMO_FLAGS="-dir DIR" keeps the logs and data).
