@@ -870,7 +870,10 @@ func (c *checker) leases() {
 	}
 }
 
-// recovery measures how long clients saw errors around each fault.
+// recovery measures how long clients saw errors around each fault. A
+// failed request counts for the last fault injected before it returned: one
+// called just before a fault and failing because of it belongs to that
+// fault, not to the previous one.
 func (c *checker) recovery() {
 	for i := range c.r.FaultStats {
 		fs := &c.r.FaultStats[i]
@@ -883,7 +886,7 @@ func (c *checker) recovery() {
 			if op.IsWrite() && op.Call <= fs.Inject && op.Return >= fs.Inject {
 				fs.InFlight++
 			}
-			if op.OK() || isCompacted(op.Err) || op.Kind == KindCompact || op.Return < fs.Inject || op.Call >= until {
+			if op.OK() || isCompacted(op.Err) || op.Kind == KindCompact || op.Return < fs.Inject || op.Return >= until {
 				continue
 			}
 			if fs.Errors == 0 || op.Call < first {

@@ -243,3 +243,25 @@ func TestExternalRevisions(t *testing.T) {
 		}
 	}
 }
+
+func TestRecoveryCountsAFailureForTheFaultBeforeItsReturn(t *testing.T) {
+	s := newSim()
+	s.h.Faults = []Fault{{Name: "first", Inject: ms(1000), Heal: ms(2000)}, {Name: "second", Inject: ms(5000), Heal: ms(6000)}}
+	errTimeout := errors.New("context deadline exceeded")
+	// Fails during the first fault, 0.5 s after its heal.
+	s.op(&Op{Worker: 0, Kind: KindRange, Key: "f/kv/00", Err: errTimeout}, 1500, 2500)
+	// Called just before the second fault and failing because of it: it
+	// belongs to the second fault, not 6 s after the first one's heal.
+	s.op(&Op{Worker: 1, Kind: KindRange, Key: "f/kv/01", Err: errTimeout}, 4990, 8000)
+	r := s.check(t, 10*time.Second)
+	if len(r.FaultStats) != 2 {
+		t.Fatalf("fault stats: %+v", r.FaultStats)
+	}
+	first, second := r.FaultStats[0], r.FaultStats[1]
+	if first.Errors != 1 || first.Recovery != ms(500) {
+		t.Errorf("first fault: %d errors, recovery %v; want 1 error, 500ms", first.Errors, first.Recovery)
+	}
+	if second.Errors != 1 || second.Recovery != ms(2000) {
+		t.Errorf("second fault: %d errors, recovery %v; want 1 error, 2s", second.Errors, second.Recovery)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -107,6 +108,13 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	dir := t.TempDir()
+	if a := os.Getenv("FAULTS_ARTIFACTS"); a != "" {
+		// Keep the zketcd processes' logs with the scenario's artifacts.
+		dir = filepath.Join(a, path.Base(t.Name()), "procs")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	opts := zkservertest.Options(t)
 	opts.Ports = ports
 	opts.TickTime = 500 * time.Millisecond // session timeouts from 1 s

@@ -174,7 +174,8 @@ requested compaction, leases never expiring before TTL after their last acknowle
 renewal, and every lease not revoked expiring at most 24 s after it was due (TTL after its
 last renewal, or after the heal of a fault that overlapped it); **clients saw errors**: the
 longest span, over the scenario's faults, from the first failed request to the last;
-**errors after heal**: the longest time from a heal to the last failed request;
+**errors after heal**: the longest time from a heal to the last failed request (a failed
+request counts for the last fault injected before it returned);
 **probe lease expired after heal**: the latest, over the faults, that a probe lease's key
 was seen deleted after the heal ("during the fault" when every probe lease expired before
 its fault was healed, e.g. by the other instance).
