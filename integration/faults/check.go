@@ -62,10 +62,13 @@ type FaultStats struct {
 	// ErrorWindow is from the first failed request's call to the last
 	// failed one's return; Recovery from the heal to that last return.
 	ErrorWindow, Recovery time.Duration
-	// ProbeExpiry is when the probe lease's key was seen deleted,
-	// relative to the heal (negative: before the heal), if ProbeExpired.
+	// ProbeExpiry is when the probe lease's key was seen deleted, relative
+	// to the heal of the last fault injected before that, this one or a
+	// later one (negative: before that heal), if ProbeExpired.
 	ProbeExpiry  time.Duration
 	ProbeExpired bool
+	// ProbeFrom is the index of the fault ProbeExpiry is measured from.
+	ProbeFrom int
 	// InFlight counts the writes that were under way (called, not yet
 	// answered) when the fault was injected.
 	InFlight int
@@ -845,9 +848,20 @@ func (c *checker) leases() {
 				l.renewed.Seconds(), gone.Seconds())
 		}
 		if i, ok := probes[id]; ok && isGone {
-			c.r.FaultStats[i].ProbeExpiry = gone - c.h.Faults[i].Heal
+			// Measured from the heal of the last fault injected before the
+			// key went: a later fault (the next one may come before a probe
+			// could expire) restarts the lease's clock.
+			from := i
+			for j := i + 1; j < len(c.h.Faults); j++ {
+				if c.h.Faults[j].Inject < gone {
+					from = j
+				}
+			}
+			heal := c.h.Faults[from].Heal
+			c.r.FaultStats[i].ProbeFrom = from
+			c.r.FaultStats[i].ProbeExpiry = gone - heal
 			c.r.FaultStats[i].ProbeExpired = true
-			c.r.MaxProbeAfterHeal = max(c.r.MaxProbeAfterHeal, gone-c.h.Faults[i].Heal)
+			c.r.MaxProbeAfterHeal = max(c.r.MaxProbeAfterHeal, gone-heal)
 		}
 		if l.revoke != nil {
 			continue

@@ -265,3 +265,20 @@ func TestRecoveryCountsAFailureForTheFaultBeforeItsReturn(t *testing.T) {
 		t.Errorf("second fault: %d errors, recovery %v; want 1 error, 2s", second.Errors, second.Recovery)
 	}
 }
+
+func TestProbeExpiryIsMeasuredFromTheLastHealBeforeIt(t *testing.T) {
+	s := newSim()
+	s.h.Faults = []Fault{
+		{Name: "first", Inject: ms(1000), Heal: ms(2000), ProbeLease: 7, ProbeKey: LeasePrefix + "7", ProbeTTL: 3},
+		{Name: "second", Inject: ms(4000), Heal: ms(6000)},
+	}
+	s.op(&Op{Worker: 0, Kind: KindGrant, TTL: 3, RespTTL: 3, Lease: 7}, 900, 905)
+	rev := s.write(ms(910), 7, LeasePrefix+"7", "p")
+	s.op(&Op{Worker: 0, Kind: KindPut, Key: LeasePrefix + "7", Value: "p", Lease: 7, Header: rev}, 906, 910)
+	s.write(ms(9500), 0, LeasePrefix+"7", "")
+	r := s.check(t, 12*time.Second)
+	f := r.FaultStats[0]
+	if !f.ProbeExpired || f.ProbeFrom != 1 || f.ProbeExpiry != ms(3500) {
+		t.Fatalf("probe: expired %v, from fault %d, %v after its heal; want from fault 1 (the second), 3.5s", f.ProbeExpired, f.ProbeFrom, f.ProbeExpiry)
+	}
+}

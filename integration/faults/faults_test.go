@@ -409,9 +409,9 @@ func report(t *testing.T, sc scenario, h *History, res *Result, whats []string) 
 		probe := "never"
 		switch {
 		case f.ProbeExpired && f.ProbeExpiry >= 0:
-			probe = fmt.Sprintf("%.1f s after the heal", f.ProbeExpiry.Seconds())
+			probe = fmt.Sprintf("%.1f s after the heal%s", f.ProbeExpiry.Seconds(), laterHeal(f, i))
 		case f.ProbeExpired:
-			probe = fmt.Sprintf("%.1f s before the heal", -f.ProbeExpiry.Seconds())
+			probe = fmt.Sprintf("%.1f s before the heal%s", -f.ProbeExpiry.Seconds(), laterHeal(f, i))
 		}
 		d := fmt.Sprintf("%s: injected at %.1f s (%d writes in flight), healed at %.1f s: %d failed requests over %.1f s, the last %.1f s after the heal; probe lease (TTL %d s) expired %s",
 			whats[min(i, len(whats)-1)], f.Inject.Seconds(), f.InFlight, f.Heal.Seconds(), f.Errors, f.ErrorWindow.Seconds(),
@@ -440,4 +440,12 @@ func report(t *testing.T, sc scenario, h *History, res *Result, whats []string) 
 			res.Writes, res.Reads, res.Compacted, res.Revisions, res.External, res.ErrorsByClassCount, res.PorcupineTook.Round(time.Millisecond)),
 		ProbeDuring: allBefore(res.FaultStats),
 	})
+}
+
+// laterHeal names the later fault a probe's expiry is measured from, if any.
+func laterHeal(f FaultStats, i int) string {
+	if f.ProbeFrom == i {
+		return ""
+	}
+	return fmt.Sprintf(" of fault %d (injected before the probe expired, it restarted the lease's clock)", f.ProbeFrom+1)
 }

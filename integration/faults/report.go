@@ -177,8 +177,9 @@ longest span, over the scenario's faults, from the first failed request to the l
 **errors after heal**: the longest time from a heal to the last failed request (a failed
 request counts for the last fault injected before it returned);
 **probe lease expired after heal**: the latest, over the faults, that a probe lease's key
-was seen deleted after the heal ("during the fault" when every probe lease expired before
-its fault was healed, e.g. by the other instance).
+was seen deleted after the heal of the last fault injected before it went (a later fault
+restarts the lease's clock; "during the fault" when every probe lease expired before that
+fault was healed, e.g. by the other instance).
 `)
 	return b.String()
 }
