@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,4 +107,71 @@ func BenchmarkGetParallel(b *testing.B) {
 			reportCommitStats(b, in)
 		})
 	}
+}
+
+// BenchmarkLeaseKeepAlive renews 1,000 leases from 1 and from 64 goroutines
+// sharing one client (KeepAliveOnce, round robin over the leases) and
+// reports how many ZooKeeper multis and token writes the keepalives cost:
+// concurrent keepalives share one multi, so the multis per keepalive fall
+// as concurrency grows, while each lease renewed in a multi is one token
+// write.
+func BenchmarkLeaseKeepAlive(b *testing.B) {
+	for _, workers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("clients=%d", workers), func(b *testing.B) {
+			in := zketcdtest.Start(b, []string{zkAddr}, zketcdtest.Options{})
+			c := in.Client(b)
+			ctx := context.Background()
+			ids := make([]clientv3.LeaseID, 1000)
+			for i := range ids {
+				resp, err := c.Grant(ctx, 60)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids[i] = resp.ID
+			}
+			before := leaseCounters(b, in)
+			b.ResetTimer()
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < workers; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := n.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						if _, err := c.KeepAliveOnce(ctx, ids[i%int64(len(ids))]); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			after := leaseCounters(b, in)
+			kas := after["zketcd_lease_keepalives_total"] - before["zketcd_lease_keepalives_total"]
+			if kas > 0 {
+				b.ReportMetric((after["zketcd_lease_renewal_multis_total"]-before["zketcd_lease_renewal_multis_total"])/kas, "multis/keepalive")
+				b.ReportMetric((after["zketcd_lease_renewal_token_writes_total"]-before["zketcd_lease_renewal_token_writes_total"])/kas, "writes/keepalive")
+			}
+		})
+	}
+}
+
+// leaseCounters reads the instance's lease renewal counters.
+func leaseCounters(b *testing.B, in *zketcdtest.Instance) map[string]float64 {
+	mfs, err := in.Zketcd().Registry().Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "zketcd_lease_") && len(mf.GetMetric()) > 0 && mf.GetMetric()[0].GetCounter() != nil {
+			out[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return out
 }

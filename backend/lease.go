@@ -227,6 +227,11 @@ func (b *Backend) renewLoop() {
 			}
 		}
 		renewed, err := b.store.RenewLeases(ids)
+		if err == nil {
+			b.metrics.renewals.Add(float64(len(batch)))
+			b.metrics.renewalMultis.Inc()
+			b.metrics.renewalTokens.Add(float64(len(ids)))
+		}
 		for _, r := range batch {
 			r.renewed, r.err = renewed[r.id], err
 			close(r.done)

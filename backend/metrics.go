@@ -18,6 +18,10 @@ type metrics struct {
 	appliedLSN    prometheus.Gauge
 	barrierWait   prometheus.Histogram
 	leasesExpired prometheus.Counter
+	// renewals counts keepalives answered after a ZooKeeper multi,
+	// renewalMultis those multis and renewalTokens the token writes in them
+	// (keepalives of one lease in one multi share a write).
+	renewals, renewalMultis, renewalTokens prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,9 +57,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "leases_expired_total",
 			Help: "Leases this instance expired as the leader.",
 		}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_keepalives_total",
+			Help: "Keepalives this instance renewed through ZooKeeper.",
+		}),
+		renewalMultis: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_renewal_multis_total",
+			Help: "ZooKeeper multis that renewed leases (each carries every keepalive queued while the previous one was in flight).",
+		}),
+		renewalTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_renewal_token_writes_total",
+			Help: "Lease renewal token writes in those multis (one per lease per multi).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired)
+		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
+			m.renewals, m.renewalMultis, m.renewalTokens)
 	}
 	return m
 }
