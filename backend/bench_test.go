@@ -21,25 +21,10 @@ func BenchmarkPutParallel(b *testing.B) {
 	c := in.Client(b)
 	val := string(make([]byte, 256))
 	b.ResetTimer()
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 16; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := n.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if _, err := c.Put(context.Background(), fmt.Sprintf("k%07d", i%100000), val); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	runParallel(b, 16, func(i int64) error {
+		_, err := c.Put(context.Background(), fmt.Sprintf("k%07d", i%100000), val)
+		return err
+	})
 	b.StopTimer()
 	reportCommitStats(b, in)
 }
@@ -88,21 +73,10 @@ func BenchmarkGetParallel(b *testing.B) {
 				opts = append(opts, clientv3.WithSerializable())
 			}
 			b.ResetTimer()
-			var n atomic.Int64
-			var wg sync.WaitGroup
-			for g := 0; g < 16; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for n.Add(1) <= int64(b.N) {
-						if _, err := c.Get(context.Background(), "k", opts...); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			runParallel(b, 16, func(int64) error {
+				_, err := c.Get(context.Background(), "k", opts...)
+				return err
+			})
 			b.StopTimer()
 			reportCommitStats(b, in)
 		})
@@ -131,25 +105,10 @@ func BenchmarkLeaseKeepAlive(b *testing.B) {
 			}
 			before := leaseCounters(b, in)
 			b.ResetTimer()
-			var n atomic.Int64
-			var wg sync.WaitGroup
-			for g := 0; g < workers; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := n.Add(1)
-						if i > int64(b.N) {
-							return
-						}
-						if _, err := c.KeepAliveOnce(ctx, ids[i%int64(len(ids))]); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			runParallel(b, workers, func(i int64) error {
+				_, err := c.KeepAliveOnce(ctx, ids[i%int64(len(ids))])
+				return err
+			})
 			b.StopTimer()
 			after := leaseCounters(b, in)
 			kas := after["zketcd_lease_keepalives_total"] - before["zketcd_lease_keepalives_total"]
@@ -174,4 +133,25 @@ func leaseCounters(b *testing.B, in *zketcdtest.Instance) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// runParallel calls op with 1..b.N from workers goroutines, each taking the
+// next number until b.N are taken; the first error fails the benchmark and
+// stops that goroutine.
+func runParallel(b *testing.B, workers int, op func(i int64) error) {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := n.Add(1); i <= int64(b.N); i = n.Add(1) {
+				if err := op(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
