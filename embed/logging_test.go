@@ -1,10 +1,8 @@
 package embed_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +15,6 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestValuesAndCredentialsNeverReachTheLog runs an instance logging at
 // debug level with a ZooKeeper digest password, drives writes, reads,
 // watches, leases, compaction, failing requests and a restart with a
@@ -44,7 +24,7 @@ func TestValuesAndCredentialsNeverReachTheLog(t *testing.T) {
 	const marker = "VALUE-MARKER-7f3c9a1e"
 	const password = "PASSWORD-MARKER-b24d8e60"
 	const k = "KEY-MARKER-d1e5/" // every key starts with it
-	var out syncBuffer
+	var out zketcdtest.SyncBuffer
 	lg := logrus.New()
 	lg.SetLevel(logrus.DebugLevel)
 	lg.SetOutput(&out)

@@ -1,7 +1,6 @@
 package etcdctl
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,24 +99,6 @@ func freePorts(t *testing.T, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
-}
-
-// syncBuffer is an io.Writer safe to read while a process writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // waitFor polls cond every 50 ms until it holds or timeout passes.
