@@ -169,16 +169,11 @@ func zketcdPhases(ctx context.Context, dir, zkAddr string) error {
 	murl := "http://127.0.0.1:" + strconv.Itoa(mport)
 	cmd := exec.Command(*zketcdBin, "serve", "--zk", zkAddr, "--zk-root", "/zketcd",
 		"--name", "budget", "--listen-client-urls", "http://"+ep, "--listen-metrics-urls", murl, "--log-level", "warn")
-	logf, err := os.Create(filepath.Join(dir, "zketcd.log"))
+	stop, err := startLogged(cmd, filepath.Join(dir, "zketcd.log"))
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	defer stop()
 	fmt.Printf("zketcd (%s) on %s, metrics and /debug/pprof (if served) on %s\n", *zketcdBin, ep, murl)
 	return kvPhases(ctx, "zketcd", ep, zkAddr, murl)
 }
@@ -191,18 +186,32 @@ func etcdPhases(ctx context.Context, dir string) error {
 		"--listen-client-urls", curl, "--advertise-client-urls", curl,
 		"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
 		"--initial-cluster", "n1="+purl, "--log-level", "warn")
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
+	stop, err := startLogged(cmd, filepath.Join(dir, "etcd.log"))
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	defer stop()
 	fmt.Printf("etcd (%s) on %s\n", *etcdBin, curl)
 	return kvPhases(ctx, "etcd", "127.0.0.1:"+strconv.Itoa(cport), "", "")
+}
+
+// startLogged starts cmd with its output in logPath and returns a function
+// that interrupts it and waits for it to exit.
+func startLogged(cmd *exec.Cmd, logPath string) (stop func(), err error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		logf.Close()
+	}, nil
 }
 
 func kvPhases(ctx context.Context, name, ep, zkAddr, murl string) error {
