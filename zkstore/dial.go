@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"net"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,13 +48,13 @@ func dialer(tlsCfg *tls.Config, handshake time.Duration) func(network, address s
 // deadline until the connect response (the first length-prefixed frame the
 // server sends) has been read whole; from then on it is the plain
 // connection. It is used as go-zookeeper uses a connection: one reader and
-// one writer goroutine.
+// one writer goroutine; after the handshake each call costs one atomic load.
 type handshakeConn struct {
 	net.Conn
 	deadline time.Time
+	done     atomic.Bool
 
-	mu   sync.Mutex
-	done bool
+	// Touched by the reader only.
 	hdr  [4]byte
 	read int // bytes of the connect response read so far
 }
@@ -68,9 +68,7 @@ func newHandshakeConn(c net.Conn, deadline time.Time) *handshakeConn {
 // bound returns t limited to the handshake deadline while the handshake
 // lasts, and t unchanged after it.
 func (c *handshakeConn) bound(t time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done || (!t.IsZero() && t.Before(c.deadline)) {
+	if c.done.Load() || (!t.IsZero() && t.Before(c.deadline)) {
 		return t
 	}
 	return c.deadline
@@ -90,9 +88,7 @@ func (c *handshakeConn) SetWriteDeadline(t time.Time) error {
 
 func (c *handshakeConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done || n == 0 {
+	if n == 0 || c.done.Load() {
 		return n, err
 	}
 	for _, b := range p[:n] {
@@ -104,7 +100,7 @@ func (c *handshakeConn) Read(p []byte) (int, error) {
 	if c.read >= len(c.hdr) && c.read >= len(c.hdr)+int(binary.BigEndian.Uint32(c.hdr[:])) {
 		// The connect response is in: go-zookeeper's deadlines apply
 		// unchanged from now on, and it had asked for none at this point.
-		c.done = true
+		c.done.Store(true)
 		_ = c.Conn.SetDeadline(time.Time{})
 	}
 	return n, err
