@@ -28,6 +28,8 @@ type Backend struct {
 	view     *revision.View
 	memberID uint64
 	metrics  *metrics
+	// maxEntryBytes is the log's entry budget: a batch is cut before it.
+	maxEntryBytes int
 
 	applyMu sync.Mutex // serializes View.Apply with the hub's notification
 	hub     *watchbridge.Hub
@@ -72,16 +74,17 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("writer nonce: %w", err)
 	}
 	b := &Backend{
-		cfg:         cfg,
-		log:         cfg.Logger.WithField("component", "backend"),
-		store:       st,
-		memberID:    memberID(st.Meta().ClusterID, cfg.Name),
-		metrics:     newMetrics(cfg.Registerer),
-		nonce:       binary.BigEndian.Uint64(nb[:]),
-		proposals:   make(chan *proposal, 4*cfg.MaxBatchRequests),
-		renewals:    make(chan *renewal, 1024),
-		compactKick: make(chan struct{}, 1),
-		kick:        make(chan struct{}, 1),
+		cfg:           cfg,
+		log:           cfg.Logger.WithField("component", "backend"),
+		store:         st,
+		memberID:      memberID(st.Meta().ClusterID, cfg.Name),
+		maxEntryBytes: st.MaxEntryBytes(),
+		metrics:       newMetrics(cfg.Registerer),
+		nonce:         binary.BigEndian.Uint64(nb[:]),
+		proposals:     make(chan *proposal, 4*cfg.MaxBatchRequests),
+		renewals:      make(chan *renewal, 1024),
+		compactKick:   make(chan struct{}, 1),
+		kick:          make(chan struct{}, 1),
 	}
 	var auto *compactor.Compactor
 	if cfg.AutoCompaction.Enabled() {

@@ -137,7 +137,7 @@ func (c *committer) drain() {
 	for _, p := range c.pending {
 		bytes += p.size
 	}
-	for len(c.pending) < c.b.cfg.MaxBatchRequests && bytes < c.b.cfg.Store.MaxEntryBytes {
+	for len(c.pending) < c.b.cfg.MaxBatchRequests && bytes < c.b.maxEntryBytes {
 		select {
 		case p := <-c.b.proposals:
 			c.pending = append(c.pending, p)
@@ -373,7 +373,7 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 				p.err = err
 				continue
 			}
-			if i > 0 && (size+p.size > b.cfg.Store.MaxEntryBytes || p.guards != nil) {
+			if i > 0 && (size+p.size > b.maxEntryBytes || p.guards != nil) {
 				cut = i
 				break
 			}

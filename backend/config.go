@@ -21,10 +21,6 @@ type Config struct {
 	Name string
 	// ClientURLs are advertised in the member list.
 	ClientURLs []string
-	// MaxTxnOps is etcd's --max-txn-ops.
-	MaxTxnOps int
-	// MaxRequestBytes is etcd's --max-request-bytes.
-	MaxRequestBytes int
 	// MaxBatchRequests bounds how many requests share one log entry.
 	MaxBatchRequests int
 	// ReadWindow is how many log entries are read in flight while catching up.
@@ -32,7 +28,7 @@ type Config struct {
 	// StaleAfter is how long the view may lag the head before the instance
 	// reports itself unhealthy.
 	StaleAfter time.Duration
-	// Logger receives structured logs.
+	// Logger receives structured logs (required; embed fills it).
 	Logger *logrus.Entry
 	// Registerer receives the backend's Prometheus metrics (nil: none).
 	Registerer prometheus.Registerer
@@ -57,10 +53,10 @@ type Config struct {
 	CompactionHook func(step string) error
 }
 
-// Defaults used for zero Config fields.
+// Defaults used for zero Config fields. The request limits (etcd's
+// --max-request-bytes and --max-txn-ops) are grpcsrv's settings, the entry
+// budget zkstore's: each setting has one owner.
 const (
-	DefaultMaxTxnOps        = 128
-	DefaultMaxRequestBytes  = 1536 * 1024
 	DefaultMaxBatchRequests = 512
 	DefaultCommitPipeline   = 1
 	DefaultReadWindow       = 64
@@ -68,12 +64,6 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.MaxTxnOps == 0 {
-		c.MaxTxnOps = DefaultMaxTxnOps
-	}
-	if c.MaxRequestBytes == 0 {
-		c.MaxRequestBytes = DefaultMaxRequestBytes
-	}
 	if c.CommitPipeline == 0 {
 		c.CommitPipeline = DefaultCommitPipeline
 	}
@@ -86,28 +76,16 @@ func (c *Config) setDefaults() {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
-	if c.Logger == nil {
-		c.Logger = logrus.NewEntry(logrus.StandardLogger())
-	}
-	if c.Store.MaxEntryBytes == 0 {
-		c.Store.MaxEntryBytes = zkstore.DefaultMaxEntryBytes
-	}
-	if c.Store.Logger == nil {
-		c.Store.Logger = c.Logger
-	}
 }
 
-// Validate reports the first invalid setting.
+// Validate reports the first invalid setting of the engine's own (the
+// store's are checked by zkstore when it opens).
 func (c *Config) Validate() error {
 	switch {
-	case len(c.Store.Servers) == 0:
-		return errors.New("no zookeeper servers given")
 	case c.Name == "":
 		return errors.New("member name must not be empty")
-	case c.MaxTxnOps < 1:
-		return fmt.Errorf("max txn ops %d must be positive", c.MaxTxnOps)
-	case c.MaxRequestBytes < 1:
-		return fmt.Errorf("max request bytes %d must be positive", c.MaxRequestBytes)
+	case c.Logger == nil:
+		return errors.New("backend: no logger")
 	}
 	if err := c.AutoCompaction.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)

@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -70,103 +69,10 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 	return resp, err
 }
 
-// initialStreamChunk is the first chunk's limit of a RangeStream; later
-// chunks double or halve toward MaxRequestBytes, as etcd sizes them.
-const initialStreamChunk = 10
-
-// RangeStream serves a validated RangeStream request in chunks through
-// send. The read revision is fixed at the first chunk; the last chunk
-// carries the header revision, More and Count, as etcd 3.7 does.
-func (b *Backend) RangeStream(ctx context.Context, req *pb.RangeRequest, send func(*pb.RangeResponse) error) error {
-	if !req.Serializable {
-		if err := b.Linearize(ctx); err != nil {
-			return err
-		}
-	}
-	r := proto.Clone(req).(*pb.RangeRequest)
-	if r.CountOnly {
-		resp, err := b.readRange(r, false)
-		if err != nil {
-			return err
-		}
-		return send(&pb.RangeResponse{Header: &pb.ResponseHeader{Revision: resp.Header.Revision}, Count: resp.Count})
-	}
-	total := r.Limit
-	if total == 0 {
-		total = math.MaxInt64
-	}
-	r.Limit = min(int64(initialStreamChunk), total)
-	var count, headerRev int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		resp, err := b.readRange(r, false)
-		if err != nil {
-			return err
-		}
-		if headerRev == 0 {
-			headerRev = resp.Header.Revision
-			if r.Revision == 0 {
-				r.Revision = headerRev
-			}
-		}
-		count += int64(len(resp.Kvs))
-		var next []byte
-		if resp.More {
-			last := resp.Kvs[len(resp.Kvs)-1].Key
-			next = append(append(make([]byte, 0, len(last)+1), last...), 0)
-		}
-		out := &pb.RangeResponse{Kvs: resp.Kvs}
-		done := !resp.More || count == total
-		if done {
-			out.Header = &pb.ResponseHeader{Revision: headerRev}
-			out.More = resp.More
-			out.Count = count
-			if resp.More {
-				var rest int64
-				err := b.view.Read(func(rd revision.Reader) error {
-					var err error
-					rest, err = translate.Count(rd, next, r.RangeEnd, r.Revision)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				out.Count += rest
-			}
-		}
-		if err := send(out); err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		r.Key = next
-		size := proto.Size(resp)
-		switch {
-		case size < b.cfg.MaxRequestBytes/2:
-			r.Limit *= 2
-		case size > b.cfg.MaxRequestBytes*2:
-			r.Limit /= 2
-		}
-		r.Limit = max(1, min(r.Limit, total-count))
-	}
-}
-
-func (b *Backend) readRange(r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
-	var resp *pb.RangeResponse
-	err := b.view.Read(func(rd revision.Reader) error {
-		var err error
-		if withCount {
-			resp, err = translate.Range(rd, r)
-		} else {
-			resp, err = translate.RangeChunk(rd, r)
-		}
-		return err
-	})
-	return resp, err
-}
+// Read runs fn on a consistent state of the view, without a barrier (call
+// Linearize first for a linearizable read). The view's read lock is held
+// while fn runs: fn must not block.
+func (b *Backend) Read(fn func(revision.Reader) error) error { return b.view.Read(fn) }
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
@@ -251,7 +157,8 @@ func (b *Backend) compact(ctx context.Context, req *pb.CompactionRequest, fence 
 	return resp.(*pb.CompactionResponse), nil
 }
 
-// write checks the request size and queues it for the committer.
+// write queues a validated request (its size checked by the caller) for
+// the committer.
 func (b *Backend) write(ctx context.Context, req proto.Message, eval evalFunc) (any, error) {
 	return b.writeGuarded(ctx, req, eval, nil)
 }
@@ -260,9 +167,6 @@ func (b *Backend) write(ctx context.Context, req proto.Message, eval evalFunc) (
 // an entry of its own under the preconditions guards returns.
 func (b *Backend) writeGuarded(ctx context.Context, req proto.Message, eval evalFunc, guards func() []zkstore.Guard) (any, error) {
 	size := proto.Size(req)
-	if size > b.cfg.MaxRequestBytes {
-		return nil, rpctypes.ErrGRPCRequestTooLarge
-	}
 	resp, err := b.submit(ctx, &proposal{ctx: ctx, size: size, eval: eval, guards: guards, done: make(chan struct{})})
 	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return nil, err

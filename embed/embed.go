@@ -5,7 +5,6 @@ package embed
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -22,24 +21,6 @@ import (
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/grpcsrv"
 )
-
-// Config configures an instance.
-type Config struct {
-	// Backend configures storage; its Logger and Registerer are filled in.
-	Backend backend.Config
-	// GRPC configures the gRPC services; its Logger and Registerer are
-	// filled in.
-	GRPC grpcsrv.Config
-	// ClientAddrs are host:port addresses to serve the etcd API on
-	// (port 0 picks a free one).
-	ClientAddrs []string
-	// TLS serves the client addresses with TLS when not nil.
-	TLS *tls.Config
-	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
-	MetricsAddrs []string
-	// Logger receives structured logs.
-	Logger *logrus.Entry
-}
 
 // Zketcd is a running instance.
 type Zketcd struct {
@@ -59,22 +40,14 @@ type Zketcd struct {
 // within ctx) and starts serving. Errors: ZooKeeper unreachable, a bad
 // configuration, a listen failure.
 func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
-	}
-	if len(cfg.ClientAddrs) == 0 {
-		return nil, errors.New("no client address to serve on")
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Backend.Logger, cfg.Backend.Registerer = cfg.Logger, reg
-	cfg.GRPC.Logger, cfg.GRPC.Registerer, cfg.GRPC.TLS = cfg.Logger, reg, cfg.TLS
-	if cfg.GRPC.MaxRequestBytes == 0 {
-		cfg.GRPC.MaxRequestBytes = cfg.Backend.MaxRequestBytes
-	}
-	if cfg.GRPC.MaxTxnOps == 0 {
-		cfg.GRPC.MaxTxnOps = cfg.Backend.MaxTxnOps
-	}
+	cfg.Backend.Registerer = reg
+	cfg.GRPC.Registerer, cfg.GRPC.TLS = reg, cfg.TLS
 	z := &Zketcd{registry: reg, errc: make(chan error, 1), lg: cfg.Logger}
 	closeAll := func() {
 		for _, l := range append(z.clients, z.metrics...) {
@@ -105,7 +78,12 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	z.be = be
 	var srvCtx context.Context
 	srvCtx, z.cancel = context.WithCancel(context.Background())
-	z.srv = grpcsrv.New(srvCtx, cfg.GRPC, be)
+	if z.srv, err = grpcsrv.New(srvCtx, cfg.GRPC, be); err != nil {
+		z.cancel()
+		be.Close()
+		closeAll()
+		return nil, err
+	}
 	for _, l := range z.clients {
 		go func() { z.report(z.srv.Serve(l)) }()
 	}

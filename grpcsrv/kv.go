@@ -16,6 +16,8 @@ type kvServer struct {
 	hdr       header
 	lg        *logrus.Entry
 	maxTxnOps int
+	// maxRequestBytes bounds write requests and sizes RangeStream chunks.
+	maxRequestBytes int
 }
 
 var _ pb.KVServer = (*kvServer)(nil)
@@ -36,7 +38,13 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 	if err := translate.CheckRangeStream(r); err != nil {
 		return err
 	}
-	err := s.be.RangeStream(stream.Context(), r, func(resp *pb.RangeResponse) error {
+	ctx := stream.Context()
+	if !r.Serializable {
+		if err := s.be.Linearize(ctx); err != nil {
+			return toGRPCError(s.lg, err)
+		}
+	}
+	err := translate.RangeStream(ctx, r, s.maxRequestBytes, s.be.Read, func(resp *pb.RangeResponse) error {
 		if resp.Header != nil {
 			s.hdr.fillWithoutRevision(resp.Header)
 		}
@@ -47,6 +55,9 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 
 func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	if err := translate.CheckPut(r); err != nil {
+		return nil, err
+	}
+	if err := translate.CheckRequestSize(r, s.maxRequestBytes); err != nil {
 		return nil, err
 	}
 	resp, err := s.be.Put(ctx, r)
@@ -61,6 +72,9 @@ func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := translate.CheckDelete(r); err != nil {
 		return nil, err
 	}
+	if err := translate.CheckRequestSize(r, s.maxRequestBytes); err != nil {
+		return nil, err
+	}
 	resp, err := s.be.DeleteRange(ctx, r)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
@@ -73,6 +87,11 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := translate.CheckTxn(r, s.maxTxnOps); err != nil {
 		return nil, err
 	}
+	if !translate.IsTxnReadonly(r) {
+		if err := translate.CheckRequestSize(r, s.maxRequestBytes); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := s.be.Txn(ctx, r)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
@@ -82,6 +101,9 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 }
 
 func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	if err := translate.CheckRequestSize(r, s.maxRequestBytes); err != nil {
+		return nil, err
+	}
 	resp, err := s.be.Compact(ctx, r)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)

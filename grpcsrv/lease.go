@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/translate"
 )
 
 type leaseServer struct {
@@ -19,11 +20,16 @@ type leaseServer struct {
 	hdr  header
 	lg   *logrus.Entry
 	stop <-chan struct{} // closed when the server shuts down
+	// maxRequestBytes bounds grant and revoke requests, as every write.
+	maxRequestBytes int
 }
 
 var _ pb.LeaseServer = (*leaseServer)(nil)
 
 func (s *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if err := translate.CheckRequestSize(r, s.maxRequestBytes); err != nil {
+		return nil, err
+	}
 	resp, err := s.be.LeaseGrant(ctx, r)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
@@ -33,6 +39,9 @@ func (s *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 }
 
 func (s *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	if err := translate.CheckRequestSize(r, s.maxRequestBytes); err != nil {
+		return nil, err
+	}
 	resp, err := s.be.LeaseRevoke(ctx, r)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)

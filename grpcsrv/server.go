@@ -3,6 +3,8 @@ package grpcsrv
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/translate"
 )
 
 // grpcOverheadBytes is what etcd adds to --max-request-bytes for the gRPC
@@ -29,10 +32,22 @@ const grpcOverheadBytes = 512 * 1024
 // minutes.
 const DefaultConnectionTimeout = 20 * time.Second
 
+// Defaults for zero Config fields, etcd's where etcd has the setting.
+const (
+	DefaultKeepaliveMinTime            = 5 * time.Second
+	DefaultKeepaliveInterval           = 2 * time.Hour
+	DefaultKeepaliveTimeout            = 20 * time.Second
+	DefaultWatchProgressNotifyInterval = 10 * time.Minute
+)
+
 // Config configures the gRPC server.
 type Config struct {
+	// MaxRequestBytes is etcd's --max-request-bytes: the largest write
+	// request, the RangeStream chunk target and the watch fragment size
+	// (0: translate.DefaultMaxRequestBytes).
 	MaxRequestBytes int
-	MaxTxnOps       int
+	// MaxTxnOps is etcd's --max-txn-ops (0: translate.DefaultMaxTxnOps).
+	MaxTxnOps int
 	// TLS, if not nil, serves TLS (client certificates per its ClientAuth).
 	TLS *tls.Config
 	// KeepaliveMinTime is the shortest client keepalive interval accepted
@@ -60,24 +75,20 @@ type Config struct {
 	// connection; one not done by then is closed (0:
 	// DefaultConnectionTimeout).
 	ConnectionTimeout time.Duration
-	Logger            *logrus.Entry
-	Registerer        prometheus.Registerer
+	// Logger receives structured logs (required; embed fills it).
+	Logger     *logrus.Entry
+	Registerer prometheus.Registerer
 }
 
-// New returns a gRPC server with every etcd service registered on be, and
-// the gRPC health service, whose status follows be.Health until ctx ends.
-func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
-	if cfg.Logger == nil {
-		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
-	}
+func (cfg *Config) setDefaults() {
 	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = backend.DefaultMaxRequestBytes
+		cfg.MaxRequestBytes = translate.DefaultMaxRequestBytes
 	}
 	if cfg.MaxTxnOps == 0 {
-		cfg.MaxTxnOps = backend.DefaultMaxTxnOps
+		cfg.MaxTxnOps = translate.DefaultMaxTxnOps
 	}
 	if cfg.WatchProgressNotifyInterval == 0 {
-		cfg.WatchProgressNotifyInterval = 10 * time.Minute
+		cfg.WatchProgressNotifyInterval = DefaultWatchProgressNotifyInterval
 	}
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = math.MaxUint32
@@ -86,13 +97,36 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 		cfg.ConnectionTimeout = DefaultConnectionTimeout
 	}
 	if cfg.KeepaliveMinTime == 0 {
-		cfg.KeepaliveMinTime = 5 * time.Second
+		cfg.KeepaliveMinTime = DefaultKeepaliveMinTime
 	}
 	if cfg.KeepaliveInterval == 0 {
-		cfg.KeepaliveInterval = 2 * time.Hour
+		cfg.KeepaliveInterval = DefaultKeepaliveInterval
 	}
 	if cfg.KeepaliveTimeout == 0 {
-		cfg.KeepaliveTimeout = 20 * time.Second
+		cfg.KeepaliveTimeout = DefaultKeepaliveTimeout
+	}
+}
+
+// Validate reports the first invalid setting.
+func (cfg *Config) Validate() error {
+	switch {
+	case cfg.Logger == nil:
+		return errors.New("grpcsrv: no logger")
+	case cfg.MaxTxnOps < 1:
+		return fmt.Errorf("max txn ops %d must be positive", cfg.MaxTxnOps)
+	case cfg.MaxRequestBytes < 1:
+		return fmt.Errorf("max request bytes %d must be positive", cfg.MaxRequestBytes)
+	}
+	return nil
+}
+
+// New returns a gRPC server with every etcd service registered on be, and
+// the gRPC health service, whose status follows be.Health until ctx ends.
+// Errors: an invalid Config.
+func New(ctx context.Context, cfg Config, be *backend.Backend) (*grpc.Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	lg := cfg.Logger.WithField("component", "grpc")
 	m := newRPCMetrics(cfg.Registerer)
@@ -119,10 +153,10 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	}
 	srv := grpc.NewServer(opts...)
 	hdr := header{be: be}
-	pb.RegisterKVServer(srv, &kvServer{be: be, hdr: hdr, lg: lg, maxTxnOps: cfg.MaxTxnOps})
+	pb.RegisterKVServer(srv, &kvServer{be: be, hdr: hdr, lg: lg, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes})
 	pb.RegisterMaintenanceServer(srv, &maintenanceServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
-	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done()})
+	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done(), maxRequestBytes: cfg.MaxRequestBytes})
 	pb.RegisterAuthServer(srv, &authServer{})
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
 		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done(),
@@ -131,7 +165,7 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	go followHealth(ctx, be, hs, lg)
-	return srv
+	return srv, nil
 }
 
 // followHealth keeps the gRPC health status in step with the backend:

@@ -47,13 +47,39 @@ type Config struct {
 	// TLS, if set, is used for every connection to ZooKeeper (its
 	// secureClientPort).
 	TLS *tls.Config
-	// Logger receives structured logs.
+	// Logger receives structured logs (required).
 	Logger *logrus.Entry
 }
 
-// DefaultMaxEntryBytes is the default byte budget of one log entry: well
-// below ZooKeeper's default jute.maxbuffer (1 MiB - 1).
-const DefaultMaxEntryBytes = 512 << 10
+// Defaults for zero Config fields. DefaultMaxEntryBytes is the byte budget
+// of one log entry: well below ZooKeeper's default jute.maxbuffer
+// (1 MiB - 1).
+const (
+	DefaultMaxEntryBytes  = 512 << 10
+	DefaultSessionTimeout = 10 * time.Second
+)
+
+func (c *Config) setDefaults() {
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.MaxEntryBytes <= 0 {
+		c.MaxEntryBytes = DefaultMaxEntryBytes
+	}
+}
+
+// Validate reports the first invalid setting.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Servers) == 0:
+		return errors.New("no zookeeper servers given")
+	case c.Root == "" || !strings.HasPrefix(c.Root, "/") || strings.HasSuffix(c.Root, "/"):
+		return fmt.Errorf("zookeeper root %q must start with / and not end with /", c.Root)
+	case c.Logger == nil:
+		return errors.New("zkstore: no logger")
+	}
+	return nil
+}
 
 // zkBufferBytes caps what the client sends in one request, so a request the
 // server would reject by dropping the connection fails locally instead.
@@ -84,17 +110,9 @@ type Store struct {
 // Open connects to ZooKeeper, waits for a session, and creates the root
 // layout (meta, head, sentinel log entry 1) if it does not exist yet.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	if cfg.Root == "" || !strings.HasPrefix(cfg.Root, "/") || strings.HasSuffix(cfg.Root, "/") {
-		return nil, fmt.Errorf("zookeeper root %q must start with / and not end with /", cfg.Root)
-	}
-	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = 10 * time.Second
-	}
-	if cfg.MaxEntryBytes <= 0 {
-		cfg.MaxEntryBytes = DefaultMaxEntryBytes
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	lg := cfg.Logger.WithField("component", "zkstore")
 	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
@@ -159,6 +177,10 @@ func (s *Store) Close() {
 
 // Meta returns the cluster identity.
 func (s *Store) Meta() Meta { return s.meta }
+
+// MaxEntryBytes returns the byte budget of one log entry (above it Commit
+// writes chunks, or fails with ErrEntryTooLarge for a pipelined commit).
+func (s *Store) MaxEntryBytes() int { return s.cfg.MaxEntryBytes }
 
 // Root returns the root znode.
 func (s *Store) Root() string { return s.l.root }

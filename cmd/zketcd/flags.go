@@ -16,6 +16,7 @@ import (
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/compactor"
 	"github.com/zketcd/zketcd/grpcsrv"
+	"github.com/zketcd/zketcd/translate"
 	"github.com/zketcd/zketcd/zkstore"
 )
 
@@ -71,7 +72,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	}
 	fs.StringVar(&f.zk, "zk", "", zkHelp)
 	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", "znode under which zketcd keeps everything")
-	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout")
+	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout")
 	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential, e.g. digest:user:password (znodes then get an ACL for that identity only)")
 	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper (its secureClientPort)")
 	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
@@ -80,8 +81,8 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "URLs to serve the etcd API on, comma separated")
 	fs.StringVar(&f.advertiseClientURLs, "advertise-client-urls", "", "URLs advertised in the member list (default: the listen URLs)")
 	fs.StringVar(&f.listenMetricsURLs, "listen-metrics-urls", "", "URLs to serve /metrics and /health on (http only), comma separated")
-	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", backend.DefaultMaxRequestBytes, "largest request accepted, in bytes")
-	fs.IntVar(&f.maxTxnOps, "max-txn-ops", backend.DefaultMaxTxnOps, "most operations in one transaction")
+	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", translate.DefaultMaxRequestBytes, "largest request accepted, in bytes")
+	fs.IntVar(&f.maxTxnOps, "max-txn-ops", translate.DefaultMaxTxnOps, "most operations in one transaction")
 	fs.StringVar(&f.certFile, "cert-file", "", "TLS certificate for clients")
 	fs.StringVar(&f.keyFile, "key-file", "", "TLS key for clients")
 	fs.StringVar(&f.trustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
@@ -97,10 +98,10 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.UintVar(&f.maxConcurrentStreams, "max-concurrent-streams", 0, "most concurrent gRPC streams per client connection (0: unbounded, as etcd's default)")
 	fs.IntVar(&f.maxConcurrentRequests, "max-concurrent-requests", grpcsrv.DefaultMaxConcurrentRequests, "most requests (unary RPCs and RangeStream) in flight across all clients; one more fails at once with \"too many requests\" (0: unbounded)")
 	fs.DurationVar(&f.handshakeTimeout, "grpc-handshake-timeout", grpcsrv.DefaultConnectionTimeout, "time a new client connection has to finish its TLS and HTTP/2 handshakes before it is closed")
-	fs.DurationVar(&f.watchProgressInterval, "watch-progress-notify-interval", 10*time.Minute, "period of progress notifications to watchers that ask for them")
-	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest keepalive interval a client may use")
-	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", 2*time.Hour, "interval of server-to-client pings")
-	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "time to wait for a ping answer before closing")
+	fs.DurationVar(&f.watchProgressInterval, "watch-progress-notify-interval", grpcsrv.DefaultWatchProgressNotifyInterval, "period of progress notifications to watchers that ask for them")
+	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", grpcsrv.DefaultKeepaliveMinTime, "shortest keepalive interval a client may use")
+	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", grpcsrv.DefaultKeepaliveInterval, "interval of server-to-client pings")
+	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", grpcsrv.DefaultKeepaliveTimeout, "time to wait for a ping answer before closing")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 }

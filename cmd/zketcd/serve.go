@@ -85,16 +85,16 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	}
 	cfg := embed.Config{
 		Backend: backend.Config{
-			Store:           storeCfg,
-			Name:            name,
-			ClientURLs:      advertise,
-			MaxTxnOps:       f.maxTxnOps,
-			MaxRequestBytes: f.maxRequestBytes,
-			RelaxedReads:    f.relaxedReads,
-			CommitPipeline:  f.commitPipeline,
-			AutoCompaction:  autoCompaction,
+			Store:          storeCfg,
+			Name:           name,
+			ClientURLs:     advertise,
+			RelaxedReads:   f.relaxedReads,
+			CommitPipeline: f.commitPipeline,
+			AutoCompaction: autoCompaction,
 		},
 		GRPC: grpcsrv.Config{
+			MaxTxnOps:                   f.maxTxnOps,
+			MaxRequestBytes:             f.maxRequestBytes,
 			KeepaliveMinTime:            f.keepaliveMinTime,
 			KeepaliveInterval:           f.keepaliveInterval,
 			KeepaliveTimeout:            f.keepaliveTimeout,

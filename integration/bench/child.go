@@ -55,10 +55,8 @@ func ServeZketcd(args []string) error {
 			Store: zkstore.Config{
 				Servers: splitComma(*zk), Root: *root, SessionTimeout: 10 * time.Second, Logger: entry,
 			},
-			Name:            "bench-" + filepath.Base(*listen),
-			ClientURLs:      []string{"http://" + *listen},
-			MaxTxnOps:       backend.DefaultMaxTxnOps,
-			MaxRequestBytes: backend.DefaultMaxRequestBytes,
+			Name:       "bench-" + filepath.Base(*listen),
+			ClientURLs: []string{"http://" + *listen},
 		},
 		GRPC: grpcsrv.Config{
 			KeepaliveMinTime:            5 * time.Second,

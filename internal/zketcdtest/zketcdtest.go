@@ -101,19 +101,18 @@ func (in *Instance) start() {
 				Servers: in.zk, Root: in.opts.Root, Auth: in.opts.ZKAuth, TLS: in.opts.ZKTLS,
 				SessionTimeout: in.opts.SessionTimeout, MaxEntryBytes: in.opts.MaxEntryBytes,
 			},
-			Name:            in.opts.Name,
-			ClientURLs:      []string{"http://" + in.addr},
-			MaxTxnOps:       in.opts.MaxTxnOps,
-			MaxRequestBytes: in.opts.MaxRequestBytes,
-			CompactionHook:  in.opts.CompactionHook,
-			CommitPipeline:  in.opts.CommitPipeline,
-			AutoCompaction:  in.opts.AutoCompaction,
+			Name:           in.opts.Name,
+			ClientURLs:     []string{"http://" + in.addr},
+			CompactionHook: in.opts.CompactionHook,
+			CommitPipeline: in.opts.CommitPipeline,
+			AutoCompaction: in.opts.AutoCompaction,
 		},
 		ClientAddrs: []string{in.addr},
 		TLS:         in.opts.TLS,
 		Logger:      entry,
 	}
 	cfg.GRPC.WatchProgressNotifyInterval = in.opts.ProgressNotifyInterval
+	cfg.GRPC.MaxTxnOps, cfg.GRPC.MaxRequestBytes = in.opts.MaxTxnOps, in.opts.MaxRequestBytes
 	if in.opts.Configure != nil {
 		in.opts.Configure(&cfg)
 	}

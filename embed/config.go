@@ -1,0 +1,62 @@
+package embed
+
+import (
+	"crypto/tls"
+	"errors"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/grpcsrv"
+)
+
+// Config configures an instance. It is the one configuration of zketcd:
+// the zketcd command maps its flags onto it, and every setting has one
+// owner that defaults and validates it — the ZooKeeper connection and the
+// log's entry budget zkstore.Config (Backend.Store), the engine's tunables
+// backend.Config, the etcd request limits (--max-request-bytes,
+// --max-txn-ops) and the gRPC transport grpcsrv.Config. The logger is
+// defaulted here only and handed to all three.
+type Config struct {
+	// Backend configures storage; its Logger, Store.Logger and Registerer
+	// are filled in.
+	Backend backend.Config
+	// GRPC configures the gRPC services and etcd's request limits; its
+	// Logger, Registerer and TLS are filled in.
+	GRPC grpcsrv.Config
+	// ClientAddrs are host:port addresses to serve the etcd API on
+	// (port 0 picks a free one).
+	ClientAddrs []string
+	// TLS serves the client addresses with TLS when not nil.
+	TLS *tls.Config
+	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
+	MetricsAddrs []string
+	// Logger receives structured logs (nil: logrus's standard logger).
+	Logger *logrus.Entry
+}
+
+// setDefaults fills the logger, once, into every part. The parts default
+// their own settings when they start.
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if c.Backend.Logger == nil {
+		c.Backend.Logger = c.Logger
+	}
+	if c.Backend.Store.Logger == nil {
+		c.Backend.Store.Logger = c.Backend.Logger
+	}
+	if c.GRPC.Logger == nil {
+		c.GRPC.Logger = c.Logger
+	}
+}
+
+// Validate reports the first invalid setting of the instance's own; the
+// parts validate theirs when they start.
+func (c *Config) Validate() error {
+	if len(c.ClientAddrs) == 0 {
+		return errors.New("no client address to serve on")
+	}
+	return nil
+}
