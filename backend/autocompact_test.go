@@ -44,7 +44,7 @@ func waitCompactRev(t *testing.T, in *zketcdtest.Instance, rev int64, within tim
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		got := in.Backend().View().State().CompactRev
+		got := in.Backend().State().CompactRev
 		if got >= rev {
 			return got
 		}
@@ -82,7 +82,7 @@ func TestAutoCompactionRevisionModeCompactsToRetentionBelowTheHead(t *testing.T)
 	}
 	// A compaction takes no revision: later checks find nothing new to do.
 	time.Sleep(600 * time.Millisecond)
-	if got := in.Backend().View().State().CompactRev; got != last-5 {
+	if got := in.Backend().State().CompactRev; got != last-5 {
 		t.Fatalf("compacted revision moved to %d with no writes", got)
 	}
 	if _, err := c.Get(ctx, "r/0", clientv3.WithRev(last-6)); !errors.Is(err, rpctypes.ErrCompacted) {
@@ -137,7 +137,7 @@ func TestAutoCompactionPeriodicModeCompactsTheRevisionOfRetentionAgo(t *testing.
 			mid = rev
 		}
 		seen := time.Now()
-		cr := in.Backend().View().State().CompactRev
+		cr := in.Backend().State().CompactRev
 		if at, ok := written[cr]; ok {
 			// The revision was current when sampled, so its Put was sent
 			// before; it was sampled at least a retention before now.
@@ -151,7 +151,7 @@ func TestAutoCompactionPeriodicModeCompactsTheRevisionOfRetentionAgo(t *testing.
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	cr := in.Backend().View().State().CompactRev
+	cr := in.Backend().State().CompactRev
 	if mid == 0 || cr < mid {
 		t.Fatalf("after %s: compacted revision %d, want at least %d (written %s after the start)",
 			time.Since(start).Round(time.Millisecond), cr, mid, retention+retention/2)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/compactor"
 	"github.com/zketcd/zketcd/revision"
@@ -163,14 +164,39 @@ func (b *Backend) MemberID() uint64 { return b.memberID }
 // ClusterID returns the cluster ID stored in the root's meta znode.
 func (b *Backend) ClusterID() uint64 { return b.store.Meta().ClusterID }
 
-// Hub returns the watch hub fed by every applied entry.
-func (b *Backend) Hub() *watchbridge.Hub { return b.hub }
+// State returns the view's applied position: log entry, revision and
+// compacted revision.
+func (b *Backend) State() revision.State { return b.view.State() }
 
-// View returns the instance's view (for reads that need no barrier).
-func (b *Backend) View() *revision.View { return b.view }
+// Snapshot returns a consistent copy of the view: every retained version
+// of every key and the leases, at one applied position. It costs a copy of
+// the whole view (the read lock is held meanwhile).
+func (b *Backend) Snapshot() *revision.Snapshot { return b.view.Snapshot() }
 
-// Store returns the ZooKeeper store.
-func (b *Backend) Store() *zkstore.Store { return b.store }
+// NewWatchStream opens a watch stream on the instance's hub, holding at
+// most maxWatchers watchers (0: no bound).
+func (b *Backend) NewWatchStream(maxWatchers int) *watchbridge.Stream {
+	return b.hub.NewStream(maxWatchers)
+}
+
+// WatchStats returns a snapshot of the watch hub's watchers.
+func (b *Backend) WatchStats() watchbridge.Stats { return b.hub.Stats() }
+
+// Session returns the ZooKeeper session ID and whether it is connected.
+func (b *Backend) Session() (id int64, connected bool) { return b.store.Session() }
+
+// Members lists the live instances on this root (their member znodes).
+func (b *Backend) Members() ([]*pb.Member, error) {
+	members, err := b.store.Members()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*pb.Member, len(members))
+	for i, m := range members {
+		out[i] = &pb.Member{ID: m.ID, Name: m.Name, ClientURLs: m.ClientURLs, PeerURLs: m.PeerURLs}
+	}
+	return out, nil
+}
 
 // recover builds the view from the sentinel up to the current head.
 func (b *Backend) recover(ctx context.Context) error {
@@ -363,6 +389,13 @@ func (b *Backend) Lag() int64 {
 // DBSize returns the bytes of log data under the root that this instance has
 // read or written.
 func (b *Backend) DBSize() int64 { return b.dbSize.Load() }
+
+// HeadLSN returns the log position of the last head the tailer saw.
+func (b *Backend) HeadLSN() int64 { return b.Head().LSN }
+
+// Term returns the ZooKeeper epoch of the last head the tailer saw (the
+// high 32 bits of its zxid): etcd's raft term.
+func (b *Backend) Term() uint64 { return uint64(b.Head().Zxid >> 32) }
 
 // Head returns the last head the tailer saw.
 func (b *Backend) Head() zkstore.Head {

@@ -169,7 +169,7 @@ func testGroupCommit(t *testing.T, depth int) {
 			t.Fatalf("revision %d missing: revisions are not dense", r)
 		}
 	}
-	lsn := in.Backend().View().State().LSN
+	lsn := in.Backend().State().LSN
 	t.Logf("%d writes in %d log entries", writers*each, lsn-1)
 }
 

@@ -22,6 +22,9 @@ import (
 	"github.com/zketcd/zketcd/grpcsrv"
 )
 
+// The backend is the engine behind the gRPC services.
+var _ grpcsrv.Engine = (*backend.Backend)(nil)
+
 // Zketcd is a running instance.
 type Zketcd struct {
 	be       *backend.Backend

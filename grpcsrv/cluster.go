@@ -7,13 +7,17 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/zketcd/zketcd/backend"
 )
+
+// Members lists the cluster's members: the live zketcd instances on the
+// same ZooKeeper root.
+type Members interface {
+	Members() ([]*pb.Member, error)
+}
 
 type clusterServer struct {
 	pb.UnsafeClusterServer
-	be  *backend.Backend
+	be  Members
 	hdr header
 	lg  *logrus.Entry
 }
@@ -23,17 +27,12 @@ var _ pb.ClusterServer = (*clusterServer)(nil)
 // MemberList lists the live zketcd instances on this root (their ephemeral
 // member znodes).
 func (s *clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	members, err := s.be.Store().Members()
+	members, err := s.be.Members()
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{}}
+	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{}, Members: members}
 	s.hdr.fill(resp.Header)
-	for _, m := range members {
-		resp.Members = append(resp.Members, &pb.Member{
-			ID: m.ID, Name: m.Name, ClientURLs: m.ClientURLs, PeerURLs: m.PeerURLs,
-		})
-	}
 	return resp, nil
 }
 

@@ -6,13 +6,34 @@ import (
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/translate"
 )
 
+// KV is the engine's key-value side. Requests reach it validated (translate's
+// checks, size included); it answers etcd's rpctypes errors or errors that
+// toGRPCError maps.
+type KV interface {
+	// Linearize waits until the view holds every write acknowledged before
+	// the call, by any instance.
+	Linearize(ctx context.Context) error
+	// Read runs fn on one consistent state of the view, without a barrier;
+	// fn must not block. It is also the way to read the view for a
+	// service of its own (a snapshot, a hash).
+	Read(fn func(revision.Reader) error) error
+	// Range serves a Range, after a barrier unless it is serializable.
+	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
+	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
+	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	// Txn serves read-only transactions on the read path, the others
+	// through the log.
+	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
+	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
+}
+
 type kvServer struct {
 	pb.UnsafeKVServer
-	be        *backend.Backend
+	be        KV
 	hdr       header
 	lg        *logrus.Entry
 	maxTxnOps int

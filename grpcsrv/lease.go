@@ -10,13 +10,25 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 
-	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/translate"
 )
 
+// Leases is the engine's lease side, with etcd's lease rules (translate)
+// applied.
+type Leases interface {
+	LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
+	// LeaseRevoke removes a lease and, in one revision, its keys.
+	LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	// LeaseRenew renews a lease and returns its TTL, or 0 if it does not
+	// exist (etcd's keepalive answer).
+	LeaseRenew(ctx context.Context, id int64) (int64, error)
+	LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
+	Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error)
+}
+
 type leaseServer struct {
 	pb.UnsafeLeaseServer
-	be   *backend.Backend
+	be   Leases
 	hdr  header
 	lg   *logrus.Entry
 	stop <-chan struct{} // closed when the server shuts down

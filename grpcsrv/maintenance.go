@@ -11,15 +11,31 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/revision"
 )
+
+// Maintenance is what the Maintenance service reads from the engine.
+type Maintenance interface {
+	Health
+	Identity
+	// HeadLSN is the newest log position seen (State().LSN is the applied one).
+	HeadLSN() int64
+	// DBSize is the bytes of log data this instance has read or written.
+	DBSize() int64
+	// Leader reports whether this instance is the leader instance and the
+	// member ID of the current one (0 if unknown).
+	Leader() (self bool, id uint64)
+	// Snapshot is a consistent copy of the whole view (every retained
+	// version of every key, the leases) at one applied position.
+	Snapshot() *revision.Snapshot
+}
 
 // quotaBytes is reported as DbSizeQuota (etcd's default quota).
 const quotaBytes = 2 << 30
 
 type maintenanceServer struct {
 	pb.UnsafeMaintenanceServer
-	be  *backend.Backend
+	be  Maintenance
 	hdr header
 	lg  *logrus.Entry
 }
@@ -35,14 +51,14 @@ var _ pb.MaintenanceServer = (*maintenanceServer)(nil)
 func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	hdr := &pb.ResponseHeader{}
 	s.hdr.fill(hdr)
-	st := s.be.View().State()
-	head := s.be.Head()
+	st := s.be.State()
+	headLSN := s.be.HeadLSN()
 	resp := &pb.StatusResponse{
 		Header:           hdr,
 		Version:          version.Version,
-		RaftIndex:        uint64(max(head.LSN, st.LSN)),
+		RaftIndex:        uint64(max(headLSN, st.LSN)),
 		RaftAppliedIndex: uint64(st.LSN),
-		RaftTerm:         uint64(head.Zxid >> 32),
+		RaftTerm:         s.be.Term(),
 		DbSize:           statusDBSize(s.be.DBSize()),
 		DbSizeInUse:      statusDBSize(s.be.DBSize()),
 		DbSizeQuota:      quotaBytes,

@@ -17,9 +17,26 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/translate"
 )
+
+// Engine is everything the services need from the storage engine (embed
+// passes a *backend.Backend). Each service declares its part next to its
+// handlers; a new service adds its interface here.
+type Engine interface {
+	Identity
+	KV
+	Leases
+	Watches
+	Members
+	Maintenance
+}
+
+// Health reports nil while the instance can serve (a live ZooKeeper
+// session and a caught-up view), otherwise why not.
+type Health interface {
+	Health() error
+}
 
 // grpcOverheadBytes is what etcd adds to --max-request-bytes for the gRPC
 // receive limit, so that an oversized request reaches the handler and gets
@@ -123,7 +140,7 @@ func (cfg *Config) Validate() error {
 // New returns a gRPC server with every etcd service registered on be, and
 // the gRPC health service, whose status follows be.Health until ctx ends.
 // Errors: an invalid Config.
-func New(ctx context.Context, cfg Config, be *backend.Backend) (*grpc.Server, error) {
+func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -170,7 +187,7 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) (*grpc.Server, er
 
 // followHealth keeps the gRPC health status in step with the backend:
 // SERVING only with a live ZooKeeper session and a caught-up view.
-func followHealth(ctx context.Context, be *backend.Backend, hs *health.Server, lg *logrus.Entry) {
+func followHealth(ctx context.Context, be Health, hs *health.Server, lg *logrus.Entry) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	last := healthpb.HealthCheckResponse_UNKNOWN

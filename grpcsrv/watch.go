@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/translate"
 	"github.com/zketcd/zketcd/watchbridge"
@@ -29,9 +28,20 @@ const ctrlStreamBufLen = 16
 // streams that require a leader are canceled with ErrNoLeader.
 const leaderLossGrace = 3 * time.Second
 
+// Watches is the engine's watch side.
+type Watches interface {
+	Health
+	// State is the view's applied position; its CompactRev decides which
+	// events still carry prev_kv.
+	State() revision.State
+	// NewWatchStream opens a stream on the watch hub with at most
+	// maxWatchers watchers (0: no bound).
+	NewWatchStream(maxWatchers int) *watchbridge.Stream
+}
+
 type watchServer struct {
 	pb.UnsafeWatchServer
-	be               *backend.Backend
+	be               Watches
 	hdr              header
 	lg               *logrus.Entry
 	maxRequestBytes  int
@@ -62,7 +72,7 @@ func (s *watchServer) Watch(stream grpc.BidiStreamingServer[pb.WatchRequest, pb.
 	sws := &serverWatchStream{
 		srv:      s,
 		grpc:     stream,
-		ws:       s.be.Hub().NewStream(s.maxWatchers),
+		ws:       s.be.NewWatchStream(s.maxWatchers),
 		ctrl:     make(chan *pb.WatchResponse, ctrlStreamBufLen),
 		closec:   make(chan struct{}),
 		progress: map[int64]bool{},
@@ -333,7 +343,7 @@ func (sws *serverWatchStream) send(wresp watchbridge.Response) error {
 	// without prev_kv. Do the same.
 	prevFloor := int64(-1)
 	if needPrev && len(wresp.Events) > 0 {
-		prevFloor = sws.srv.be.View().State().CompactRev
+		prevFloor = sws.srv.be.State().CompactRev
 	}
 	wr := &pb.WatchResponse{
 		Header:          sws.header(wresp.Revision),

@@ -179,17 +179,17 @@ func TestWatchSessionExpiry(t *testing.T) {
 	ca, cb := a.Client(t), b.Client(t)
 	f := newFaultRun(t, "s/", []*clientv3.Client{ca})
 	f.record(cb, "b")
-	sessionB, _ := b.Backend().Store().Session()
+	sessionB, _ := b.Backend().Session()
 	watches := f.run(func() {
 		proxy.Partition()
 		time.Sleep(5 * time.Second)
-		if id, ok := b.Backend().Store().Session(); ok {
+		if id, ok := b.Backend().Session(); ok {
 			t.Logf("B still connected during the partition (session %x)", id)
 		}
 		proxy.Heal()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			id, ok := b.Backend().Store().Session()
+			id, ok := b.Backend().Session()
 			if ok && id != sessionB && b.Backend().Health() == nil {
 				t.Logf("B has a new session %x (was %x)", id, sessionB)
 				break
@@ -331,13 +331,13 @@ func TestSlowConsumer(t *testing.T) {
 	// Writes with 1 KiB values, recorded; the slowest one is reported.
 	pad := strings.Repeat("x", 1024)
 	const writers, each = 4, 600
-	hub := in.Backend().Hub()
+	be := in.Backend()
 	var maxStats watchbridge.Stats
 	stopSampling, sampling := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sampling)
 		for {
-			st := hub.Stats()
+			st := be.WatchStats()
 			maxStats.Victims = max(maxStats.Victims, st.Victims)
 			maxStats.Queued = max(maxStats.Queued, st.Queued)
 			maxStats.Unsynced = max(maxStats.Unsynced, st.Unsynced)
@@ -384,7 +384,7 @@ func TestSlowConsumer(t *testing.T) {
 	lag := time.Since(began) - took
 	close(stopSampling)
 	<-sampling
-	st := hub.Stats()
+	st := be.WatchStats()
 	t.Logf("%d writes in %v (slowest %v); fast watcher caught up %v after the last write; hub while stalled: %+v (max %+v)",
 		writers*each, took.Round(time.Millisecond), worst.Round(time.Millisecond), lag.Round(time.Millisecond), st, maxStats)
 	if st.Victims != 1 {
@@ -410,7 +410,7 @@ func TestSlowConsumer(t *testing.T) {
 			observed = max(observed, ev.Kv.ModRevision)
 		}
 	}
-	if st := hub.Stats(); st.Victims != 0 || st.Unsynced != 0 {
+	if st := be.WatchStats(); st.Victims != 0 || st.Unsynced != 0 {
 		t.Errorf("after the slow stream caught up: %+v", st)
 	}
 	slow := &watchcheck.Watch{Spec: spec, Segments: []*watchcheck.Segment{{Start: start, Responses: watchcheck.FromPB(raw, time.Now())}}}
