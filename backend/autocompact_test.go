@@ -69,7 +69,7 @@ func putN(t *testing.T, c *clientv3.Client, prefix string, n int) int64 {
 }
 
 func TestAutoCompactionRevisionModeCompactsToRetentionBelowTheHead(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{AutoCompaction: compactor.Config{
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{AutoCompaction: compactor.Config{
 		Mode: compactor.ModeRevision, Revisions: 5, RevisionInterval: 200 * time.Millisecond,
 	}})
 	c := in.Client(t)
@@ -115,7 +115,7 @@ func TestAutoCompactionRevisionModeCompactsToRetentionBelowTheHead(t *testing.T)
 // before it is used.
 func TestAutoCompactionPeriodicModeCompactsTheRevisionOfRetentionAgo(t *testing.T) {
 	const retention = time.Second
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{AutoCompaction: compactor.Config{
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{AutoCompaction: compactor.Config{
 		Mode: compactor.ModePeriodic, Retention: retention,
 	}})
 	c := in.Client(t)
@@ -173,9 +173,9 @@ func TestAutoCompactionRunsOnlyOnTheLeaderInstance(t *testing.T) {
 	opts := zketcdtest.Options{AutoCompaction: compactor.Config{
 		Mode: compactor.ModeRevision, Revisions: 3, RevisionInterval: 100 * time.Millisecond,
 	}}
-	a := zketcdtest.Start(t, []string{zkAddr}, opts)
+	a := zketcdtest.Start(t, []string{zkAddr(t)}, opts)
 	opts.Root = a.Root()
-	b := zketcdtest.Start(t, []string{zkAddr}, opts)
+	b := zketcdtest.Start(t, []string{zkAddr(t)}, opts)
 	leader, follower := waitLeader(t, a, b)
 
 	c := follower.Client(t)

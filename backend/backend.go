@@ -25,7 +25,7 @@ import (
 type Backend struct {
 	cfg      Config
 	log      *logrus.Entry
-	store    *zkstore.Store
+	store    Log
 	view     *revision.View
 	memberID uint64
 	metrics  *metrics
@@ -35,7 +35,7 @@ type Backend struct {
 	applyMu sync.Mutex // serializes View.Apply with the hub's notification
 	hub     *watchbridge.Hub
 
-	election    *zkstore.Election
+	election    zkstore.Leadership
 	renewals    chan *renewal
 	compactKick chan struct{}
 
@@ -58,8 +58,7 @@ type headSeen struct {
 	at   time.Time
 }
 
-// Open connects to ZooKeeper, recovers the view from the log, registers the
-// member and starts the tailer, the committer and the watch hub.
+// Open connects to ZooKeeper (cfg.Store) and runs the engine on it (New).
 func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -67,6 +66,19 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	st, err := zkstore.Open(ctx, cfg.Store)
 	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, st)
+}
+
+// New runs the engine on st, which it owns from then on (Close closes it,
+// and so does a failed New): it recovers the view from the log, registers
+// the member and starts the tailer, the committer and the watch hub.
+// cfg.Store is not used.
+func New(ctx context.Context, cfg Config, st Log) (*Backend, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		st.Close()
 		return nil, err
 	}
 	var nb [8]byte
@@ -89,6 +101,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	var auto *compactor.Compactor
 	if cfg.AutoCompaction.Enabled() {
+		var err error
 		if auto, err = compactor.New(cfg.AutoCompaction, autoCompactTarget{b}, cfg.Logger, cfg.Registerer); err != nil {
 			st.Close()
 			return nil, err
@@ -215,7 +228,7 @@ func (b *Backend) recover(ctx context.Context) error {
 // flight. each, if not nil, sees every log entry before it is applied. It
 // returns the view, that head and the bytes read. It starts over when a
 // compaction replaces the base or removes entries while it reads.
-func Replay(ctx context.Context, st *zkstore.Store, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+func Replay(ctx context.Context, st Log, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		view, head, size, err := replayOnce(ctx, st, window, each)
@@ -230,7 +243,7 @@ func Replay(ctx context.Context, st *zkstore.Store, window int, each func(*revis
 	return nil, zkstore.Head{}, 0, fmt.Errorf("recovery kept racing compactions: %w", lastErr)
 }
 
-func replayOnce(ctx context.Context, st *zkstore.Store, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
 	head, err := st.SyncHead()
 	if err != nil {
 		return nil, zkstore.Head{}, 0, fmt.Errorf("read head: %w", err)

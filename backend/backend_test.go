@@ -24,7 +24,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestRestartRecoversKeysRevisionsAndHistory(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
 	c := in.Client(t)
 	ctx := ctxT(t)
 	for i := 0; i < 20; i++ {
@@ -63,8 +63,8 @@ func TestRestartRecoversKeysRevisionsAndHistory(t *testing.T) {
 }
 
 func TestTwoInstancesSeeEachOthersWritesLinearizably(t *testing.T) {
-	a := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
-	b := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: a.Root()})
+	a := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
+	b := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{Root: a.Root()})
 	ca, cb := a.Client(t), b.Client(t)
 	ctx := ctxT(t)
 	for i := 0; i < 50; i++ {
@@ -97,8 +97,8 @@ func TestConcurrentCASThroughTwoInstancesNeverBothSucceed(t *testing.T) {
 }
 
 func testConcurrentCAS(t *testing.T, depth int) {
-	a := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{CommitPipeline: depth})
-	b := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: a.Root(), CommitPipeline: depth})
+	a := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{CommitPipeline: depth})
+	b := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{Root: a.Root(), CommitPipeline: depth})
 	clients := []*clientv3.Client{a.Client(t), b.Client(t)}
 	ctx := ctxT(t)
 	const rounds = 30
@@ -135,7 +135,7 @@ func TestGroupCommitGivesEachWriteItsOwnRevision(t *testing.T) {
 }
 
 func testGroupCommit(t *testing.T, depth int) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{CommitPipeline: depth})
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{CommitPipeline: depth})
 	c := in.Client(t)
 	ctx := ctxT(t)
 	const writers, each = 32, 20

@@ -17,7 +17,7 @@ import (
 // client, as etcd's benchmark does with --clients=16 --conns=1. Throughput
 // lands in the ns/op figure; run it with -cpuprofile to find hot spots.
 func BenchmarkPutParallel(b *testing.B) {
-	in := zketcdtest.Start(b, []string{zkAddr}, zketcdtest.Options{})
+	in := zketcdtest.Start(b, []string{zkAddr(b)}, zketcdtest.Options{})
 	c := in.Client(b)
 	val := string(make([]byte, 256))
 	b.ResetTimer()
@@ -63,7 +63,7 @@ func reportCommitStats(b *testing.B, in *zketcdtest.Instance) {
 func BenchmarkGetParallel(b *testing.B) {
 	for _, serializable := range []bool{false, true} {
 		b.Run(fmt.Sprintf("serializable=%v", serializable), func(b *testing.B) {
-			in := zketcdtest.Start(b, []string{zkAddr}, zketcdtest.Options{})
+			in := zketcdtest.Start(b, []string{zkAddr(b)}, zketcdtest.Options{})
 			c := in.Client(b)
 			if _, err := c.Put(context.Background(), "k", "v"); err != nil {
 				b.Fatal(err)
@@ -92,7 +92,7 @@ func BenchmarkGetParallel(b *testing.B) {
 func BenchmarkLeaseKeepAlive(b *testing.B) {
 	for _, workers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("clients=%d", workers), func(b *testing.B) {
-			in := zketcdtest.Start(b, []string{zkAddr}, zketcdtest.Options{})
+			in := zketcdtest.Start(b, []string{zkAddr(b)}, zketcdtest.Options{})
 			c := in.Client(b)
 			ctx := context.Background()
 			ids := make([]clientv3.LeaseID, 1000)

@@ -39,7 +39,7 @@ func countLogEntries(t *testing.T, zkAddrs []string, root string) int {
 }
 
 func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
 	c := in.Client(t)
 	ctx := ctxT(t)
 	write := func(n int, prefix string) int64 {
@@ -58,7 +58,7 @@ func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := write(200, "b/")
-	before := countLogEntries(t, []string{zkAddr}, in.Root())
+	before := countLogEntries(t, []string{zkAddr(t)}, in.Root())
 	if _, err := c.Compact(ctx, r2-10, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	var after int
 	for {
-		after = countLogEntries(t, []string{zkAddr}, in.Root())
+		after = countLogEntries(t, []string{zkAddr(t)}, in.Root())
 		if after < before || time.Now().After(deadline) {
 			break
 		}
@@ -121,8 +121,8 @@ func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
 }
 
 func TestHugeTransactionsAndValuesOnDefaultJuteMaxbuffer(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
-	other := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: in.Root()})
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
+	other := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{Root: in.Root()})
 	c := in.Client(t)
 	ctx := ctxT(t)
 	big := make([]byte, 1500*1024)
@@ -182,7 +182,7 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 				}
 				return nil
 			}
-			a := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{CompactionHook: hook})
+			a := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{CompactionHook: hook})
 			c := a.Client(t)
 			ctx := ctxT(t)
 			var rev int64
@@ -221,7 +221,7 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			a.Close() // the crash
-			b := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: a.Root()})
+			b := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{Root: a.Root()})
 			cb := b.Client(t)
 			got, err := cb.Get(ctx, "k", clientv3.WithPrefix())
 			if err != nil || got.Header.Revision != want.Header.Revision || fmt.Sprint(got.Kvs) != fmt.Sprint(want.Kvs) {

@@ -28,7 +28,7 @@ func waitGone(t *testing.T, c *clientv3.Client, key string, within time.Duration
 }
 
 func TestLeaseExpiresAndDeletesKeysInOneRevision(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
 	c := in.Client(t)
 	ctx := ctxT(t)
 	grant, err := c.Grant(ctx, 2)
@@ -75,7 +75,7 @@ func TestLeaseExpiresAndDeletesKeysInOneRevision(t *testing.T) {
 }
 
 func TestKeepAliveKeepsLeaseAlive(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
 	c := in.Client(t)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	grant, err := c.Grant(ctx, 2)
@@ -106,9 +106,9 @@ func TestKeepAliveKeepsLeaseAlive(t *testing.T) {
 }
 
 func TestLeaseSurvivesLeaderRestartAndExpiresAfterFailover(t *testing.T) {
-	a := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	a := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
 	time.Sleep(300 * time.Millisecond) // let a win the election
-	b := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: a.Root()})
+	b := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{Root: a.Root()})
 	if leader, _ := a.Backend().Leader(); !leader {
 		t.Fatal("first instance is not the leader")
 	}

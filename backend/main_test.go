@@ -2,8 +2,8 @@ package backend_test
 
 import (
 	"context"
-	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,28 +12,43 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver"
 )
 
-// zkAddr is one standalone ZooKeeper shared by the package's tests; each
-// test uses its own root. Tests that stop ZooKeeper start their own.
-var zkAddr string
+// shared is one standalone ZooKeeper shared by the package's
+// ZooKeeper-backed tests, started by the first of them (the engine's unit
+// tests on internal/memlog need none); each test uses its own root. Tests
+// that stop ZooKeeper start their own.
+var shared struct {
+	once sync.Once
+	srv  *zkserver.Server
+	dir  string
+	err  error
+}
+
+// zkAddr returns the shared ZooKeeper's address, starting it if needed.
+func zkAddr(tb testing.TB) string {
+	tb.Helper()
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "zketcd-backend-test-"); shared.err != nil {
+			return
+		}
+		lg := logrus.New()
+		lg.SetLevel(logrus.WarnLevel)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		shared.srv, shared.err = zkserver.StartStandalone(ctx, zkserver.Options{Dir: shared.dir, Logger: logrus.NewEntry(lg)})
+	})
+	if shared.err != nil {
+		tb.Fatalf("start zookeeper: %v", shared.err)
+	}
+	return shared.srv.Addr()
+}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zketcd-backend-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := zkserver.StartStandalone(ctx, zkserver.Options{Dir: dir, Logger: logrus.NewEntry(lg)})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start zookeeper:", err)
-		os.Exit(1)
-	}
-	zkAddr = srv.Addr()
 	code := m.Run()
-	_ = srv.Stop()
-	os.RemoveAll(dir)
+	if shared.srv != nil {
+		_ = shared.srv.Stop()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
 	os.Exit(code)
 }

@@ -28,7 +28,7 @@ import (
 // base. Every recovered view must equal the writer's store at the view's
 // revision.
 func TestReplayOverlappingCompactions(t *testing.T) {
-	in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -82,7 +82,7 @@ func TestReplayOverlappingCompactions(t *testing.T) {
 
 	lg := logrus.New()
 	lg.SetOutput(io.Discard)
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zkAddr}, Root: in.Root(), Logger: logrus.NewEntry(lg)})
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zkAddr(t)}, Root: in.Root(), Logger: logrus.NewEntry(lg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,14 @@ type Guard struct {
 	version int32
 }
 
+// NewGuard returns the precondition that the znode at path exists at
+// version (-1: any version). For other implementations of the log.
+func NewGuard(path string, version int32) Guard { return Guard{path: path, version: version} }
+
+// Path and Version are what the guard checks.
+func (g Guard) Path() string   { return g.path }
+func (g Guard) Version() int32 { return g.version }
+
 // LeaseGuard requires the renewal token of lease id to be at version (it was
 // not renewed since the caller read it).
 func (s *Store) LeaseGuard(id int64, version int32) Guard {

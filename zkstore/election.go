@@ -36,9 +36,24 @@ type Election struct {
 	done chan struct{}
 }
 
+// Leadership is one instance's part in the election of the leader
+// instance, as the engine sees it. Its methods are safe for concurrent use.
+type Leadership interface {
+	// State reports whether this instance is the leader, the fence to put
+	// in leader-only commits, and the member ID of the current leader (0:
+	// unknown).
+	State() (leader bool, fence Fence, leaderID uint64)
+	// Changed returns a channel closed at the next change of State.
+	Changed() <-chan struct{}
+	// Close withdraws from the election.
+	Close()
+}
+
+var _ Leadership = (*Election)(nil)
+
 // Campaign starts taking part in the election as memberID. Close the
 // returned Election to withdraw.
-func (s *Store) Campaign(memberID uint64) *Election {
+func (s *Store) Campaign(memberID uint64) Leadership {
 	e := &Election{
 		s: s, memberID: memberID, log: s.log.WithField("component", "election"),
 		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
@@ -216,6 +231,13 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 // Fence proves leadership inside a multi: it checks that the leader's
 // election znode still exists.
 type Fence struct{ path string }
+
+// NewFence returns the fence of the election znode at path (for other
+// implementations of the log, which name their own election nodes).
+func NewFence(path string) Fence { return Fence{path: path} }
+
+// Path is the election znode the fence checks ("" for no fence).
+func (f Fence) Path() string { return f.path }
 
 // Valid reports whether the fence names a znode.
 func (f Fence) Valid() bool { return f.path != "" }

@@ -1,0 +1,67 @@
+package backend
+
+import (
+	"context"
+
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+// Log is the replicated log the engine runs on: *zkstore.Store on
+// ZooKeeper, internal/memlog in memory for tests. The data types are
+// zkstore's; their contracts (exactly-once Commit resolved by writer tag,
+// guards, fences, errors wrapping zkstore.ErrUnavailable,
+// zkstore.ErrEntryMissing, zkstore.ErrBaseChanged, zkstore.ErrUnknownOutcome)
+// are documented there. Implementations are safe for concurrent use.
+type Log interface {
+	// Meta is the cluster identity; MaxEntryBytes the byte budget of one
+	// entry (a batch is cut before it).
+	Meta() zkstore.Meta
+	MaxEntryBytes() int
+	// Session reports the client session and whether it is connected.
+	Session() (id int64, connected bool)
+	// Close ends the session.
+	Close()
+
+	// Commit appends req.Entry at req.Prev+1, exactly once.
+	Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore.CommitResult, error)
+	// LeaseGuard is the precondition that lease id's renewal token is
+	// still at version.
+	LeaseGuard(id int64, version int32) zkstore.Guard
+
+	// Head reads the head; SyncHead after a sync with the leader;
+	// QuorumHead after a quorum round trip (the linearizable barrier).
+	Head() (zkstore.Head, error)
+	SyncHead() (zkstore.Head, error)
+	QuorumHead() (zkstore.Head, error)
+	// WatchHead reads the head and returns a channel closed at its next
+	// change.
+	WatchHead() (zkstore.Head, <-chan struct{}, error)
+	// ReadEntries calls fn for every entry from..to in order, reading
+	// window entries in flight.
+	ReadEntries(ctx context.Context, from, to int64, window int, fn func(e *revision.Entry, size int) error) error
+
+	// RegisterMember publishes this instance (again after a new session);
+	// Members lists the live ones.
+	RegisterMember(m zkstore.Member) error
+	Members() ([]zkstore.Member, error)
+	// Campaign joins the election of the leader instance.
+	Campaign(memberID uint64) zkstore.Leadership
+
+	// ReadLeaseToken and RenewLeases read and advance lease renewal tokens.
+	ReadLeaseToken(id int64) (tok zkstore.LeaseToken, ok bool, err error)
+	RenewLeases(ids []int64) (map[int64]bool, error)
+
+	// Base generations (physical compaction): the current one, loading it,
+	// writing a new one, publishing it under a fence, and deleting what it
+	// made obsolete.
+	ReadBase() (zkstore.Base, error)
+	LoadBase(ctx context.Context, b zkstore.Base) (*revision.Snapshot, error)
+	PrepareBase(ctx context.Context, snap *revision.Snapshot, prev zkstore.Base, nonce uint64) (zkstore.Base, error)
+	PublishBase(fence zkstore.Fence, nb zkstore.Base) (zkstore.Base, error)
+	TruncateLog(ctx context.Context, fence zkstore.Fence, lsn int64) (int, error)
+	CollectBases(ctx context.Context, fence zkstore.Fence, cur zkstore.Base) (int, error)
+	CollectChunks(ctx context.Context, fence zkstore.Fence, graceMillis int64) (int, error)
+}
+
+var _ Log = (*zkstore.Store)(nil)
