@@ -12,10 +12,11 @@ import (
 	"github.com/zketcd/zketcd/zkstore"
 )
 
-// evalFunc evaluates one request inside an open transaction of a batch and
-// returns its response. It is called again if the batch must be evaluated
-// anew (another writer took the log position), so it must not keep state.
-type evalFunc func(b *revision.Batch) (any, error)
+// evalFunc evaluates one request inside an open transaction of a batch,
+// keeping its typed response where its submitter reads it (see propose). It
+// is called again if the batch must be evaluated anew (another writer took
+// the log position), so it keeps nothing but the latest response.
+type evalFunc func(b *revision.Batch) error
 
 type proposal struct {
 	ctx  context.Context
@@ -25,8 +26,7 @@ type proposal struct {
 	// an entry of its own, under the preconditions guards returns.
 	guards func() []zkstore.Guard
 
-	resp any
-	err  error
+	err  error // of the latest evaluation, or the answer
 	done chan struct{}
 }
 
@@ -34,20 +34,39 @@ type proposal struct {
 var errRefused = errors.New("commit refused: a precondition no longer holds")
 
 // submit queues a proposal for the committer and waits for its outcome.
-func (b *Backend) submit(ctx context.Context, p *proposal) (any, error) {
+func (b *Backend) submit(ctx context.Context, p *proposal) error {
 	select {
 	case b.proposals <- p:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-b.ctx.Done():
-		return nil, rpctypes.ErrGRPCStopped
+		return rpctypes.ErrGRPCStopped
 	}
 	select {
 	case <-p.done:
-		return p.resp, p.err
+		return p.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
+}
+
+// propose submits a request of size bytes evaluated by eval, with guards
+// (nil: none), and returns eval's response from the evaluation that was
+// committed. The response is read only after the committer answered, so it
+// never races with a re-evaluation.
+func propose[T any](ctx context.Context, b *Backend, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	var resp T
+	p := &proposal{ctx: ctx, size: size, guards: guards, done: make(chan struct{}),
+		eval: func(bt *revision.Batch) error {
+			var err error
+			resp, err = eval(bt)
+			return err
+		}}
+	if err := b.submit(ctx, p); err != nil {
+		var zero T
+		return zero, err
+	}
+	return resp, nil
 }
 
 // commitLoop is the group committer: it takes every queued proposal (up to
@@ -235,7 +254,7 @@ func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 	b := c.b
 	head, err := b.barrier.wait(b.ctx)
 	if err != nil {
-		finishAll(group, toUnavailable(err))
+		finishAll(group, b.stopped(err))
 		return
 	}
 	if head == lsn {
@@ -244,7 +263,7 @@ func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 	}
 	b.kickTailer()
 	if err := b.view.WaitApplied(b.ctx, head); err != nil {
-		finishAll(group, toUnavailable(err))
+		finishAll(group, b.stopped(err))
 		return
 	}
 	c.pending = append(group, c.pending...)
@@ -304,7 +323,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		failed(rpctypes.ErrGRPCTimeoutDueToConnectionLost)
 	case err != nil:
 		lg.WithError(err).Warn("commit failed; nothing was written")
-		failed(toUnavailable(err))
+		failed(b.stopped(err))
 	case res.Outcome == zkstore.Committed:
 		c.committed = f.req.Token
 		f.entry.Zxid = res.Zxid
@@ -321,7 +340,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		b.metrics.conflicts.Inc()
 		b.kickTailer()
 		if err := b.view.WaitApplied(b.ctx, f.entry.LSN); err != nil {
-			failed(toUnavailable(err))
+			failed(b.stopped(err))
 			return false
 		}
 		again()
@@ -368,7 +387,7 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 		}
 		bt = revision.NewBatch(base)
 		for i, p := range pending[:cut] {
-			p.resp, p.err = nil, nil
+			p.err = nil
 			if err := p.ctx.Err(); err != nil {
 				p.err = err
 				continue
@@ -378,7 +397,7 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 				break
 			}
 			bt.Begin()
-			resp, err := p.eval(bt)
+			err := p.eval(bt)
 			if errors.Is(err, revision.ErrBatchBoundary) && (!bt.Empty() || bt.Chained()) {
 				bt.Abort()
 				cut = i
@@ -393,7 +412,6 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 				continue
 			}
 			bt.Commit()
-			p.resp = resp
 			size += p.size
 			if p.guards != nil {
 				cut = i + 1
@@ -405,30 +423,29 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 	return pending[:cut], pending[cut:], st, bt
 }
 
-// toUnavailable maps infrastructure errors to etcd's retryable errors.
-func toUnavailable(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+// stopped answers etcd's "server stopped" for an error caused by the
+// engine's own context ending (Close); other errors go to the caller
+// unchanged, for grpcsrv's error mapper.
+func (b *Backend) stopped(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return rpctypes.ErrGRPCStopped
-	case errors.Is(err, zkstore.ErrUnavailable):
-		return rpctypes.ErrGRPCNoLeader
 	}
-	return rpctypes.ErrGRPCNoLeader
+	return err
 }
 
 func (b *Backend) drainProposals() {
 	for {
 		select {
 		case p := <-b.proposals:
-			p.finish(nil, rpctypes.ErrGRPCStopped)
+			p.finish(rpctypes.ErrGRPCStopped)
 		default:
 			return
 		}
 	}
 }
 
-func (p *proposal) finish(resp any, err error) {
-	p.resp, p.err = resp, err
+func (p *proposal) finish(err error) {
+	p.err = err
 	close(p.done)
 }
 
@@ -437,9 +454,9 @@ func (p *proposal) finish(resp any, err error) {
 func finishAll(ps []*proposal, err error) {
 	for _, p := range ps {
 		if err != nil {
-			p.finish(nil, err)
+			p.finish(err)
 		} else {
-			p.finish(p.resp, p.err)
+			p.finish(p.err)
 		}
 	}
 }

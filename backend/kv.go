@@ -2,7 +2,6 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -37,7 +36,7 @@ func (b *Backend) Linearize(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return toUnavailable(err)
+		return b.stopped(err)
 	}
 	if b.view.State().LSN >= lsn {
 		return nil
@@ -76,20 +75,12 @@ func (b *Backend) Read(fn func(revision.Reader) error) error { return b.view.Rea
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) { return translate.Put(bt, req) })
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*pb.PutResponse), nil
+	return write(ctx, b, req, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
 }
 
 // DeleteRange commits a validated DeleteRange.
 func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) { return translate.DeleteRange(bt, req) })
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*pb.DeleteRangeResponse), nil
+	return write(ctx, b, req, func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) })
 }
 
 // Txn serves a validated Txn: read-only ones on the read path, the others
@@ -109,11 +100,7 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 		})
 		return resp, err
 	}
-	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) { return translate.Txn(bt, req) })
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*pb.TxnResponse), nil
+	return write(ctx, b, req, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
 }
 
 // Compact commits a compaction to req.Revision: reads below it fail from
@@ -132,20 +119,12 @@ func (b *Backend) compact(ctx context.Context, req *pb.CompactionRequest, fence 
 			return nil, err
 		}
 	}
-	eval := func(bt *revision.Batch) (any, error) {
-		if err := translate.CheckCompact(bt, req.Revision); err != nil {
-			return nil, err
-		}
-		bt.Compact(req.Revision)
-		return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: bt.Rev()}}, nil
-	}
-	var resp any
-	var err error
+	eval := func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
+	var guards func() []zkstore.Guard
 	if fence.Valid() {
-		resp, err = b.writeGuarded(ctx, req, eval, func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} })
-	} else {
-		resp, err = b.write(ctx, req, eval)
+		guards = func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} }
 	}
+	resp, err := writeGuarded(ctx, b, req, eval, guards)
 	if err != nil {
 		return nil, err
 	}
@@ -154,22 +133,17 @@ func (b *Backend) compact(ctx context.Context, req *pb.CompactionRequest, fence 
 			return nil, err
 		}
 	}
-	return resp.(*pb.CompactionResponse), nil
+	return resp, nil
 }
 
 // write queues a validated request (its size checked by the caller) for
-// the committer.
-func (b *Backend) write(ctx context.Context, req proto.Message, eval evalFunc) (any, error) {
-	return b.writeGuarded(ctx, req, eval, nil)
+// the committer and returns its typed response.
+func write[T any](ctx context.Context, b *Backend, req proto.Message, eval func(*revision.Batch) (T, error)) (T, error) {
+	return writeGuarded(ctx, b, req, eval, nil)
 }
 
 // writeGuarded is write; with guards not nil, the request is committed in
 // an entry of its own under the preconditions guards returns.
-func (b *Backend) writeGuarded(ctx context.Context, req proto.Message, eval evalFunc, guards func() []zkstore.Guard) (any, error) {
-	size := proto.Size(req)
-	resp, err := b.submit(ctx, &proposal{ctx: ctx, size: size, eval: eval, guards: guards, done: make(chan struct{})})
-	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return nil, err
-	}
-	return resp, err
+func writeGuarded[T any](ctx context.Context, b *Backend, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	return propose(ctx, b, proto.Size(req), eval, guards)
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -14,21 +13,21 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/translate"
 	"github.com/zketcd/zketcd/zkstore"
 )
 
-// Lease limits, as etcd's (the minimum follows etcd's default election
-// timeout: 1.5 s rounded up).
+// Lease limits: translate's (etcd's).
 const (
-	MinLeaseTTL = 2
-	MaxLeaseTTL = 9000000000
+	MinLeaseTTL = translate.MinLeaseTTL
+	MaxLeaseTTL = translate.MaxLeaseTTL
 )
 
 // LeaseGrant commits a new lease. ID 0 asks the server to choose one.
 // Errors: ErrGRPCLeaseExist, ErrGRPCLeaseTTLTooLarge.
 func (b *Backend) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	if req.TTL > MaxLeaseTTL {
-		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+	if err := translate.CheckLeaseGrant(req); err != nil {
+		return nil, err
 	}
 	id := req.ID
 	for id == 0 {
@@ -38,49 +37,13 @@ func (b *Backend) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 		}
 		id = int64(binary.BigEndian.Uint64(rb[:]) >> 1)
 	}
-	ttl := max(req.TTL, MinLeaseTTL)
-	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) {
-		if bt.Lease(id) != nil {
-			return nil, rpctypes.ErrGRPCLeaseExist
-		}
-		bt.GrantLease(id, ttl)
-		return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: bt.Rev()}, ID: id, TTL: ttl}, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*pb.LeaseGrantResponse), nil
+	return write(ctx, b, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, id) })
 }
 
 // LeaseRevoke commits the removal of a lease and, in one revision, of every
 // key attached to it. Errors: ErrGRPCLeaseNotFound.
 func (b *Backend) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := b.write(ctx, req, func(bt *revision.Batch) (any, error) { return revokeLease(bt, req.ID) })
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*pb.LeaseRevokeResponse), nil
-}
-
-// revokeLease stages the deletion of every key attached to lease id (one
-// revision, if any) and the lease's removal, in bt's open transaction.
-func revokeLease(bt *revision.Batch, id int64) (any, error) {
-	if bt.Lease(id) == nil {
-		return nil, rpctypes.ErrGRPCLeaseNotFound
-	}
-	keys, err := bt.LeaseKeys(id)
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range keys {
-		if _, err := bt.DeleteRange(k, nil); err != nil {
-			return nil, err
-		}
-	}
-	rev, _ := bt.Commit()
-	bt.Begin()
-	bt.RevokeLease(id)
-	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
+	return write(ctx, b, req, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
 }
 
 // Leases lists every lease, after a barrier, soonest expiry first as etcd
@@ -89,31 +52,17 @@ func (b *Backend) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 	if err := b.Linearize(ctx); err != nil {
 		return nil, err
 	}
-	type item struct {
-		id     int64
-		expiry time.Time
-	}
-	var items []item
+	var items []translate.LeaseExpiry
 	for id, ttl := range b.view.LeaseTTLs() {
 		tok, ok, err := b.store.ReadLeaseToken(id)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			items = append(items, item{id, tok.Renewed.Add(time.Duration(ttl) * time.Second)})
+			items = append(items, translate.LeaseExpiry{ID: id, Expiry: tok.Renewed.Add(time.Duration(ttl) * time.Second)})
 		}
 	}
-	sort.Slice(items, func(i, j int) bool {
-		if !items[i].expiry.Equal(items[j].expiry) {
-			return items[i].expiry.Before(items[j].expiry)
-		}
-		return items[i].id < items[j].id
-	})
-	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: make([]*pb.LeaseStatus, len(items))}
-	for i, it := range items {
-		resp.Leases[i] = &pb.LeaseStatus{ID: it.id}
-	}
-	return resp, nil
+	return translate.LeaseLeases(items), nil
 }
 
 // LeaseTimeToLive reports a lease's granted TTL and an estimate of its
@@ -146,9 +95,7 @@ func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 	if !ok {
 		return resp, nil
 	}
-	// etcd truncates the remaining duration to whole seconds.
-	remaining := int64((time.Duration(granted)*time.Second - time.Since(tok.Renewed)).Seconds())
-	resp.TTL = min(max(remaining, 0), granted)
+	resp.TTL = translate.RemainingTTL(granted, tok.Renewed, time.Now())
 	resp.GrantedTTL = granted
 	resp.Keys = keys
 	return resp, nil
@@ -182,7 +129,7 @@ func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 		return 0, ctx.Err()
 	}
 	if req.err != nil {
-		return 0, toUnavailable(req.err)
+		return 0, b.stopped(req.err)
 	}
 	if !req.renewed {
 		return 0, nil
@@ -346,11 +293,10 @@ func (b *Backend) expire(id int64, version int32, fence zkstore.Fence) error {
 	defer cancel()
 	p := &proposal{
 		ctx: ctx, size: 64, done: make(chan struct{}),
-		eval: func(bt *revision.Batch) (any, error) { return revokeLease(bt, id) },
+		eval: func(bt *revision.Batch) error { _, err := translate.LeaseRevoke(bt, id); return err },
 		guards: func() []zkstore.Guard {
 			return []zkstore.Guard{b.store.LeaseGuard(id, version), fence.Guard()}
 		},
 	}
-	_, err := b.submit(ctx, p)
-	return err
+	return b.submit(ctx, p)
 }

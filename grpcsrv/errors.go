@@ -11,11 +11,16 @@ import (
 	"github.com/zketcd/zketcd/revision"
 )
 
-// toGRPCError maps any error from the layers below to what etcd would send:
-// gRPC status errors pass through, context errors become Canceled or
-// DeadlineExceeded, the view's read errors their rpctypes forms; anything
-// else is logged and reported as etcd's "no leader" (Unavailable), so a
-// ZooKeeper error string never reaches a client.
+// unavailable is implemented by errors that mark a temporary unavailability
+// of the log (zkstore.ErrUnavailable and what wraps it).
+type unavailable interface{ Unavailable() bool }
+
+// toGRPCError is zketcd's one mapping of errors to what etcd would send:
+// gRPC status errors (etcd's rpctypes, which translate and the engine
+// return) pass through; context errors become Canceled or DeadlineExceeded;
+// the view's read errors their rpctypes forms; an unavailable log etcd's
+// "no leader" (Unavailable); anything else is logged and reported as "no
+// leader" too, so a ZooKeeper error string never reaches a client.
 func toGRPCError(lg *logrus.Entry, err error) error {
 	if err == nil {
 		return nil
@@ -23,6 +28,7 @@ func toGRPCError(lg *logrus.Entry, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	var u unavailable
 	switch {
 	case errors.Is(err, context.Canceled):
 		return rpctypes.ErrGRPCCanceled
@@ -32,6 +38,9 @@ func toGRPCError(lg *logrus.Entry, err error) error {
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, revision.ErrFutureRev):
 		return rpctypes.ErrGRPCFutureRev
+	case errors.As(err, &u) && u.Unavailable():
+		lg.WithError(err).Debug("request failed: log unavailable")
+		return rpctypes.ErrGRPCNoLeader
 	}
 	lg.WithError(err).Warn("request failed")
 	return rpctypes.ErrGRPCNoLeader

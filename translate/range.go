@@ -2,13 +2,11 @@ package translate
 
 import (
 	"bytes"
-	"errors"
 	"math"
 	"sort"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/revision"
 )
@@ -37,7 +35,7 @@ func Range(r revision.Reader, req *pb.RangeRequest) (*pb.RangeResponse, error) {
 func Count(r revision.Reader, key, rangeEnd []byte, rev int64) (int64, error) {
 	var n int64
 	err := r.Range(key, EndKey(rangeEnd), rev, func(*revision.KeyValue) bool { n++; return true })
-	return n, toGRPC(err)
+	return n, err
 }
 
 // RangeChunk is Range without the total count: Count is only the number of
@@ -74,7 +72,7 @@ func rangeAt(r revision.Reader, curRev int64, req *pb.RangeRequest, withTotalCou
 		return true
 	})
 	if err != nil {
-		return nil, toGRPC(err)
+		return nil, err
 	}
 	kvs = filterKVs(kvs, req)
 	sortKVs(kvs, req)
@@ -203,18 +201,4 @@ func sortKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) {
 		s = sort.Reverse(s)
 	}
 	sort.Sort(s)
-}
-
-// toGRPC maps the view's read errors to etcd's gRPC errors; other errors
-// pass through.
-func toGRPC(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, revision.ErrCompacted):
-		return rpctypes.ErrGRPCCompacted
-	case errors.Is(err, revision.ErrFutureRev):
-		return rpctypes.ErrGRPCFutureRev
-	}
-	return err
 }

@@ -106,7 +106,7 @@ func TestRangeCountIgnoresLimitAndFilters(t *testing.T) {
 		if len(resp.Kvs) != 2 || resp.Kvs[0].Value != nil {
 			t.Errorf("keys only: %v", resp)
 		}
-		if _, err := Range(r, &pb.RangeRequest{Key: []byte("a"), Revision: 4}); !errors.Is(err, rpctypes.ErrGRPCFutureRev) {
+		if _, err := Range(r, &pb.RangeRequest{Key: []byte("a"), Revision: 4}); !errors.Is(err, revision.ErrFutureRev) {
 			t.Errorf("future: %v", err)
 		}
 		return nil
@@ -150,8 +150,12 @@ func TestTxnHeadersAndNestedResponses(t *testing.T) {
 	})
 }
 
-// isEtcdError reports whether err is a gRPC status error (what etcd sends).
+// isEtcdError reports whether err is a gRPC status error (what etcd sends)
+// or one of the view's read errors, which grpcsrv maps to etcd's.
 func isEtcdError(err error) bool {
+	if errors.Is(err, revision.ErrCompacted) || errors.Is(err, revision.ErrFutureRev) {
+		return true
+	}
 	_, ok := status.FromError(err)
 	return ok
 }

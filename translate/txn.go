@@ -94,7 +94,7 @@ func deleteRange(s Store, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, 
 	resp := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{}}
 	deleted, err := s.DeleteRange(req.Key, EndKey(req.RangeEnd))
 	if err != nil {
-		return nil, toGRPC(err)
+		return nil, err
 	}
 	if req.PrevKv {
 		resp.PrevKvs = make([]*mvccpb.KeyValue, len(deleted))
@@ -321,16 +321,4 @@ func executeTxn(s Store, req *pb.TxnRequest, path []bool, resp *pb.TxnResponse) 
 		}
 	}
 	return txns, nil
-}
-
-// CheckCompact validates a compaction to rev against r (the state it will be
-// staged on), with etcd's errors.
-func CheckCompact(r revision.Reader, rev int64) error {
-	switch {
-	case rev <= r.CompactRev():
-		return rpctypes.ErrGRPCCompacted
-	case rev > r.Rev():
-		return rpctypes.ErrGRPCFutureRev
-	}
-	return nil
 }

@@ -20,8 +20,17 @@ import (
 
 // ErrUnavailable wraps failures to reach ZooKeeper (no server, connection
 // closed, session expired) on requests with no side effects, or whose
-// side effects were resolved.
-var ErrUnavailable = errors.New("zookeeper unavailable")
+// side effects were resolved: a temporary condition, which etcd clients
+// see as "no leader". It marks itself with an Unavailable method, so the gRPC layer
+// recognizes it without importing this package.
+var ErrUnavailable error = unavailableError{}
+
+type unavailableError struct{}
+
+func (unavailableError) Error() string { return "zookeeper unavailable" }
+
+// Unavailable reports that the error is a temporary unavailability.
+func (unavailableError) Unavailable() bool { return true }
 
 // ErrEntryMissing is returned when a log entry below the head does not
 // exist: it was compacted away, the reader must reload from a base state.
