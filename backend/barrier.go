@@ -3,6 +3,9 @@ package backend
 import (
 	"context"
 	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // barrier shares ZooKeeper barrier round trips among concurrent
@@ -59,4 +62,42 @@ func (b *barrier) startLocked() {
 		}
 		b.mu.Unlock()
 	}()
+}
+
+func (b *Backend) syncHead() (int64, error) {
+	read := b.store.QuorumHead
+	if b.cfg.RelaxedReads {
+		read = b.store.SyncHead
+	}
+	h, err := read()
+	if err != nil {
+		return 0, err
+	}
+	return h.LSN, nil
+}
+
+// Linearize waits until the view holds every write acknowledged (by any
+// instance) before the call. Errors: ErrGRPCNoLeader when ZooKeeper cannot
+// be reached, ctx's error, ErrGRPCCorrupt for a broken view.
+func (b *Backend) Linearize(ctx context.Context) error {
+	start := time.Now()
+	defer func() { b.metrics.barrierWait.Observe(time.Since(start).Seconds()) }()
+	lsn, err := b.barrier.wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return b.stopped(err)
+	}
+	if b.view.State().LSN >= lsn {
+		return nil
+	}
+	b.kickTailer()
+	if err := b.view.WaitApplied(ctx, lsn); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return rpctypes.ErrGRPCCorrupt
+	}
+	return nil
 }

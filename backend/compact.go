@@ -2,11 +2,17 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/zketcd/zketcd/compactor"
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/translate"
 	"github.com/zketcd/zketcd/zkstore"
 )
 
@@ -135,25 +141,69 @@ func (b *Backend) waitPhysical(ctx context.Context, rev int64) error {
 	}
 }
 
-// reload rebuilds the view from the current base generation and the log,
-// for an instance that fell behind a physical compaction; watchers catch up
-// from the new view's history or are canceled as compacted.
-func (b *Backend) reload() error {
-	start := time.Now()
-	view, head, size, err := Replay(b.ctx, b.store, b.cfg.ReadWindow, nil)
+// Compact commits a compaction to req.Revision: reads below it fail from
+// then on, on every instance. Errors: ErrGRPCCompacted if already compacted
+// there, ErrGRPCFutureRev above the current revision.
+func (b *Backend) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	return b.compact(ctx, req, zkstore.Fence{})
+}
+
+// compact is Compact; with a valid fence, the compaction is committed only
+// while that leadership holds (errRefused otherwise).
+func (b *Backend) compact(ctx context.Context, req *pb.CompactionRequest, fence zkstore.Fence) (*pb.CompactionResponse, error) {
+	if req.Revision > b.view.State().Rev {
+		// It may exist on another instance: decide after a barrier.
+		if err := b.Linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	eval := func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
+	var guards func() []zkstore.Guard
+	if fence.Valid() {
+		guards = func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} }
+	}
+	resp, err := writeGuarded(ctx, b, req, eval, guards)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b.applyMu.Lock()
-	defer b.applyMu.Unlock()
-	if view.State().LSN <= b.view.State().LSN {
-		return nil // caught up meanwhile
+	if req.Physical {
+		if err := b.waitPhysical(ctx, req.Revision); err != nil {
+			return nil, err
+		}
 	}
-	b.view.Reset(view)
-	b.hub.Resync()
-	b.dbSize.Store(size)
-	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
-	b.log.WithFields(logrus.Fields{"lsn": head.LSN, "took": time.Since(start).Round(time.Millisecond)}).
-		Warn("reloaded the view: this instance fell behind a compaction of the log")
-	return nil
+	return resp, nil
+}
+
+// errNotLeader refuses an auto-compaction on an instance that lost the
+// leadership after the compactor checked it.
+var errNotLeader = errors.New("not the leader instance")
+
+// autoCompactTarget is the auto-compactor's view of the backend: the
+// view's revision, the election shared with lease expiry and physical
+// compaction, and Compact, the Compact RPC's path, fenced by the
+// leadership so that a deposed leader's compaction is refused.
+type autoCompactTarget struct{ b *Backend }
+
+func (t autoCompactTarget) Rev() int64 { return t.b.view.State().Rev }
+
+func (t autoCompactTarget) Leader() bool {
+	leader, _, _ := t.b.election.State()
+	return leader
+}
+
+func (t autoCompactTarget) Compact(ctx context.Context, rev int64) error {
+	leader, fence, _ := t.b.election.State()
+	if !leader || !fence.Valid() {
+		return errNotLeader
+	}
+	_, err := t.b.compact(ctx, &pb.CompactionRequest{Revision: rev}, fence)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrGRPCCompacted):
+		return fmt.Errorf("compact to %d: %w", rev, compactor.ErrCompacted)
+	case errors.Is(err, errRefused):
+		return fmt.Errorf("compact to %d: leadership lost: %w", rev, err)
+	}
+	return fmt.Errorf("compact to %d: %w", rev, err)
 }

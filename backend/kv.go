@@ -2,54 +2,14 @@ package backend
 
 import (
 	"context"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/translate"
 	"github.com/zketcd/zketcd/zkstore"
 )
-
-func (b *Backend) syncHead() (int64, error) {
-	read := b.store.QuorumHead
-	if b.cfg.RelaxedReads {
-		read = b.store.SyncHead
-	}
-	h, err := read()
-	if err != nil {
-		return 0, err
-	}
-	return h.LSN, nil
-}
-
-// Linearize waits until the view holds every write acknowledged (by any
-// instance) before the call. Errors: ErrGRPCNoLeader when ZooKeeper cannot
-// be reached, ctx's error, ErrGRPCCorrupt for a broken view.
-func (b *Backend) Linearize(ctx context.Context) error {
-	start := time.Now()
-	defer func() { b.metrics.barrierWait.Observe(time.Since(start).Seconds()) }()
-	lsn, err := b.barrier.wait(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return b.stopped(err)
-	}
-	if b.view.State().LSN >= lsn {
-		return nil
-	}
-	b.kickTailer()
-	if err := b.view.WaitApplied(ctx, lsn); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return rpctypes.ErrGRPCCorrupt
-	}
-	return nil
-}
 
 // Range serves a validated Range request, after a barrier unless it is
 // serializable.
@@ -101,39 +61,6 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 		return resp, err
 	}
 	return write(ctx, b, req, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
-}
-
-// Compact commits a compaction to req.Revision: reads below it fail from
-// then on, on every instance. Errors: ErrGRPCCompacted if already compacted
-// there, ErrGRPCFutureRev above the current revision.
-func (b *Backend) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	return b.compact(ctx, req, zkstore.Fence{})
-}
-
-// compact is Compact; with a valid fence, the compaction is committed only
-// while that leadership holds (errRefused otherwise).
-func (b *Backend) compact(ctx context.Context, req *pb.CompactionRequest, fence zkstore.Fence) (*pb.CompactionResponse, error) {
-	if req.Revision > b.view.State().Rev {
-		// It may exist on another instance: decide after a barrier.
-		if err := b.Linearize(ctx); err != nil {
-			return nil, err
-		}
-	}
-	eval := func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
-	var guards func() []zkstore.Guard
-	if fence.Valid() {
-		guards = func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} }
-	}
-	resp, err := writeGuarded(ctx, b, req, eval, guards)
-	if err != nil {
-		return nil, err
-	}
-	if req.Physical {
-		if err := b.waitPhysical(ctx, req.Revision); err != nil {
-			return nil, err
-		}
-	}
-	return resp, nil
 }
 
 // write queues a validated request (its size checked by the caller) for

@@ -42,9 +42,6 @@ type Base struct {
 // while being read; read the base again and retry.
 var ErrBaseChanged = errors.New("base generation replaced while loading")
 
-func (l layout) compact() string { return l.root + "/compact" }
-func (l layout) base() string    { return l.root + "/base" }
-
 // ReadBase reads <root>/compact. A root without it has no base.
 func (s *Store) ReadBase() (Base, error) {
 	data, st, err := s.conn.Get(s.l.compact())
@@ -84,7 +81,7 @@ func (s *Store) LoadBase(ctx context.Context, b Base) (*revision.Snapshot, error
 				errs[i] = ctx.Err()
 				return
 			}
-			data, _, err := s.conn.Get(fmt.Sprintf("%s/%06d", b.Path, i))
+			data, _, err := s.conn.Get(baseChunk(b.Path, i))
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				err = ErrBaseChanged
@@ -124,7 +121,7 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 	data := EncodeSnapshot(snap)
 	nb := Base{
 		Gen: snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
-		Path:    fmt.Sprintf("%s/%020d-%016x", s.l.base(), snap.State.LSN, nonce),
+		Path:    s.l.generation(snap.State.LSN, nonce),
 		Size:    len(data),
 		Sum:     crc32.Checksum(data, crcTable),
 		PrevGen: prev.Gen, PrevPath: prev.Path,
@@ -154,7 +151,7 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 				errs[i] = ctx.Err()
 				return
 			}
-			_, err := s.conn.Create(fmt.Sprintf("%s/%06d", nb.Path, i), c, 0, s.acl)
+			_, err := s.conn.Create(baseChunk(nb.Path, i), c, 0, s.acl)
 			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				errs[i] = s.wrap("write base chunk", err)
 			}
@@ -203,7 +200,7 @@ func (s *Store) TruncateLog(ctx context.Context, fence Fence, lsn int64) (int, e
 		if err != nil || bn > lsn>>bucketShift {
 			continue
 		}
-		bpath := s.l.log() + "/" + bname
+		bpath := child(s.l.log(), bname)
 		names, _, err := s.conn.Children(bpath)
 		if err != nil {
 			return deleted, s.wrap("list log bucket", err)
@@ -212,7 +209,7 @@ func (s *Store) TruncateLog(ctx context.Context, fence Fence, lsn int64) (int, e
 		var doomed []string
 		for _, n := range names {
 			if e, err := strconv.ParseInt(n, 10, 64); err == nil && e < lsn {
-				doomed = append(doomed, bpath+"/"+n)
+				doomed = append(doomed, child(bpath, n))
 			}
 		}
 		for len(doomed) > 0 {
@@ -254,7 +251,7 @@ func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, e
 	}
 	removed := 0
 	for _, g := range gens {
-		p := s.l.base() + "/" + g
+		p := child(s.l.base(), g)
 		if p == cur.Path || p == cur.PrevPath {
 			continue
 		}
@@ -272,7 +269,7 @@ func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, e
 			n := min(len(chunks), 256)
 			ops := []any{fence.Guard().op()}
 			for _, c := range chunks[:n] {
-				ops = append(ops, &zk.DeleteRequest{Path: p + "/" + c, Version: -1})
+				ops = append(ops, &zk.DeleteRequest{Path: child(p, c), Version: -1})
 			}
 			if _, err := s.conn.Multi(ops...); err != nil {
 				return removed, s.wrap("delete base chunks", err)

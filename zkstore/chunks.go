@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
@@ -20,24 +18,6 @@ import (
 // created before the commit; the log entry then holds only an indirect
 // record naming them, and the commit multi checks that each still exists.
 const indirectFormat = 2
-
-// chunkName names chunk i of the entry a writer intends for log position lsn.
-func chunkName(lsn int64, w revision.WriterTag, i int) string {
-	return fmt.Sprintf("%020d-%016x-%d-%d", lsn, w.Nonce, w.Seq, i)
-}
-
-// parseChunkName returns the log position a chunk was written for.
-func parseChunkName(name string) (lsn int64, ok bool) {
-	first, _, found := strings.Cut(name, "-")
-	if !found {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(first, 10, 64)
-	return n, err == nil
-}
-
-func (l layout) chunks() string           { return l.root + "/chunks" }
-func (l layout) chunk(name string) string { return l.root + "/chunks/" + name }
 
 // encodeIndirect is the log entry data that points at chunks holding an
 // encoded entry of size bytes with checksum sum.

@@ -133,9 +133,6 @@ func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, er
 	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data), PrevTokenGone: tokenGone}, err
 }
 
-func (l layout) tokens() string           { return l.root + "/tokens" }
-func (l layout) token(name string) string { return l.root + "/tokens/" + name }
-
 // failedOp returns the index of the op that failed a multi, or -1. Ops after
 // it report a runtime inconsistency, ops before it nothing.
 func failedOp(mr []zk.MultiResponse) int {

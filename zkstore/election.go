@@ -169,7 +169,7 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 	e.mu.Unlock()
 	if node == "" || nodeSession != sid {
 		data := []byte(strconv.FormatUint(e.memberID, 16))
-		p, err := e.s.conn.CreateProtectedEphemeralSequential(e.s.l.election()+"/n_", data, e.s.acl)
+		p, err := e.s.conn.CreateProtectedEphemeralSequential(e.s.l.electionPrefix(), data, e.s.acl)
 		if err != nil {
 			return nil, e.s.wrap("create election znode", err)
 		}
@@ -196,7 +196,7 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 		e.mu.Unlock()
 		return time.After(0), nil
 	}
-	leaderPath := e.s.l.election() + "/" + names[0]
+	leaderPath := e.s.l.electionNode(names[0])
 	data, _, err := e.s.conn.Get(leaderPath)
 	if errors.Is(err, zk.ErrNoNode) {
 		return time.After(0), nil
@@ -207,7 +207,7 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 	leaderID, _ := strconv.ParseUint(string(data), 16, 64)
 	watch := node
 	if idx > 0 {
-		watch = e.s.l.election() + "/" + names[idx-1]
+		watch = e.s.l.electionNode(names[idx-1])
 	}
 	exists, _, ev, err := e.s.conn.ExistsW(watch)
 	if err != nil {

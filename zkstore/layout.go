@@ -5,13 +5,28 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
+
+	"github.com/zketcd/zketcd/revision"
 )
 
 // bucketShift sets how many log entries share a bucket znode (2^14), which
 // keeps every getChildren listing small.
 const bucketShift = 14
 
-// layout names the znodes under one root.
+// layout names every znode zketcd uses under one root; no other file
+// builds a path:
+//
+//	<root>/meta                     cluster identity (Meta, JSON)
+//	<root>/head                     {lsn, rev} of the newest entry (Head, JSON)
+//	<root>/log/<bucket>/<lsn>       log entry lsn; bucket = lsn >> 14
+//	<root>/chunks/<lsn>-<nonce>-<seq>-<i>  parts of an entry above the budget
+//	<root>/tokens/<nonce>-<seq>     ephemeral pipeline tokens
+//	<root>/leases/<id>              lease renewal tokens (data version = renewals)
+//	<root>/members/<id>             ephemeral member znodes (Member, JSON)
+//	<root>/election/n_<seq>         ephemeral sequential election znodes
+//	<root>/compact                  the current base generation (Base, JSON)
+//	<root>/base/<lsn>-<nonce>/<i>   chunks of a base generation's snapshot
 type layout struct{ root string }
 
 func (l layout) meta() string     { return l.root + "/meta" }
@@ -75,3 +90,49 @@ func decodeJSON(p string, data []byte, v any) error {
 	}
 	return nil
 }
+
+func (l layout) compact() string { return l.root + "/compact" }
+
+func (l layout) base() string { return l.root + "/base" }
+
+// chunkName names chunk i of the entry a writer intends for log position lsn.
+func chunkName(lsn int64, w revision.WriterTag, i int) string {
+	return fmt.Sprintf("%020d-%016x-%d-%d", lsn, w.Nonce, w.Seq, i)
+}
+
+// parseChunkName returns the log position a chunk was written for.
+func parseChunkName(name string) (lsn int64, ok bool) {
+	first, _, found := strings.Cut(name, "-")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(first, 10, 64)
+	return n, err == nil
+}
+
+func (l layout) chunks() string { return l.root + "/chunks" }
+
+func (l layout) chunk(name string) string { return l.root + "/chunks/" + name }
+
+func (l layout) tokens() string { return l.root + "/tokens" }
+
+func (l layout) token(name string) string { return l.root + "/tokens/" + name }
+
+// generation names a new base generation's znode for a snapshot at lsn.
+func (l layout) generation(lsn int64, nonce uint64) string {
+	return fmt.Sprintf("%s/%020d-%016x", l.base(), lsn, nonce)
+}
+
+// baseChunk names chunk i of the base generation at path gen.
+func baseChunk(gen string, i int) string { return fmt.Sprintf("%s/%06d", gen, i) }
+
+// electionPrefix is the path election znodes are created with (ZooKeeper
+// appends the sequence number).
+func (l layout) electionPrefix() string { return l.election() + "/n_" }
+
+// electionNode names the election znode called name.
+func (l layout) electionNode(name string) string { return l.election() + "/" + name }
+
+// child names the child called name of the znode at dir (for names read
+// from a listing).
+func child(dir, name string) string { return dir + "/" + name }

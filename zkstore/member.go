@@ -64,7 +64,7 @@ func (s *Store) Members() ([]Member, error) {
 		if _, err := strconv.ParseUint(name, 16, 64); err != nil {
 			continue
 		}
-		p := s.l.members() + "/" + name
+		p := child(s.l.members(), name)
 		data, _, err := s.conn.Get(p)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // went away meanwhile

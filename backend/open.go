@@ -1,0 +1,216 @@
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/compactor"
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/watchbridge"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+// Open connects to ZooKeeper (cfg.Store) and runs the engine on it (New).
+func Open(ctx context.Context, cfg Config) (*Backend, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := zkstore.Open(ctx, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, st)
+}
+
+// New runs the engine on st, which it owns from then on (Close closes it,
+// and so does a failed New): it recovers the view from the log, registers
+// the member and starts the tailer, the committer and the watch hub.
+// cfg.Store is not used.
+func New(ctx context.Context, cfg Config, st Log) (*Backend, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	var nb [8]byte
+	if _, err := rand.Read(nb[:]); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("writer nonce: %w", err)
+	}
+	b := &Backend{
+		cfg:           cfg,
+		log:           cfg.Logger.WithField("component", "backend"),
+		store:         st,
+		memberID:      memberID(st.Meta().ClusterID, cfg.Name),
+		maxEntryBytes: st.MaxEntryBytes(),
+		metrics:       newMetrics(cfg.Registerer),
+		nonce:         binary.BigEndian.Uint64(nb[:]),
+		proposals:     make(chan *proposal, 4*cfg.MaxBatchRequests),
+		renewals:      make(chan *renewal, 1024),
+		compactKick:   make(chan struct{}, 1),
+		kick:          make(chan struct{}, 1),
+	}
+	var auto *compactor.Compactor
+	if cfg.AutoCompaction.Enabled() {
+		var err error
+		if auto, err = compactor.New(cfg.AutoCompaction, autoCompactTarget{b}, cfg.Logger, cfg.Registerer); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	b.barrier.sync = b.syncHead
+	b.barrier.maxRounds = 1
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	start := time.Now()
+	if err := b.recover(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	s := b.view.State()
+	b.log.WithFields(logrus.Fields{
+		"lsn": s.LSN, "revision": s.Rev, "keys": b.view.KeyCount(),
+		"took": time.Since(start).Round(time.Millisecond),
+	}).Info("recovered view from the zookeeper log")
+	b.hub = watchbridge.NewHub(b.view)
+	if err := st.RegisterMember(zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs}); err != nil {
+		b.hub.Close()
+		st.Close()
+		return nil, fmt.Errorf("register member: %w", err)
+	}
+	b.election = st.Campaign(b.memberID)
+	if auto != nil {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
+	}
+	b.wg.Add(5)
+	go b.tail()
+	go b.commitLoop()
+	go b.renewLoop()
+	go b.expireLoop()
+	go b.compactLoop()
+	return b, nil
+}
+
+// Close stops the instance and ends its ZooKeeper session. Requests in
+// flight fail with ErrStopped.
+func (b *Backend) Close() {
+	b.cancel()
+	b.wg.Wait()
+	b.election.Close()
+	b.hub.Close()
+	b.store.Close()
+}
+
+// memberID derives a stable, non-zero member ID from the cluster and name.
+func memberID(cluster uint64, name string) uint64 {
+	h := fnv.New64a()
+	var cb [8]byte
+	binary.BigEndian.PutUint64(cb[:], cluster)
+	h.Write(cb[:])
+	h.Write([]byte(name))
+	id := h.Sum64()
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+// recover builds the view from the sentinel up to the current head.
+func (b *Backend) recover(ctx context.Context) error {
+	view, head, size, err := Replay(ctx, b.store, b.cfg.ReadWindow, nil)
+	if err != nil {
+		return err
+	}
+	b.view = view
+	b.dbSize.Store(size)
+	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
+	return nil
+}
+
+// Replay builds a view from the current base generation (if any) and the
+// log after it, up to the head read after a sync, reading window entries in
+// flight. each, if not nil, sees every log entry before it is applied. It
+// returns the view, that head and the bytes read. It starts over when a
+// compaction replaces the base or removes entries while it reads.
+func Replay(ctx context.Context, st Log, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		view, head, size, err := replayOnce(ctx, st, window, each)
+		if err == nil {
+			return view, head, size, nil
+		}
+		if !errors.Is(err, zkstore.ErrBaseChanged) && !errors.Is(err, zkstore.ErrEntryMissing) {
+			return nil, zkstore.Head{}, 0, err
+		}
+		lastErr = err
+	}
+	return nil, zkstore.Head{}, 0, fmt.Errorf("recovery kept racing compactions: %w", lastErr)
+}
+
+func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+	head, err := st.SyncHead()
+	if err != nil {
+		return nil, zkstore.Head{}, 0, fmt.Errorf("read head: %w", err)
+	}
+	base, err := st.ReadBase()
+	if err != nil {
+		return nil, zkstore.Head{}, 0, err
+	}
+	view := revision.NewView(1, 1)
+	from := int64(2)
+	var size int64
+	if base.Gen > 0 {
+		snap, err := st.LoadBase(ctx, base)
+		if err != nil {
+			return nil, zkstore.Head{}, 0, fmt.Errorf("load base generation %d: %w", base.Gen, err)
+		}
+		if view, err = revision.FromSnapshot(snap); err != nil {
+			return nil, zkstore.Head{}, 0, fmt.Errorf("base generation %d: %w", base.Gen, err)
+		}
+		from = base.Gen + 1
+		size = int64(base.Size)
+	}
+	err = st.ReadEntries(ctx, from, head.LSN, window, func(e *revision.Entry, n int) error {
+		size += int64(n)
+		if each != nil {
+			each(e)
+		}
+		_, err := view.Apply(e)
+		return err
+	})
+	if err != nil {
+		return nil, zkstore.Head{}, 0, fmt.Errorf("replay log from entry %d: %w", from, err)
+	}
+	return view, head, size, nil
+}
+
+// reload rebuilds the view from the current base generation and the log,
+// for an instance that fell behind a physical compaction; watchers catch up
+// from the new view's history or are canceled as compacted.
+func (b *Backend) reload() error {
+	start := time.Now()
+	view, head, size, err := Replay(b.ctx, b.store, b.cfg.ReadWindow, nil)
+	if err != nil {
+		return err
+	}
+	b.applyMu.Lock()
+	defer b.applyMu.Unlock()
+	if view.State().LSN <= b.view.State().LSN {
+		return nil // caught up meanwhile
+	}
+	b.view.Reset(view)
+	b.hub.Resync()
+	b.dbSize.Store(size)
+	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
+	b.log.WithFields(logrus.Fields{"lsn": head.LSN, "took": time.Since(start).Round(time.Millisecond)}).
+		Warn("reloaded the view: this instance fell behind a compaction of the log")
+	return nil
+}

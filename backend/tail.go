@@ -1,0 +1,100 @@
+package backend
+
+import (
+	"errors"
+	"time"
+
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+// apply applies e to the view and tells the observer, once per entry.
+func (b *Backend) apply(e *revision.Entry, size int) error {
+	b.applyMu.Lock()
+	defer b.applyMu.Unlock()
+	if e.LSN <= b.view.State().LSN {
+		return nil
+	}
+	events, err := b.view.Apply(e)
+	if err != nil {
+		b.log.WithError(err).WithField("lsn", e.LSN).Error("cannot apply log entry; this instance stops serving")
+		return err
+	}
+	b.dbSize.Add(int64(size))
+	b.metrics.applied(e)
+	b.hub.Notify(e, events)
+	return nil
+}
+
+// tail follows the head znode and applies new entries. A watch on the head
+// is the trigger; a one-second probe and kicks from barriers back it up.
+func (b *Backend) tail() {
+	defer b.wg.Done()
+	probe := time.NewTicker(time.Second)
+	defer probe.Stop()
+	var fired <-chan struct{}
+	backoff := 50 * time.Millisecond
+	for {
+		var head zkstore.Head
+		var err error
+		if fired == nil {
+			head, fired, err = b.store.WatchHead()
+		} else {
+			head, err = b.store.Head()
+		}
+		if err == nil {
+			err = b.catchUp(head.LSN)
+			if err == nil {
+				b.lastHead.Store(&headSeen{head: head, at: time.Now()})
+			}
+		}
+		if err != nil {
+			if b.ctx.Err() != nil {
+				return
+			}
+			if b.view.Err() != nil {
+				return // broken view: nothing more can be applied
+			}
+			b.log.WithError(err).Warn("tailer")
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-fired:
+			fired = nil
+		case <-b.kick:
+		case <-probe.C:
+		}
+	}
+}
+
+// catchUp applies every entry up to lsn.
+func (b *Backend) catchUp(lsn int64) error {
+	from := b.view.State().LSN + 1
+	if from > lsn {
+		return nil
+	}
+	err := b.store.ReadEntries(b.ctx, from, lsn, b.cfg.ReadWindow, func(e *revision.Entry, size int) error {
+		return b.apply(e, size)
+	})
+	if errors.Is(err, zkstore.ErrEntryMissing) {
+		return b.reload()
+	}
+	return err
+}
+
+// kickTailer asks the tailer to read the head now.
+func (b *Backend) kickTailer() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
