@@ -117,15 +117,16 @@ func (w *watcher) send(r Response) bool {
 
 type watcherSet map[*watcher]struct{}
 
-// group indexes watchers by key (single-key watchers) and keeps range
-// watchers in a list.
+// group indexes watchers by key (single-key watchers) and by interval
+// (range watchers), so that the watchers of one key are found in
+// O(log W + matches).
 type group struct {
 	keys   map[string]watcherSet
-	ranges watcherSet
+	ranges rangeIndex
 	size   int
 }
 
-func newGroup() group { return group{keys: map[string]watcherSet{}, ranges: watcherSet{}} }
+func newGroup() group { return group{keys: map[string]watcherSet{}, ranges: newRangeIndex()} }
 
 func (g *group) add(w *watcher) {
 	if w.end == nil {
@@ -136,7 +137,7 @@ func (g *group) add(w *watcher) {
 		}
 		s[w] = struct{}{}
 	} else {
-		g.ranges[w] = struct{}{}
+		g.ranges.add(w)
 	}
 	g.size++
 }
@@ -151,11 +152,8 @@ func (g *group) remove(w *watcher) bool {
 		if len(s) == 0 {
 			delete(g.keys, string(w.key))
 		}
-	} else {
-		if _, ok := g.ranges[w]; !ok {
-			return false
-		}
-		delete(g.ranges, w)
+	} else if !g.ranges.remove(w) {
+		return false
 	}
 	g.size--
 	return true
@@ -166,8 +164,7 @@ func (g *group) has(w *watcher) bool {
 		_, ok := g.keys[string(w.key)][w]
 		return ok
 	}
-	_, ok := g.ranges[w]
-	return ok
+	return g.ranges.has(w)
 }
 
 func (g *group) each(fn func(*watcher)) {
@@ -176,9 +173,7 @@ func (g *group) each(fn func(*watcher)) {
 			fn(w)
 		}
 	}
-	for w := range g.ranges {
-		fn(w)
-	}
+	g.ranges.each(fn)
 }
 
 // Hub fans applied events out to watchers. Its methods are safe for
@@ -265,11 +260,11 @@ func (h *Hub) notifyRev(rev int64, events []revision.Event) {
 				batches[w] = append(batches[w], ev)
 			}
 		}
-		for w := range h.synced.ranges {
-			if rev >= w.minRev && w.matches(k) {
+		h.synced.ranges.stab(k, func(w *watcher) {
+			if rev >= w.minRev {
 				batches[w] = append(batches[w], ev)
 			}
-		}
+		})
 	}
 	for w, evs := range batches {
 		r := Response{WatchID: w.id, Events: evs, Revision: rev}
