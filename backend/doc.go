@@ -4,9 +4,12 @@
 // (revision) and appends them to the log (zkstore), and serves reads after a
 // linearizability barrier.
 //
-// This package is not in the reference design's table: there the committer
-// sits between translate and zkstore without an owner. Giving it one package
-// keeps zkstore free of etcd semantics and translate free of I/O.
+// It runs on a Log (log.go): *zkstore.Store in production, internal/memlog
+// in its unit tests. The committer needs translate, revision and the log at
+// once; giving it one package keeps zkstore free of etcd semantics and
+// translate free of I/O. Files by concept: open.go (open, recovery,
+// reload), tail.go, committer.go, barrier.go, expiry.go (lease expiry),
+// lease.go, compact.go, health.go, kv.go.
 //
 // Guarantees: a write is acknowledged only after its entry is durable in
 // ZooKeeper and applied to this instance's view; an entry is never written

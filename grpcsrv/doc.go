@@ -4,5 +4,8 @@
 // response headers, and the mapping of every error to etcd's rpctypes.
 //
 // It is thin on purpose, as etcd's v3rpc is: it validates and converts; the
-// semantics live in translate and backend.
+// rules live in translate, the engine behind the Engine interface it
+// declares (one part per service file), which embed fills with a
+// *backend.Backend. toGRPCError (errors.go) is zketcd's only mapping of
+// errors to gRPC statuses.
 package grpcsrv

@@ -7,7 +7,8 @@ replace github.com/zketcd/zketcd => ../
 require (
 	github.com/coreos/go-semver v0.3.1
 	github.com/google/go-cmp v0.7.0
-	// Not imported yet: the zketcd target is wired in once its packages settle.
+	// zketcd itself, from the parent directory (the replace above): the
+	// differential, e2e, fault and benchmark suites run it in-process.
 	github.com/zketcd/zketcd v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
