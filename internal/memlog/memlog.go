@@ -284,6 +284,28 @@ func (s *Store) guardHoldsLocked(g zkstore.Guard) bool {
 	return g.Version() == -1 || g.Version() == version
 }
 
+// dropSessionLocked deletes the ephemeral state of session: its pipeline
+// tokens, members and election candidates.
+func (s *Store) dropSessionLocked(session int64) {
+	for name, owner := range s.tokens {
+		if owner == session {
+			delete(s.tokens, name)
+		}
+	}
+	for id, m := range s.members {
+		if m.session == session {
+			delete(s.members, id)
+		}
+	}
+	kept := s.election[:0]
+	for _, cand := range s.election {
+		if cand.session != session {
+			kept = append(kept, cand)
+		}
+	}
+	s.election = kept
+}
+
 func (s *Store) electionChangedLocked() {
 	close(s.electionCh)
 	s.electionCh = make(chan struct{})
@@ -323,23 +345,7 @@ func (c *Client) ExpireSession() {
 	old := c.session
 	s.sessions++
 	c.session = s.sessions
-	for name, owner := range s.tokens {
-		if owner == old {
-			delete(s.tokens, name)
-		}
-	}
-	for id, m := range s.members {
-		if m.session == old {
-			delete(s.members, id)
-		}
-	}
-	kept := s.election[:0]
-	for _, cand := range s.election {
-		if cand.session != old {
-			kept = append(kept, cand)
-		}
-	}
-	s.election = kept
+	s.dropSessionLocked(old)
 	if c.member != nil {
 		s.members[c.member.ID] = member{m: *c.member, session: c.session}
 	}
@@ -409,23 +415,7 @@ func (c *Client) Close() {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for name, owner := range s.tokens {
-		if owner == old {
-			delete(s.tokens, name)
-		}
-	}
-	for id, m := range s.members {
-		if m.session == old {
-			delete(s.members, id)
-		}
-	}
-	kept := s.election[:0]
-	for _, cand := range s.election {
-		if cand.session != old {
-			kept = append(kept, cand)
-		}
-	}
-	s.election = kept
+	s.dropSessionLocked(old)
 	s.electionChangedLocked()
 }
 
