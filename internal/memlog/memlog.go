@@ -42,9 +42,10 @@ type Fault int
 const (
 	// NoFault lets the commit proceed.
 	NoFault Fault = iota
-	// LoseCAS makes another writer take the commit's position first: a
-	// foreign entry putting ForeignKey is appended, and the commit's
-	// outcome is Conflict.
+	// LoseCAS makes another writer take the next log position first: a
+	// foreign entry putting ForeignKey is appended after the head, and the
+	// commit's outcome is Conflict (or Refused, for a commit pipelined
+	// behind one that has not landed).
 	LoseCAS
 	// UnknownApplied applies the commit and then loses its answer: Commit
 	// returns zkstore.ErrUnknownOutcome, as zkstore does when its context
@@ -455,9 +456,10 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 	case UnknownLost:
 		return res, fmt.Errorf("entry %d: %w (injected)", lsn, zkstore.ErrUnknownOutcome)
 	case LoseCAS:
-		if _, taken := s.entries[lsn]; !taken && s.head.LSN == req.Prev {
-			s.foreignPutLocked()
-		}
+		// The foreign writer takes the next position after the head: this
+		// commit's own (Conflict) or, for a commit pipelined further, its
+		// predecessor's (its pipeline token then never appears: Refused).
+		s.foreignPutLocked()
 	}
 	out, zxid := s.commitLocked(req, data, session, &res)
 	res.Outcome, res.Zxid = out, zxid
