@@ -40,7 +40,7 @@ func main() {
 
 func run() error {
 	profile := flag.String("profile", "quick", "quick or long")
-	servers := flag.String("servers", strings.Join(bench.AllServers, ","), "servers to measure, comma separated")
+	servers := flag.String("servers", "all", "servers to measure, comma separated: "+strings.Join(bench.AllServers, ",")+", or the groups all, standalone, deployed, kube")
 	workloads := flag.String("workloads", "", "workloads to run, comma separated (default all): "+
 		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WToolPut+","+bench.WRecovery)
 	duration := flag.Duration("duration", 0, "measured time per cell (default: the profile's)")
@@ -54,6 +54,8 @@ func run() error {
 	kineBin := flag.String("kine", "", "kine binary (default: build-peers.sh)")
 	benchBin := flag.String("benchmark", "", `etcd benchmark tool binary (default: build-peers.sh; "none" skips the cross-check)`)
 	zketcdBin := flag.String("zketcd", "", "zketcd binary (default: go build ./cmd/zketcd)")
+	kubeBin := flag.String("kube-apiserver", "", "kube-apiserver binary for the kube stacks (default: integration/kube/build-kube-apiserver.sh)")
+	pgBin := flag.String("pg-bin", "", "directory of PostgreSQL's initdb, postgres and pg_isready (default: the newest /usr/lib/postgresql/*/bin)")
 	pprofDir := flag.String("pprof", "", "run zketcd in-process in a child with net/http/pprof and save a CPU profile of every cell here")
 	keep := flag.Bool("keep", false, "keep the work directory (server data and logs)")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json")
@@ -113,6 +115,7 @@ func run() error {
 	opts := bench.Options{
 		Profile: p, Servers: list(*servers), Workloads: list(*workloads),
 		RepoRoot: root, EtcdBin: *etcdBin, KineBin: *kineBin, BenchmarkBin: *benchBin, ZketcdBin: *zketcdBin,
+		KubeAPIServerBin: *kubeBin, PGBinDir: *pgBin,
 		SelfBin: self, PprofDir: *pprofDir, KeepWorkDir: *keep,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
