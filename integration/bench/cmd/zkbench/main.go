@@ -47,6 +47,7 @@ func run() error {
 	warmup := flag.Duration("warmup", -1, "warm-up per cell (default: the profile's)")
 	clients := flag.String("clients", "", "client counts, comma separated (default: the profile's)")
 	recoveryKeys := flag.String("recovery-keys", "", "key counts for the recovery measurement, comma separated (default: the profile's)")
+	kubeObjects := flag.Int("kube-objects", 0, "objects the kube stacks create, then read, update and list (default: the profile's)")
 	repo := flag.String("repo", "..", "the zketcd repository root")
 	md := flag.String("md", "", "markdown report to write (e.g. ../docs/benchmarks.md); empty: none")
 	data := flag.String("data", "", "directory for results.json, results.csv and the plots (default: bench/ beside -md)")
@@ -103,6 +104,9 @@ func run() error {
 			return err
 		}
 		p.RecoveryKeys = ks
+	}
+	if *kubeObjects > 0 {
+		p.KubeObjects = *kubeObjects
 	}
 	root, err := filepath.Abs(*repo)
 	if err != nil {
