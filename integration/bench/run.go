@@ -76,12 +76,15 @@ type Options struct {
 	EtcdBin, KineBin      string // default: build-peers.sh
 	KubeAPIServerBin      string // default: integration/kube/build-kube-apiserver.sh (for the kube stacks)
 	PGBinDir              string // PostgreSQL's binaries (kine-pg); default: the newest /usr/lib/postgresql/*/bin
-	BenchmarkBin          string // default: build-peers.sh; "none" skips the cross-check
-	ZketcdBin             string // default: go build ./cmd/zketcd into the work dir
-	SelfBin               string // the harness binary (pprof child)
-	PprofDir              string // if set, zketcd runs in the pprof child and each cell is profiled
-	KeepWorkDir           bool
-	Logf                  func(format string, args ...any)
+	// BaselinePath is an earlier results.json (read before this run
+	// overwrites it) whose standalone zketcd rows the targets compare with.
+	BaselinePath string
+	BenchmarkBin string // default: build-peers.sh; "none" skips the cross-check
+	ZketcdBin    string // default: go build ./cmd/zketcd into the work dir
+	SelfBin      string // the harness binary (pprof child)
+	PprofDir     string // if set, zketcd runs in the pprof child and each cell is profiled
+	KeepWorkDir  bool
+	Logf         func(format string, args ...any)
 }
 
 func (o *Options) wants(w string) bool {
@@ -116,6 +119,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts.Servers = ExpandServers(opts.Servers)
 	began := time.Now()
 	rep := &Report{Machine: DescribeMachine(), Profile: opts.Profile}
+	if opts.BaselinePath != "" {
+		old, err := LoadReport(opts.BaselinePath)
+		if err != nil {
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+		rep.SetBaseline(old)
+	}
 	work, err := os.MkdirTemp("", "zkbench-")
 	if err != nil {
 		return nil, err

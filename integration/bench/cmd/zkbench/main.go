@@ -47,6 +47,7 @@ func run() error {
 	warmup := flag.Duration("warmup", -1, "warm-up per cell (default: the profile's)")
 	clients := flag.String("clients", "", "client counts, comma separated (default: the profile's)")
 	recoveryKeys := flag.String("recovery-keys", "", "key counts for the recovery measurement, comma separated (default: the profile's)")
+	baseline := flag.String("baseline", "", "an earlier results.json whose standalone zketcd rows the report compares with (read before it is overwritten)")
 	kubeObjects := flag.Int("kube-objects", 0, "objects the kube stacks create, then read, update and list (default: the profile's)")
 	repo := flag.String("repo", "..", "the zketcd repository root")
 	md := flag.String("md", "", "markdown report to write (e.g. ../docs/benchmarks.md); empty: none")
@@ -119,7 +120,7 @@ func run() error {
 	opts := bench.Options{
 		Profile: p, Servers: list(*servers), Workloads: list(*workloads),
 		RepoRoot: root, EtcdBin: *etcdBin, KineBin: *kineBin, BenchmarkBin: *benchBin, ZketcdBin: *zketcdBin,
-		KubeAPIServerBin: *kubeBin, PGBinDir: *pgBin,
+		KubeAPIServerBin: *kubeBin, PGBinDir: *pgBin, BaselinePath: *baseline,
 		SelfBin: self, PprofDir: *pprofDir, KeepWorkDir: *keep,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
