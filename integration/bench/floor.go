@@ -49,7 +49,7 @@ func floorOp(f *zkfloor.Floor, w string) func() error {
 // one session, as a zketcd instance's requests do.
 func runFloor(ctx context.Context, env *Env, p *Profile, opts *Options, logf func(string, ...any)) (results []Result, err error) {
 	start := time.Now()
-	zk, err := env.StartZooKeeper(ctx, 3)
+	zk, err := env.StartZooKeeper(ctx, ServerZKFloor, 3)
 	if err != nil {
 		return nil, fmt.Errorf("start ZooKeeper: %w", err)
 	}

@@ -155,7 +155,7 @@ func runKube(ctx context.Context, env *Env, p *Profile, opts *Options, s string,
 		return nil, errors.New("no kube-apiserver binary")
 	}
 	start := time.Now()
-	store, zk, err := startServer(ctx, env, st.store, logf)
+	store, zk, err := startServer(ctx, env, st.store, s+"-store", logf)
 	defer func() {
 		if store != nil {
 			err = errors.Join(err, store.Stop())

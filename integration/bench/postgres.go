@@ -138,9 +138,9 @@ func (e *Env) startPostgres(ctx context.Context, logDir string) (*postgres, erro
 }
 
 // StartKinePG starts a private PostgreSQL cluster and kine on it (kine
-// creates its database).
-func (e *Env) StartKinePG(ctx context.Context) (*Target, error) {
-	logDir, err := e.dir(ServerKinePG)
+// creates its database), their logs in WorkDir/dir.
+func (e *Env) StartKinePG(ctx context.Context, dir string) (*Target, error) {
+	logDir, err := e.dir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (e *Env) StartKinePG(ctx context.Context) (*Target, error) {
 		err := pg.proc.stop(30 * time.Second)
 		return errors.Join(err, os.RemoveAll(pg.dir))
 	}
-	t, err := e.startKine(ctx, ServerKinePG, []string{"--endpoint", pg.dsn("kine")})
+	t, err := e.startKine(ctx, ServerKinePG, dir, []string{"--endpoint", pg.dsn("kine")})
 	if err != nil {
 		return nil, errors.Join(err, stopPG())
 	}

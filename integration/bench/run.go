@@ -273,7 +273,7 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 	case isKubeServer(s):
 		return runKube(ctx, env, &opts.Profile, opts, s, logf)
 	}
-	t, zk, err = startServer(ctx, env, s, logf)
+	t, zk, err = startServer(ctx, env, s, s, logf)
 	if err != nil {
 		return nil, err
 	}
@@ -423,22 +423,24 @@ func zkMembers(s string) int {
 	return 3
 }
 
-// startServer starts etcd-API server s and waits until it serves; zk is
-// its ZooKeeper (nil for etcd and kine), which the caller stops after t.
-func startServer(ctx context.Context, env *Env, s string, logf func(string, ...any)) (t *Target, zk *zkCluster, err error) {
+// startServer starts etcd-API server s with its files in WorkDir/dir*
+// (every start of a run needs its own dir: the servers keep their data)
+// and waits until it serves; zk is its ZooKeeper (nil for etcd and kine),
+// which the caller stops after t.
+func startServer(ctx context.Context, env *Env, s, dir string, logf func(string, ...any)) (t *Target, zk *zkCluster, err error) {
 	start := time.Now()
 	switch s {
 	case ServerEtcd:
-		t, err = env.StartEtcd(ctx, "etcd")
+		t, err = env.StartEtcd(ctx, dir)
 		return t, nil, err
 	case ServerEtcd3:
-		t, err = env.StartEtcdCluster(ctx, ServerEtcd3, 3)
+		t, err = env.StartEtcdCluster(ctx, dir, 3)
 		return t, nil, err
 	case ServerKine:
-		t, err = env.StartKine(ctx)
+		t, err = env.startKine(ctx, ServerKine, dir, nil)
 		return t, nil, err
 	case ServerKinePG:
-		t, err = env.StartKinePG(ctx)
+		t, err = env.StartKinePG(ctx, dir)
 		return t, nil, err
 	}
 	n := zketcdInstances(s)
@@ -446,12 +448,12 @@ func startServer(ctx context.Context, env *Env, s string, logf func(string, ...a
 		return nil, nil, fmt.Errorf("unknown server %q", s)
 	}
 	members := zkMembers(s)
-	zk, err = env.StartZooKeeper(ctx, members)
+	zk, err = env.StartZooKeeper(ctx, dir+"-zk", members)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start ZooKeeper: %w", err)
 	}
 	logf("ZooKeeper (%d) serving on %s after %.1fs", members, zk.connect(), time.Since(start).Seconds())
-	t, err = env.StartZketcds(ctx, s, zk, "/bench", n)
+	t, err = env.StartZketcds(ctx, s, dir, zk, "/bench", n)
 	if t != nil {
 		t.zk = zk
 	}

@@ -344,13 +344,13 @@ func (e *Env) StartEtcdCluster(ctx context.Context, name string, members int) (*
 // StartKine starts kine on SQLite (its default ./db/state.db, in a fresh
 // directory under WorkDir).
 func (e *Env) StartKine(ctx context.Context) (*Target, error) {
-	return e.startKine(ctx, ServerKine, nil)
+	return e.startKine(ctx, ServerKine, "kine", nil)
 }
 
-// startKine starts kine in a fresh directory WorkDir/name with extra flags
-// (--endpoint selects the database; none: SQLite).
-func (e *Env) startKine(ctx context.Context, name string, extra []string) (*Target, error) {
-	dir, err := e.dir(name)
+// startKine starts kine as target name in directory WorkDir/dirName with
+// extra flags (--endpoint selects the database; none: SQLite).
+func (e *Env) startKine(ctx context.Context, name, dirName string, extra []string) (*Target, error) {
+	dir, err := e.dir(dirName)
 	if err != nil {
 		return nil, err
 	}
@@ -416,8 +416,11 @@ func (z *zkCluster) stop() error {
 // with production-like settings: fsync on (ZooKeeper's default
 // forceSync=yes), the JVM's default collector and JIT (not the test
 // defaults of internal/zkserver), a heap of e.ZKHeap.
-func (e *Env) StartZooKeeper(ctx context.Context, members int) (*zkCluster, error) {
-	dir, err := e.dir(fmt.Sprintf("zk%d", members))
+//
+// Its files go to WorkDir/name; a ZooKeeper started on an existing
+// directory serves the data left there.
+func (e *Env) StartZooKeeper(ctx context.Context, name string, members int) (*zkCluster, error) {
+	dir, err := e.dir(name)
 	if err != nil {
 		return nil, err
 	}
@@ -489,17 +492,17 @@ func (e *Env) StartZketcd(ctx context.Context, name, dirName string, zk *zkClust
 	return t, took, nil
 }
 
-// StartZketcds starts instances zketcd processes on one root of zk
-// (members name-1, name-2, ...; one instance: the plain name) and returns
-// them as one target whose endpoints are the instances'.
-func (e *Env) StartZketcds(ctx context.Context, name string, zk *zkCluster, root string, instances int) (*Target, error) {
+// StartZketcds starts instances zketcd processes on one root of zk as
+// target name (members and directories dir-1, dir-2, ...; one instance:
+// dir) and returns them as one target whose endpoints are the instances'.
+func (e *Env) StartZketcds(ctx context.Context, name, dir string, zk *zkCluster, root string, instances int) (*Target, error) {
 	if instances == 1 {
-		t, _, err := e.StartZketcd(ctx, name, name, zk, root, 0)
+		t, _, err := e.StartZketcd(ctx, name, dir, zk, root, 0)
 		return t, err
 	}
 	var ts []*Target
 	for i := 1; i <= instances; i++ {
-		t, _, err := e.StartZketcd(ctx, name, fmt.Sprintf("%s-%d", name, i), zk, root, 0)
+		t, _, err := e.StartZketcd(ctx, name, fmt.Sprintf("%s-%d", dir, i), zk, root, 0)
 		if err != nil {
 			for _, t := range ts {
 				_ = t.Stop()
