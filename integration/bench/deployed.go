@@ -98,21 +98,22 @@ func (r *Report) writeDeployed(b *strings.Builder) {
 		"round-robin (connection i to endpoint i mod n; at 1 client only the first is used), as HA kube-apiservers are each " +
 		"pointed at their own. Ratios: a server's figure divided by the 3-member etcd cluster's (`…/etcd3`), and the cost of " +
 		"spreading clients over 2 and 3 zketcd instances against one (`zk3×2/zk3`, `zk3×3/zk3`: below 1 spreading costs throughput).\n\n")
+	pairs := presentPairs(deployedPairs(), servers)
 	if len(servers) > 0 {
 		cells := r.cellsOf(AllWorkloads, servers)
 		b.WriteString("### Throughput (deployed shape)\n\nSuccessful operations per second, as in the standalone table.\n\n")
-		r.writeThroughput(b, servers, cells, deployedPairs())
+		r.writeThroughput(b, servers, cells, pairs)
 		b.WriteString("### Latency (deployed shape)\n\np50 / p99 / p99.9 in milliseconds; ratios compare p99 (below 1 faster).\n\n")
-		r.writeLatency(b, servers, cells, deployedPairs())
+		r.writeLatency(b, servers, cells, pairs)
 		if len(r.cellsOf([]string{WWatch}, servers)) > 0 {
 			b.WriteString("#")
-			r.writeWatch(b, servers, deployedPairs())
+			r.writeWatch(b, servers, pairs)
 		}
 		b.WriteString("### Server CPU per operation (deployed shape)\n\n")
 		r.writeCPUTable(b, servers, cells)
 		if len(r.cellsOf([]string{WToolPut, WToolRangeLin, WToolRangeSer}, servers)) > 0 {
 			b.WriteString("#")
-			r.writeTool(b, servers, deployedPairs())
+			r.writeTool(b, servers, pairs)
 		}
 	}
 	r.writeFloor(b, floor)
@@ -172,7 +173,8 @@ func (r *Report) writeKube(b *strings.Builder, servers []string) {
 	for _, s := range servers {
 		head = append(head, ServerLabel(s))
 	}
-	for _, p := range kubePairs {
+	pairs := presentPairs(kubePairs, servers)
+	for _, p := range pairs {
 		head = append(head, p.header(), "p99 "+p.header())
 	}
 	mdHeader(b, head...)
@@ -190,7 +192,7 @@ func (r *Report) writeKube(b *strings.Builder, servers []string) {
 			}
 			row = append(row, v)
 		}
-		for _, p := range kubePairs {
+		for _, p := range pairs {
 			a, d := r.find(p.num, c[0], n), r.find(p.den, c[0], n)
 			row = append(row, fmtRatio(throughputRatio(a, d)), fmtRatio(p99Ratio(a, d)))
 		}
@@ -242,12 +244,29 @@ func (t target) verdict() string {
 	return "**missed**"
 }
 
+// measured lists the ratios this run has ("—": none).
 func (t target) measured() string {
 	var parts []string
 	for _, r := range t.ratios {
-		parts = append(parts, r.name+" "+fmtRatio(r.v))
+		if !math.IsNaN(r.v) {
+			parts = append(parts, r.name+" "+fmtRatio(r.v))
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// presentPairs returns the pairs whose two servers are both in servers.
+func presentPairs(pairs []ratioPair, servers []string) []ratioPair {
+	var out []ratioPair
+	for _, p := range pairs {
+		if slices.Contains(servers, p.num) && slices.Contains(servers, p.den) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // writeTargets lists issue 11's targets against this run.
