@@ -36,6 +36,8 @@ type Profile struct {
 	// and listed.
 	KubeObjects     int `json:"kube_objects,omitempty"`
 	KubeLoadClients int `json:"kube_load_clients,omitempty"`
+	// KeepaliveLeases leases are kept alive on the deployed-shape servers.
+	KeepaliveLeases int `json:"keepalive_leases,omitempty"`
 }
 
 // MakeTarget names the make target that runs the profile.
@@ -56,12 +58,14 @@ var Profiles = map[string]Profile{
 		Name: "quick", Warmup: time.Second, Duration: 4 * time.Second, Clients: []int{1, 16, 64},
 		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
 		RecoveryKeys: []int{100000}, ToolClients: 16, ZKHeap: "1g", KubeObjects: 10000, KubeLoadClients: 16,
+		KeepaliveLeases: 10000,
 	},
 	// long: longer cells and recovery over 1M keys as well.
 	"long": {
 		Name: "long", Warmup: 3 * time.Second, Duration: 20 * time.Second, Clients: []int{1, 16, 64},
 		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
 		RecoveryKeys: []int{100000, 1000000}, ToolClients: 16, ZKHeap: "4g", KubeObjects: 10000, KubeLoadClients: 16,
+		KeepaliveLeases: 10000,
 	},
 }
 
@@ -349,6 +353,15 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 			logCell(logf, r)
 			results = append(results, r)
 		}
+	}
+
+	if opts.wants(WKeepalive) && p.KeepaliveLeases > 0 && slices.Contains(DeployedServers, s) {
+		r := runKeepalive(ctx, t, conns, p.KeepaliveLeases, p.Warmup, p.Duration)
+		if err := markCrash(ctx, t, &r, logf); err != nil {
+			return append(results, r), err
+		}
+		logCell(logf, r)
+		results = append(results, r)
 	}
 
 	if opts.BenchmarkBin != "" && opts.wants(WToolPut) {

@@ -42,12 +42,14 @@ func run() error {
 	profile := flag.String("profile", "quick", "quick or long")
 	servers := flag.String("servers", "all", "servers to measure, comma separated: "+strings.Join(bench.AllServers, ",")+", or the groups all, standalone, deployed, kube")
 	workloads := flag.String("workloads", "", "workloads to run, comma separated (default all): "+
-		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WToolPut+","+bench.WRecovery)
+		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WKeepalive+","+bench.WToolPut+","+bench.WRecovery+
+		"; the floor's: "+strings.Join(bench.FloorWorkloads, ",")+"; the kube stacks': "+strings.Join(bench.KubeWorkloads, ","))
 	duration := flag.Duration("duration", 0, "measured time per cell (default: the profile's)")
 	warmup := flag.Duration("warmup", -1, "warm-up per cell (default: the profile's)")
 	clients := flag.String("clients", "", "client counts, comma separated (default: the profile's)")
 	recoveryKeys := flag.String("recovery-keys", "", "key counts for the recovery measurement, comma separated (default: the profile's)")
 	baseline := flag.String("baseline", "", "an earlier results.json whose standalone zketcd rows the report compares with (read before it is overwritten)")
+	leases := flag.Int("leases", 0, "leases the lease-keepalive cell keeps alive (default: the profile's)")
 	kubeObjects := flag.Int("kube-objects", 0, "objects the kube stacks create, then read, update and list (default: the profile's)")
 	repo := flag.String("repo", "..", "the zketcd repository root")
 	md := flag.String("md", "", "markdown report to write (e.g. ../docs/benchmarks.md); empty: none")
@@ -105,6 +107,9 @@ func run() error {
 			return err
 		}
 		p.RecoveryKeys = ks
+	}
+	if *leases > 0 {
+		p.KeepaliveLeases = *leases
 	}
 	if *kubeObjects > 0 {
 		p.KubeObjects = *kubeObjects
