@@ -13,9 +13,9 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // WKeepalive keeps many leases alive at the rate their clients would.
