@@ -1,6 +1,8 @@
 // Command zkbench benchmarks zketcd against etcd and kine side by side on
-// one machine and writes docs/benchmarks.md with the raw results in
-// docs/bench/. `make bench` (quick profile) and `make bench-long` run it
+// one machine — standalone, then in the deployed shape (3-member etcd,
+// kine on PostgreSQL, several zketcd instances, the raw ZooKeeper floor,
+// kube-apiservers on each store) — and writes docs/benchmarks.md with the
+// raw results in docs/bench/. `make bench` (quick profile) and `make bench-long` run it
 // from the repository root.
 //
 //	cd integration && go run ./bench/cmd/zkbench -profile quick -repo .. \
