@@ -120,7 +120,7 @@ func runKeepalive(ctx context.Context, t *Target, p *pool, leases int, warmup, d
 				err = e
 			}
 			res = fail(fmt.Errorf("keepalive: %w", err))
-			if status.Code(err) == codes.Unimplemented {
+			if status.Code(err) == codes.Unimplemented || strings.Contains(err.Error(), "not supported") {
 				res.Status = "unsupported"
 			}
 			return res
