@@ -14,7 +14,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration e2e etcdctl-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper clean
+.PHONY: all build run test test-unit test-integration e2e etcdctl-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper deps-postgresql clean
 
 all: build
 
@@ -27,6 +27,16 @@ deps-zookeeper:
 		echo "installing zookeeper (apt-get)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq zookeeper; \
+	fi
+
+# deps-postgresql installs Debian's PostgreSQL server if no
+# /usr/lib/postgresql/*/bin/initdb exists (the bench's kine-pg server; the
+# harness runs its own private cluster, not the package's service).
+deps-postgresql:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "installing postgresql (apt-get)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql; \
 	fi
 
 run: deps-zookeeper build
@@ -109,17 +119,26 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./translate/
 
 # bench measures zketcd (on a standalone ZooKeeper and on a 3-member
-# ensemble) against etcd 3.7.3 and kine 0.17.5 side by side (quick profile,
-# ~15-20 min on 2 cores; the first run also builds the peers into
-# $${ZKETCD_CACHE:-$$HOME/.cache/zketcd}) and rewrites docs/benchmarks.md and
-# docs/bench/. bench-long adds longer cells and recovery over 1M keys. Not
-# run in CI. BENCH_FLAGS passes more zkbench flags (see -h).
+# ensemble) against etcd 3.7.3 and kine 0.17.5 side by side, then the
+# deployed shape: a 3-member etcd cluster, kine on PostgreSQL, 2 and 3
+# zketcd instances on one root of a 3-member ensemble, the raw go-zookeeper
+# floor of that ensemble and real kube-apiservers on etcd and zketcd (quick
+# profile, ~45 min on 2 cores; the first run also builds the peers into
+# $${ZKETCD_CACHE:-$$HOME/.cache/zketcd}, and the kube stacks kube-apiserver
+# with integration/kube/build-kube-apiserver.sh, once, ~10-20 min)
+# and rewrites docs/benchmarks.md and docs/bench/ (the standalone rows are
+# compared with the docs/bench/results.json they replace). bench-long adds
+# longer cells and recovery over 1M keys. Not run in CI. BENCH_FLAGS passes
+# more zkbench flags (see -h), e.g. BENCH_FLAGS='-servers standalone'.
 BENCH_FLAGS ?=
-bench: deps-zookeeper build
-	cd integration && $(GO) run ./bench/cmd/zkbench -profile quick -repo .. -zketcd ../$(BIN)/zketcd -md ../docs/benchmarks.md $(BENCH_FLAGS)
+BENCH_BASELINE := $(if $(wildcard docs/bench/results.json),-baseline ../docs/bench/results.json)
+bench: deps-zookeeper deps-postgresql build
+	cd integration && $(GO) run ./bench/cmd/zkbench -profile quick -repo .. -zketcd ../$(BIN)/zketcd \
+		$(BENCH_BASELINE) -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
-bench-long: deps-zookeeper build
-	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd -md ../docs/benchmarks.md $(BENCH_FLAGS)
+bench-long: deps-zookeeper deps-postgresql build
+	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \
+		$(BENCH_BASELINE) -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
 # faults runs every fault-injection scenario of integration/faults (a real
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1; leaders

@@ -119,7 +119,7 @@ func TestFormatting(t *testing.T) {
 func TestReportFiles(t *testing.T) {
 	rep := &Report{Machine: Machine{NProc: 2, CPUModel: "test"}, Profile: Profiles["quick"]}
 	rate := map[string]float64{ServerEtcd: 1000, ServerKine: 500, ServerZK1: 2000, ServerZK3: 800}
-	for _, s := range AllServers {
+	for _, s := range StandaloneServers {
 		for _, w := range AllWorkloads {
 			for _, c := range []int{1, 16, 64} {
 				r := Result{Server: s, Workload: w, Clients: c}
@@ -166,6 +166,80 @@ func TestReportFiles(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(text)
+	}
+}
+
+// synthetic returns an ok result of server s for workload w at c clients
+// at rate ops/s (200 operations, latencies i/rate ms).
+func synthetic(s, w string, c int, rate float64) Result {
+	r := Result{Server: s, Workload: w, Clients: c}
+	rec := &recorder{}
+	for i := 1; i <= 200; i++ {
+		rec.ok(time.Duration(float64(i) * 1000 / rate * float64(time.Millisecond)))
+	}
+	summarize(&r, []*recorder{rec}, 200/rate)
+	return r
+}
+
+// TestDeployedShapeTables renders the deployed-shape section: ratios
+// against the 3-member etcd cluster and between instance counts, the
+// ZooKeeper floor, the kube-apiserver table and the targets.
+func TestDeployedShapeTables(t *testing.T) {
+	rep := &Report{Profile: Profiles["quick"]}
+	rate := map[string]float64{ServerEtcd3: 1000, ServerKinePG: 500, ServerZK3: 2000, ServerZK3x2: 1900, ServerZK3x3: 1000}
+	for s, v := range rate {
+		for _, w := range []string{WPutSeq, WCreate, WGetLin} {
+			for _, c := range []int{1, 16, 64} {
+				rep.Results = append(rep.Results, synthetic(s, w, c, v))
+			}
+		}
+	}
+	rep.Results = append(rep.Results, synthetic(ServerZKFloor, WFloorCommit, 1, 2500))
+	for s, v := range map[string]float64{ServerKubeEtcd3: 100, ServerKubeZK3: 150, ServerKubeEtcd3x2: 100, ServerKubeZK3x2: 80} {
+		rep.Results = append(rep.Results, synthetic(s, WKubeCreate, 16, v))
+	}
+	rep.SetBaseline(&Report{Machine: Machine{Date: "then"}, Results: []Result{synthetic(ServerZK3, WPutSeq, 16, 1000)}})
+	dir := t.TempDir()
+	if err := rep.WriteFiles(filepath.Join(dir, "b.md"), filepath.Join(dir, "bench")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "b.md"))
+	text := string(b)
+	for _, want := range []string{
+		"## Deployed shape",
+		"| workload | clients | etcd 3.7.3, 3 members | kine 0.17.5 (PostgreSQL) | zketcd, ZK 3-member | zketcd ×2, ZK 3-member | zketcd ×3, ZK 3-member | zk3/etcd3 | zk3×2/etcd3 | zk3×3/etcd3 | kine-pg/etcd3 | zk3×2/zk3 | zk3×3/zk3 |",
+		"| put-seq | 64 | 1,000 | 500 | 2,000 | 1,900 | 1,000 | 2.00× | 1.90× | 1.00× | 0.50× | 0.95× | 0.50× |",
+		"| zk-commit | 1 | 2,500 (",
+		"| kube-create | 16 | 100 (", // etcd stack first
+		"| 1.50× | 0.67× | 0.80× |",  // k-zk3/k-etcd3 throughput, its p99, k2-zk3×2/k2-etcd3
+		"| put ×64, one and several instances | ≥ 2.0× etcd3 | put-seq ×64 zk3 2.00×, put-seq ×64 zk3×2 1.90×, put-seq ×64 zk3×3 1.00× | **missed** |",
+		"| put ×1 against the raw ZooKeeper floor (`zk-commit` ×1) | ≥ 0.8× the floor | put-seq ×1 zk3/floor 0.80×, put-seq ×1 zk3×2/floor 0.76×, put-seq ×1 zk3×3/floor 0.40× | **missed** |",
+		"worst: put-seq ×16 zk3×3/zk3 0.50×",
+		"| standalone zketcd rows against the baseline run of then |",
+		"zk3 geo-mean over 1 rows 2.00×",
+		"| `kube-create` |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	// The standalone tables do not grow deployed columns.
+	if strings.Contains(text, "| workload | clients | etcd 3.7.3, 3 members | kine 0.17.5 (PostgreSQL) | zketcd, ZK 3-member | zketcd ×2, ZK 3-member | zketcd ×3, ZK 3-member | zk1/etcd") {
+		t.Error("standalone table has deployed columns")
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
+
+func TestExpandServers(t *testing.T) {
+	got := ExpandServers([]string{"etcd", "standalone", "kube-etcd-3"})
+	want := []string{ServerEtcd, ServerKine, ServerZK1, ServerZK3, ServerKubeEtcd3}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("ExpandServers = %v, want %v", got, want)
+	}
+	if got := ExpandServers([]string{"all"}); len(got) != len(AllServers) {
+		t.Errorf("all: %v", got)
 	}
 }
 

@@ -27,10 +27,13 @@ const inflightGrace = 3 * time.Second
 // worker i uses connection i mod len (etcd benchmark's --conns/--clients).
 type pool struct{ clients []*clientv3.Client }
 
-func newPool(endpoint string, conns int) (*pool, error) {
+// newPool dials conns connections, connection i to endpoints[i mod
+// len(endpoints)]: clients spread over a cluster's members or a root's
+// instances as HA kube-apiservers are, each pointed at its own.
+func newPool(endpoints []string, conns int) (*pool, error) {
 	p := &pool{}
 	for i := 0; i < conns; i++ {
-		c, err := newClient(endpoint)
+		c, err := newClient(endpoints[i%len(endpoints)])
 		if err != nil {
 			p.close()
 			return nil, err
@@ -60,6 +63,9 @@ type cellSpec struct {
 	duration time.Duration
 	// newWorker returns worker i's operation, bound to connection c.
 	newWorker func(i int, c *clientv3.Client) opFunc
+	// rawWorker, if set, replaces newWorker for cells that use no etcd
+	// connection (the ZooKeeper floor); the pool is then empty.
+	rawWorker func(i int) opFunc
 	note      string
 }
 
@@ -87,7 +93,12 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	for i := 0; i < spec.clients; i++ {
 		rec := &recorder{}
 		recs[i] = rec
-		op := spec.newWorker(i, p.get(i))
+		var op opFunc
+		if spec.rawWorker != nil {
+			op = spec.rawWorker(i)
+		} else {
+			op = spec.newWorker(i, p.get(i))
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -137,7 +148,7 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	go func() { wg.Wait(); close(allDone) }()
 	// A server that dies ends the cell at once (runServer restarts it).
 	if len(t.procs) > 0 {
-		died := t.procs[0].done
+		died := t.died()
 		go func() {
 			select {
 			case <-died:
@@ -155,7 +166,7 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	case <-allDone:
 	}
 	cpu0, self0 = totalCPU(t.pids()), selfCPU()
-	main0, _ := cpuSeconds(t.mainPID())
+	main0 := totalCPU(t.apiPIDs())
 	busy0 := machineBusy()
 	if profileDir != "" && t.PprofAddr != "" {
 		profErr = make(chan error, 1)
@@ -179,7 +190,7 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	case <-allDone:
 	}
 	cpu1, self1 := totalCPU(t.pids()), selfCPU()
-	main1, _ := cpuSeconds(t.mainPID())
+	main1 := totalCPU(t.apiPIDs())
 	busy1 := machineBusy()
 	// Operations still in flight do not count: give them a moment, then
 	// cancel them so that a slow server does not stretch the cell.
@@ -202,7 +213,7 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	res.ServerCPUSeconds = cpu1 - cpu0
 	res.DriverCPUSeconds = self1 - self0
 	res.OtherCPUSeconds = max(0, (busy1-busy0)-res.ServerCPUSeconds-res.DriverCPUSeconds)
-	if t.zk != nil && main1 >= main0 && res.Ops > 0 {
+	if t.zk != nil && len(t.procs) > 0 && main1 >= main0 && res.Ops > 0 {
 		// zketcd's own share of the server CPU (the rest is ZooKeeper).
 		res.Extra = withExtra(res.Extra, "zketcd_cpu_per_op_us", (main1-main0)/float64(res.Ops)*1e6)
 		res.Extra["zookeeper_cpu_per_op_us"] = max(0, res.ServerCPUSeconds-(main1-main0)) / float64(res.Ops) * 1e6

@@ -39,7 +39,9 @@ func toolCells(clients, totalPut, totalRange int) []toolCell {
 // runTool runs etcd's benchmark tool against t and parses its summary.
 func runTool(ctx context.Context, bin string, t *Target, clients int, tc toolCell) Result {
 	res := Result{Server: t.Name, Workload: tc.workload, Clients: clients, Conns: clients}
-	args := append([]string{"--endpoints=" + t.Endpoint}, tc.args...)
+	// With several endpoints the tool dials its connections round-robin
+	// over them, as the harness's own pool does.
+	args := append([]string{"--endpoints=" + strings.Join(t.Endpoints, ",")}, tc.args...)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cpu0 := totalCPU(t.pids())

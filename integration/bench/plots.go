@@ -64,7 +64,7 @@ func (r *Report) throughputPlot(dir, workload string) (plotFile, error) {
 	var ticks plot.ConstantTicks
 	seenTick := map[int]bool{}
 	lines := 0
-	for _, s := range AllServers {
+	for _, s := range StandaloneServers {
 		var xys plotter.XYs
 		for _, c := range r.cells([]string{workload}) {
 			n, _ := strconv.Atoi(c[1])
@@ -125,7 +125,7 @@ func (r *Report) cdfPlot(dir, workload string, clients int) (plotFile, error) {
 	p.Add(plotter.NewGrid())
 	lines := 0
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, s := range AllServers {
+	for _, s := range StandaloneServers {
 		x := r.find(s, workload, clients)
 		if !ok(x) {
 			continue

@@ -33,11 +33,12 @@ type process struct {
 	dir, bin string
 	args     []string
 	env      []string
+	cred     *syscall.Credential
 }
 
 // restart starts the same command again (after the process exited).
 func (p *process) restart() (*process, error) {
-	return startProcess(p.name, p.dir, p.logPath, p.bin, p.args, p.env)
+	return startProcessAs(p.name, p.dir, p.logPath, p.bin, p.args, p.env, p.cred)
 }
 
 // crashLine returns the first line of the log that explains an exit (a Go
@@ -70,6 +71,12 @@ var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 // startProcess starts bin with args in dir, its stdout and stderr appended
 // to logPath.
 func startProcess(name, dir, logPath, bin string, args []string, env []string) (*process, error) {
+	return startProcessAs(name, dir, logPath, bin, args, env, nil)
+}
+
+// startProcessAs is startProcess with the child running as cred's user
+// (nil: the harness's own), for servers that refuse to run as root.
+func startProcessAs(name, dir, logPath, bin string, args []string, env []string, cred *syscall.Credential) (*process, error) {
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -78,9 +85,9 @@ func startProcess(name, dir, logPath, bin string, args []string, env []string) (
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{}), started: time.Now(),
-		dir: dir, bin: bin, args: args, env: env}
+		dir: dir, bin: bin, args: args, env: env, cred: cred}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -172,6 +179,65 @@ func cpuSeconds(pid int) (float64, error) {
 		return 0, err
 	}
 	return (ut + st) / clockTicks, nil
+}
+
+// withDescendants returns pids and every process descended from them (a
+// server that forks workers, such as PostgreSQL's backends, spends its
+// CPU in its children), read from /proc/*/stat.
+func withDescendants(pids []int) []int {
+	if len(pids) == 0 {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return pids
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := parentPID(pid); ok {
+			children[pp] = append(children[pp], pid)
+		}
+	}
+	out := append([]int(nil), pids...)
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// childrenRunning returns the PIDs of the harness's descendants that run
+// the executable bin (children started by a library that does not expose
+// them, such as kubelab's kube-apiservers).
+func childrenRunning(bin string) []int {
+	var out []int
+	for _, pid := range withDescendants([]int{os.Getpid()})[1:] {
+		if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && exe == bin {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// parentPID reads the parent of pid from /proc/<pid>/stat.
+func parentPID(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
 }
 
 // totalCPU sums cpuSeconds over pids, ignoring processes that are gone.

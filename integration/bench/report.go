@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,10 @@ type Report struct {
 	Servers []ServerRun `json:"servers"`
 	Results []Result    `json:"results"`
 	Notes   []string    `json:"notes,omitempty"`
+	// Baseline holds the standalone zketcd rows of an earlier run
+	// (Options.BaselinePath), BaselineDate its date.
+	Baseline     []BaselineRow `json:"baseline,omitempty"`
+	BaselineDate string        `json:"baseline_date,omitempty"`
 	// ElapsedSeconds is the run's wall time.
 	ElapsedSeconds float64 `json:"elapsed_s"`
 }
@@ -49,12 +54,18 @@ func (r *Report) find(server, workload string, clients int) *Result {
 
 // cells returns the (workload, clients) pairs present for workloads, in
 // the order of workloads and ascending clients.
-func (r *Report) cells(workloads []string) [][2]string {
+func (r *Report) cells(workloads []string) [][2]string { return r.cellsOf(workloads, nil) }
+
+// cellsOf is cells over the results of servers only (nil: every server).
+func (r *Report) cellsOf(workloads, servers []string) [][2]string {
 	var out [][2]string
 	for _, w := range workloads {
 		seen := map[int]bool{}
 		var cs []int
 		for _, x := range r.Results {
+			if servers != nil && !slices.Contains(servers, x.Server) {
+				continue
+			}
 			if x.Workload == w && !seen[x.Clients] {
 				seen[x.Clients] = true
 				cs = append(cs, x.Clients)
@@ -68,9 +79,11 @@ func (r *Report) cells(workloads []string) [][2]string {
 	return out
 }
 
-func (r *Report) serversPresent() []string {
+// serversPresent returns the servers of list that have results, in
+// list's order.
+func (r *Report) serversPresent(list []string) []string {
 	var out []string
-	for _, s := range AllServers {
+	for _, s := range list {
 		for _, x := range r.Results {
 			if x.Server == s {
 				out = append(out, s)
@@ -164,15 +177,36 @@ func p99Ratio(a, b *Result) float64 {
 var zketcdServers = []string{ServerZK1, ServerZK3}
 var peerServers = []string{ServerEtcd, ServerKine}
 
-// ratioHeader names the ratio columns.
-func ratioHeader() []string {
-	var h []string
+// ratioPair is a ratio column: num's figure divided by den's.
+type ratioPair struct{ num, den string }
+
+func (p ratioPair) header() string { return shortName(p.num) + "/" + shortName(p.den) }
+
+// standalonePairs are the ratio columns of the standalone tables: each
+// zketcd variant against each peer.
+func standalonePairs() []ratioPair {
+	var out []ratioPair
 	for _, p := range peerServers {
 		for _, z := range zketcdServers {
-			h = append(h, fmt.Sprintf("%s/%s", shortName(z), p))
+			out = append(out, ratioPair{z, p})
 		}
 	}
-	return h
+	return out
+}
+
+// deployedPairs are the ratio columns of the deployed-shape tables: every
+// zketcd shape and kine on PostgreSQL against the 3-member etcd cluster,
+// then the cost of spreading clients over 2 and 3 instances.
+func deployedPairs() []ratioPair {
+	return []ratioPair{
+		{ServerZK3, ServerEtcd3}, {ServerZK3x2, ServerEtcd3}, {ServerZK3x3, ServerEtcd3}, {ServerKinePG, ServerEtcd3},
+		{ServerZK3x2, ServerZK3}, {ServerZK3x3, ServerZK3},
+	}
+}
+
+// headlinePairs are the (zketcd, peer) pairs of the summary.
+func headlinePairs() []ratioPair {
+	return append(standalonePairs(), ratioPair{ServerZK3, ServerEtcd3}, ratioPair{ServerZK3x2, ServerEtcd3}, ratioPair{ServerZK3x3, ServerEtcd3})
 }
 
 func shortName(s string) string {
@@ -181,6 +215,22 @@ func shortName(s string) string {
 		return "zk1"
 	case ServerZK3:
 		return "zk3"
+	case ServerZK3x2:
+		return "zk3×2"
+	case ServerZK3x3:
+		return "zk3×3"
+	case ServerEtcd3:
+		return "etcd3"
+	case ServerKinePG:
+		return "kine-pg"
+	case ServerKubeEtcd3:
+		return "k-etcd3"
+	case ServerKubeZK3:
+		return "k-zk3"
+	case ServerKubeEtcd3x2:
+		return "k2-etcd3"
+	case ServerKubeZK3x2:
+		return "k2-zk3×2"
 	}
 	return s
 }
@@ -222,36 +272,35 @@ type Headline struct {
 func (r *Report) Headlines() []Headline {
 	var out []Headline
 	cells := r.cells(AllWorkloads)
-	for _, p := range peerServers {
-		for _, z := range zketcdServers {
-			h := Headline{Zketcd: z, Peer: p, WorstRatio: math.Inf(1), BestRatio: math.Inf(-1)}
-			var vs []float64
-			for _, c := range cells {
-				n, _ := strconv.Atoi(c[1])
-				v := throughputRatio(r.find(z, c[0], n), r.find(p, c[0], n))
-				if math.IsNaN(v) {
-					continue
-				}
-				vs = append(vs, v)
-				switch {
-				case v >= 1.1:
-					h.Faster++
-				case v <= 0.9:
-					h.Slower++
-				default:
-					h.Even++
-				}
-				name := fmt.Sprintf("%s ×%d", c[0], n)
-				if v < h.WorstRatio {
-					h.WorstRatio, h.Worst = v, name
-				}
-				if v > h.BestRatio {
-					h.BestRatio, h.Best = v, name
-				}
+	for _, pair := range headlinePairs() {
+		z, p := pair.num, pair.den
+		h := Headline{Zketcd: z, Peer: p, WorstRatio: math.Inf(1), BestRatio: math.Inf(-1)}
+		var vs []float64
+		for _, c := range cells {
+			n, _ := strconv.Atoi(c[1])
+			v := throughputRatio(r.find(z, c[0], n), r.find(p, c[0], n))
+			if math.IsNaN(v) {
+				continue
 			}
-			h.GeoMean, h.Rows = geoMean(vs)
-			out = append(out, h)
+			vs = append(vs, v)
+			switch {
+			case v >= 1.1:
+				h.Faster++
+			case v <= 0.9:
+				h.Slower++
+			default:
+				h.Even++
+			}
+			name := fmt.Sprintf("%s ×%d", c[0], n)
+			if v < h.WorstRatio {
+				h.WorstRatio, h.Worst = v, name
+			}
+			if v > h.BestRatio {
+				h.BestRatio, h.Best = v, name
+			}
 		}
+		h.GeoMean, h.Rows = geoMean(vs)
+		out = append(out, h)
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +31,13 @@ type Profile struct {
 	RecoveryKeys []int  `json:"recovery_keys"`
 	ToolClients  int    `json:"tool_clients"`
 	ZKHeap       string `json:"zk_heap"`
+	// KubeObjects objects are created through kube-apiserver by
+	// KubeLoadClients clients (kube-create-10k) and then read, updated
+	// and listed.
+	KubeObjects     int `json:"kube_objects,omitempty"`
+	KubeLoadClients int `json:"kube_load_clients,omitempty"`
+	// KeepaliveLeases leases are kept alive on the deployed-shape servers.
+	KeepaliveLeases int `json:"keepalive_leases,omitempty"`
 }
 
 // MakeTarget names the make target that runs the profile.
@@ -51,13 +57,15 @@ var Profiles = map[string]Profile{
 	"quick": {
 		Name: "quick", Warmup: time.Second, Duration: 4 * time.Second, Clients: []int{1, 16, 64},
 		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
-		RecoveryKeys: []int{100000}, ToolClients: 16, ZKHeap: "1g",
+		RecoveryKeys: []int{100000}, ToolClients: 16, ZKHeap: "1g", KubeObjects: 10000, KubeLoadClients: 16,
+		KeepaliveLeases: 10000,
 	},
 	// long: longer cells and recovery over 1M keys as well.
 	"long": {
 		Name: "long", Warmup: 3 * time.Second, Duration: 20 * time.Second, Clients: []int{1, 16, 64},
 		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
-		RecoveryKeys: []int{100000, 1000000}, ToolClients: 16, ZKHeap: "4g",
+		RecoveryKeys: []int{100000, 1000000}, ToolClients: 16, ZKHeap: "4g", KubeObjects: 10000, KubeLoadClients: 16,
+		KeepaliveLeases: 10000,
 	},
 }
 
@@ -70,16 +78,38 @@ type Options struct {
 	MarkdownPath, DataDir string
 	RepoRoot              string // the zketcd repository (for build-peers.sh and building zketcd)
 	EtcdBin, KineBin      string // default: build-peers.sh
-	BenchmarkBin          string // default: build-peers.sh; "none" skips the cross-check
-	ZketcdBin             string // default: go build ./cmd/zketcd into the work dir
-	SelfBin               string // the harness binary (pprof child)
-	PprofDir              string // if set, zketcd runs in the pprof child and each cell is profiled
-	KeepWorkDir           bool
-	Logf                  func(format string, args ...any)
+	KubeAPIServerBin      string // default: integration/kube/build-kube-apiserver.sh (for the kube stacks)
+	PGBinDir              string // PostgreSQL's binaries (kine-pg); default: the newest /usr/lib/postgresql/*/bin
+	// BaselinePath is an earlier results.json (read before this run
+	// overwrites it) whose standalone zketcd rows the targets compare with.
+	BaselinePath string
+	BenchmarkBin string // default: build-peers.sh; "none" skips the cross-check
+	ZketcdBin    string // default: go build ./cmd/zketcd into the work dir
+	SelfBin      string // the harness binary (pprof child)
+	PprofDir     string // if set, zketcd runs in the pprof child and each cell is profiled
+	KeepWorkDir  bool
+	Logf         func(format string, args ...any)
 }
 
 func (o *Options) wants(w string) bool {
 	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, w)
+}
+
+// selected returns the workloads of ws the run asks for: those named in
+// opts.Workloads, or all of ws when none of them is named (a server with
+// workloads of its own, such as the ZooKeeper floor, runs them all unless
+// told which).
+func (o *Options) selected(ws []string) []string {
+	var out []string
+	for _, w := range ws {
+		if len(o.Workloads) == 0 || slices.Contains(o.Workloads, w) {
+			out = append(out, w)
+		}
+	}
+	if len(out) == 0 {
+		return ws
+	}
+	return out
 }
 
 // Run measures every server of opts and writes the report.
@@ -90,8 +120,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if len(opts.Servers) == 0 {
 		opts.Servers = AllServers
 	}
+	opts.Servers = ExpandServers(opts.Servers)
 	began := time.Now()
 	rep := &Report{Machine: DescribeMachine(), Profile: opts.Profile}
+	if opts.BaselinePath != "" {
+		old, err := LoadReport(opts.BaselinePath)
+		if err != nil {
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+		rep.SetBaseline(old)
+	}
 	work, err := os.MkdirTemp("", "zkbench-")
 	if err != nil {
 		return nil, err
@@ -101,7 +139,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	} else {
 		defer os.RemoveAll(work)
 	}
-	env := &Env{WorkDir: work, ZKHeap: opts.Profile.ZKHeap, SelfBin: opts.SelfBin, PprofChild: opts.PprofDir != ""}
+	env := &Env{WorkDir: work, ZKHeap: opts.Profile.ZKHeap, SelfBin: opts.SelfBin, PprofChild: opts.PprofDir != "", PGBinDir: opts.PGBinDir}
 	if err := resolveBinaries(ctx, &opts, env); err != nil {
 		return nil, err
 	}
@@ -139,10 +177,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 // resolveBinaries builds or finds the peers and zketcd.
 func resolveBinaries(ctx context.Context, opts *Options, env *Env) error {
 	var need []string
-	if slices.Contains(opts.Servers, ServerEtcd) && opts.EtcdBin == "" {
+	if opts.EtcdBin == "" && (slices.Contains(opts.Servers, ServerEtcd) || slices.Contains(opts.Servers, ServerEtcd3) ||
+		slices.ContainsFunc(opts.Servers, kubeOnEtcd)) {
 		need = append(need, "etcd")
 	}
-	if slices.Contains(opts.Servers, ServerKine) && opts.KineBin == "" {
+	if opts.KineBin == "" && (slices.Contains(opts.Servers, ServerKine) || slices.Contains(opts.Servers, ServerKinePG)) {
 		need = append(need, "kine")
 	}
 	if opts.BenchmarkBin == "" && opts.wants(WToolPut) {
@@ -151,13 +190,11 @@ func resolveBinaries(ctx context.Context, opts *Options, env *Env) error {
 	if len(need) > 0 {
 		script := filepath.Join(opts.RepoRoot, "integration", "bench", "build-peers.sh")
 		opts.Logf("building/locating peers: %s %s", script, strings.Join(need, " "))
-		cmd := exec.CommandContext(ctx, "bash", append([]string{script}, need...)...)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
+		out, err := scriptOutput(ctx, script, need...)
 		if err != nil {
 			return fmt.Errorf("build-peers.sh: %w", err)
 		}
-		sc := bufio.NewScanner(bytes.NewReader(out))
+		sc := bufio.NewScanner(strings.NewReader(out))
 		for sc.Scan() {
 			k, v, ok := strings.Cut(sc.Text(), "=")
 			if !ok {
@@ -187,7 +224,15 @@ func resolveBinaries(ctx context.Context, opts *Options, env *Env) error {
 		}
 	}
 	env.EtcdBin, env.KineBin = opts.EtcdBin, opts.KineBin
-	needZketcd := slices.Contains(opts.Servers, ServerZK1) || slices.Contains(opts.Servers, ServerZK3)
+	if slices.ContainsFunc(opts.Servers, isKubeServer) {
+		if err := resolveKubeAPIServer(ctx, opts); err != nil {
+			return err
+		}
+		env.KubeAPIServer = opts.KubeAPIServerBin
+	}
+	needZketcd := slices.ContainsFunc(opts.Servers, func(s string) bool {
+		return zketcdInstances(s) > 0 || (isKubeServer(s) && !kubeOnEtcd(s))
+	})
 	if opts.ZketcdBin == "" && needZketcd && !env.PprofChild {
 		opts.ZketcdBin = filepath.Join(env.WorkDir, "zketcd")
 		opts.Logf("building zketcd from %s", opts.RepoRoot)
@@ -200,6 +245,15 @@ func resolveBinaries(ctx context.Context, opts *Options, env *Env) error {
 	}
 	env.ZketcdBin = opts.ZketcdBin
 	return nil
+}
+
+// scriptOutput runs a bash script and returns its stdout (its stderr goes
+// to the harness's).
+func scriptOutput(ctx context.Context, script string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	return string(out), err
 }
 
 // runServer runs every selected workload against server s.
@@ -217,34 +271,19 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 		}
 	}()
 	start := time.Now()
-	switch s {
-	case ServerEtcd:
-		t, err = env.StartEtcd(ctx, "etcd")
-	case ServerKine:
-		t, err = env.StartKine(ctx)
-	case ServerZK1, ServerZK3:
-		members := 1
-		if s == ServerZK3 {
-			members = 3
-		}
-		zk, err = env.StartZooKeeper(ctx, members)
-		if err != nil {
-			return nil, fmt.Errorf("start ZooKeeper: %w", err)
-		}
-		logf("ZooKeeper (%d) serving on %s after %.1fs", members, zk.connect(), time.Since(start).Seconds())
-		t, _, err = env.StartZketcd(ctx, s, s, zk, "/bench", 0)
-		if t != nil {
-			t.zk = zk
-		}
-	default:
-		return nil, fmt.Errorf("unknown server %q", s)
+	switch {
+	case s == ServerZKFloor:
+		return runFloor(ctx, env, &opts.Profile, opts, logf)
+	case isKubeServer(s):
+		return runKube(ctx, env, &opts.Profile, opts, s, logf)
 	}
+	t, zk, err = startServer(ctx, env, s, s, logf)
 	if err != nil {
 		return nil, err
 	}
-	logf("serving on %s after %.1fs", t.Endpoint, time.Since(start).Seconds())
+	logf("serving on %s after %.1fs", strings.Join(t.Endpoints, ","), time.Since(start).Seconds())
 
-	conns, err := newPool(t.Endpoint, p.MaxConns)
+	conns, err := newPool(t.Endpoints, p.MaxConns)
 	if err != nil {
 		return nil, err
 	}
@@ -316,6 +355,15 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 		}
 	}
 
+	if opts.wants(WKeepalive) && p.KeepaliveLeases > 0 && slices.Contains(DeployedServers, s) {
+		r := runKeepalive(ctx, t, conns, p.KeepaliveLeases, p.Warmup, p.Duration)
+		if err := markCrash(ctx, t, &r, logf); err != nil {
+			return append(results, r), err
+		}
+		logCell(logf, r)
+		results = append(results, r)
+	}
+
 	if opts.BenchmarkBin != "" && opts.wants(WToolPut) {
 		n := p.ToolClients
 		total := func(w string, fallback float64) int {
@@ -364,6 +412,65 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 		}
 	}
 	return results, nil
+}
+
+// zketcdInstances is how many zketcd instances a zketcd server runs on
+// its root (0: not a zketcd server).
+func zketcdInstances(s string) int {
+	switch s {
+	case ServerZK1, ServerZK3:
+		return 1
+	case ServerZK3x2:
+		return 2
+	case ServerZK3x3:
+		return 3
+	}
+	return 0
+}
+
+// zkMembers is the size of the ZooKeeper ensemble under a zketcd server.
+func zkMembers(s string) int {
+	if s == ServerZK1 {
+		return 1
+	}
+	return 3
+}
+
+// startServer starts etcd-API server s with its files in WorkDir/dir*
+// (every start of a run needs its own dir: the servers keep their data)
+// and waits until it serves; zk is its ZooKeeper (nil for etcd and kine),
+// which the caller stops after t.
+func startServer(ctx context.Context, env *Env, s, dir string, logf func(string, ...any)) (t *Target, zk *zkCluster, err error) {
+	start := time.Now()
+	switch s {
+	case ServerEtcd:
+		t, err = env.StartEtcd(ctx, dir)
+		return t, nil, err
+	case ServerEtcd3:
+		t, err = env.StartEtcdCluster(ctx, dir, 3)
+		return t, nil, err
+	case ServerKine:
+		t, err = env.startKine(ctx, ServerKine, dir, nil)
+		return t, nil, err
+	case ServerKinePG:
+		t, err = env.StartKinePG(ctx, dir)
+		return t, nil, err
+	}
+	n := zketcdInstances(s)
+	if n == 0 {
+		return nil, nil, fmt.Errorf("unknown server %q", s)
+	}
+	members := zkMembers(s)
+	zk, err = env.StartZooKeeper(ctx, dir+"-zk", members)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start ZooKeeper: %w", err)
+	}
+	logf("ZooKeeper (%d) serving on %s after %.1fs", members, zk.connect(), time.Since(start).Seconds())
+	t, err = env.StartZketcds(ctx, s, dir, zk, "/bench", n)
+	if t != nil {
+		t.zk = zk
+	}
+	return t, zk, err
 }
 
 // markCrash marks r as "crashed" if the server's process died during the

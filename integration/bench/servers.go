@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -30,8 +31,62 @@ const (
 	readyWithin = 2 * time.Minute
 )
 
-// AllServers lists every server the harness knows, in run order.
-var AllServers = []string{ServerEtcd, ServerKine, ServerZK1, ServerZK3}
+// The deployed shape: the servers users run in production, on one machine.
+const (
+	// ServerEtcd3 is a 3-member etcd cluster; clients are spread over
+	// the members.
+	ServerEtcd3 = "etcd-3"
+	// ServerKinePG is kine on PostgreSQL, kine's HA deployment.
+	ServerKinePG = "kine-pg"
+	// ServerZK3x2 and ServerZK3x3 are 2 and 3 zketcd instances on one
+	// root of a 3-member ensemble; clients are spread over the instances.
+	ServerZK3x2 = "zketcd-zk3x2"
+	ServerZK3x3 = "zketcd-zk3x3"
+	// ServerZKFloor is no etcd server: the raw go-zookeeper requests
+	// zketcd builds on, on a 3-member ensemble (the floor of ServerZK3*).
+	ServerZKFloor = "zk3-floor"
+)
+
+// StandaloneServers are the servers of the single-node comparison.
+var StandaloneServers = []string{ServerEtcd, ServerKine, ServerZK1, ServerZK3}
+
+// DeployedServers are the etcd-API servers of the deployed-shape
+// comparison (ServerZK3 is in both: one instance on the 3-member ensemble).
+var DeployedServers = []string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3}
+
+// AllServers lists every server the harness knows, in run order: the
+// standalone ones, the deployed shape, the ZooKeeper floor, then the
+// kube-apiserver stacks.
+var AllServers = append(append(append([]string{}, StandaloneServers...),
+	ServerEtcd3, ServerKinePG, ServerZK3x2, ServerZK3x3, ServerZKFloor), KubeServers...)
+
+// ServerGroups are names -servers accepts for a list of servers.
+var ServerGroups = map[string][]string{
+	"all":        AllServers,
+	"standalone": StandaloneServers,
+	"deployed":   append([]string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3, ServerZKFloor}, KubeServers...),
+	"kube":       KubeServers,
+}
+
+// ExpandServers replaces group names in names by their servers (each
+// server once, first occurrence first).
+func ExpandServers(names []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		list, ok := ServerGroups[n]
+		if !ok {
+			list = []string{n}
+		}
+		for _, s := range list {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
 
 // ServerLabel is a server's name in reports.
 func ServerLabel(name string) string {
@@ -44,36 +99,75 @@ func ServerLabel(name string) string {
 		return "zketcd, ZK standalone"
 	case ServerZK3:
 		return "zketcd, ZK 3-member"
+	case ServerEtcd3:
+		return "etcd 3.7.3, 3 members"
+	case ServerKinePG:
+		return "kine 0.17.5 (PostgreSQL)"
+	case ServerZK3x2:
+		return "zketcd ×2, ZK 3-member"
+	case ServerZK3x3:
+		return "zketcd ×3, ZK 3-member"
+	case ServerZKFloor:
+		return "raw go-zookeeper, ZK 3-member"
+	}
+	if l, ok := kubeLabel(name); ok {
+		return l
 	}
 	return name
 }
 
 // Target is a running server under test.
 type Target struct {
-	Name     string
-	Endpoint string
+	Name string
+	// Endpoint is the first etcd-API endpoint; Endpoints all of them
+	// (the members of a cluster, the instances on one root), in the order
+	// of procs. Clients are spread over them, connection i on
+	// Endpoints[i mod len].
+	Endpoint  string
+	Endpoints []string
 	// PprofAddr is set when zketcd runs in the harness's pprof child.
 	PprofAddr string
-	procs     []*process
+	// procs are the etcd-API processes (etcd members, kine, zketcd
+	// instances), procs[i] serving Endpoints[i]; helpers are the
+	// processes they need (PostgreSQL), stopped after them.
+	procs   []*process
+	helpers []*process
+	// extraPIDs are more processes whose CPU counts as the server's
+	// (the kube-apiservers of a kube stack).
+	extraPIDs []int
 	zk        *zkCluster
 	stopFn    func() error
 }
 
-// pids are the processes whose CPU time counts as the server's.
+// pids are the processes whose CPU time counts as the server's: the
+// etcd-API processes, their helpers, whatever those forked, and the
+// ZooKeeper servers.
 func (t *Target) pids() []int {
 	var out []int
-	for _, p := range t.procs {
+	for _, p := range append(append([]*process{}, t.procs...), t.helpers...) {
 		if !p.exited() {
 			out = append(out, p.pid())
 		}
 	}
+	out = withDescendants(append(out, t.extraPIDs...))
 	if t.zk != nil {
 		out = append(out, t.zk.pids()...)
 	}
 	return out
 }
 
-// mainPID is the PID of the etcd-API process (etcd, kine or zketcd).
+// apiPIDs are the PIDs of the etcd-API processes (etcd, kine or zketcd).
+func (t *Target) apiPIDs() []int {
+	var out []int
+	for _, p := range t.procs {
+		if !p.exited() {
+			out = append(out, p.pid())
+		}
+	}
+	return out
+}
+
+// mainPID is the PID of the first etcd-API process.
 func (t *Target) mainPID() int {
 	if len(t.procs) == 0 {
 		return 0
@@ -81,25 +175,44 @@ func (t *Target) mainPID() int {
 	return t.procs[0].pid()
 }
 
-// checkAlive reports whether the etcd-API process exited (it crashed: the
-// harness never stops it during a run). If so, it restarts it on the same
+// died returns a channel closed when any etcd-API process exits.
+func (t *Target) died() <-chan struct{} {
+	c := make(chan struct{})
+	if len(t.procs) == 0 {
+		return c
+	}
+	var once sync.Once
+	for _, p := range t.procs {
+		go func() {
+			<-p.done
+			once.Do(func() { close(c) })
+		}()
+	}
+	return c
+}
+
+// checkAlive reports whether an etcd-API process exited (it crashed: the
+// harness never stops one during a run). If so, it restarts it on the same
 // data and port, waits until it serves and returns a description of the
 // crash.
 func (t *Target) checkAlive(ctx context.Context) (crash string, err error) {
-	if len(t.procs) == 0 || !t.procs[0].exited() {
-		return "", nil
+	var crashes []string
+	for i, old := range t.procs {
+		if !old.exited() {
+			continue
+		}
+		c := fmt.Sprintf("%s exited (%v): %s", old.name, old.err, old.crashLine())
+		p, err := old.restart()
+		if err != nil {
+			return strings.Join(append(crashes, c), "; "), err
+		}
+		t.procs[i] = p
+		if _, err := waitServing(ctx, t.Endpoints[i], p, readyWithin, nil); err != nil {
+			return strings.Join(append(crashes, c), "; "), fmt.Errorf("restart after crash: %w", err)
+		}
+		crashes = append(crashes, c+"; restarted on the same data")
 	}
-	old := t.procs[0]
-	crash = fmt.Sprintf("%s exited (%v): %s", old.name, old.err, old.crashLine())
-	p, err := old.restart()
-	if err != nil {
-		return crash, err
-	}
-	t.procs[0] = p
-	if _, err := waitServing(ctx, t.Endpoint, p, readyWithin, nil); err != nil {
-		return crash, fmt.Errorf("restart after crash: %w", err)
-	}
-	return crash + "; restarted on the same data", nil
+	return strings.Join(crashes, "; "), nil
 }
 
 // Stop stops the server and everything it started.
@@ -108,10 +221,28 @@ func (t *Target) Stop() error {
 	for i := len(t.procs) - 1; i >= 0; i-- {
 		errs = append(errs, t.procs[i].stop(15*time.Second))
 	}
+	for i := len(t.helpers) - 1; i >= 0; i-- {
+		errs = append(errs, t.helpers[i].stop(30*time.Second))
+	}
 	if t.stopFn != nil {
 		errs = append(errs, t.stopFn())
 	}
 	return errors.Join(errs...)
+}
+
+// join returns one target made of ts (the members of a cluster): their
+// processes and endpoints in order.
+func join(name string, ts []*Target) *Target {
+	out := &Target{Name: name}
+	for _, t := range ts {
+		out.procs = append(out.procs, t.procs...)
+		out.helpers = append(out.helpers, t.helpers...)
+		out.Endpoints = append(out.Endpoints, t.Endpoints...)
+	}
+	if len(out.Endpoints) > 0 {
+		out.Endpoint = out.Endpoints[0]
+	}
+	return out
 }
 
 // Env is what starting servers needs: binaries, directories, settings.
@@ -125,7 +256,12 @@ type Env struct {
 	SelfBin    string
 	PprofChild bool
 	ZKHeap     string // JVM -Xmx for each ZooKeeper server, e.g. "1g"
-	Log        *logrus.Logger
+	// PGBinDir holds PostgreSQL's initdb, postgres and pg_isready;
+	// empty: the newest /usr/lib/postgresql/*/bin.
+	PGBinDir string
+	// KubeAPIServer is the kube-apiserver binary of the kube stacks.
+	KubeAPIServer string
+	Log           *logrus.Logger
 }
 
 func (e *Env) dir(name string) (string, error) {
@@ -137,31 +273,70 @@ func (e *Env) dir(name string) (string, error) {
 // 1 s election timeout) on a fresh data directory named name under WorkDir,
 // or on the existing one.
 func (e *Env) StartEtcd(ctx context.Context, name string) (*Target, error) {
+	return e.StartEtcdCluster(ctx, name, 1)
+}
+
+// StartEtcdCluster starts an etcd cluster of members processes on
+// 127.0.0.1 (as StartEtcd: production defaults, fsync on), each with its
+// own data directory under WorkDir/name, and waits until every member
+// serves. The target's endpoints are the members' client addresses.
+func (e *Env) StartEtcdCluster(ctx context.Context, name string, members int) (*Target, error) {
 	dir, err := e.dir(name)
 	if err != nil {
 		return nil, err
 	}
-	cport, err1 := freePort()
-	pport, err2 := freePort()
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, err
+	type member struct{ name, curl, purl, data, log string }
+	ms := make([]member, members)
+	var initial []string
+	for i := range ms {
+		cport, err1 := freePort()
+		pport, err2 := freePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, err
+		}
+		m := member{name: fmt.Sprintf("n%d", i+1),
+			curl: "http://127.0.0.1:" + strconv.Itoa(cport), purl: "http://127.0.0.1:" + strconv.Itoa(pport),
+			data: filepath.Join(dir, "data"), log: filepath.Join(dir, "etcd.log")}
+		if members > 1 {
+			m.data = filepath.Join(dir, "data-"+m.name)
+			m.log = filepath.Join(dir, "etcd-"+m.name+".log")
+		}
+		ms[i] = m
+		initial = append(initial, m.name+"="+m.purl)
 	}
-	curl := "http://127.0.0.1:" + strconv.Itoa(cport)
-	purl := "http://127.0.0.1:" + strconv.Itoa(pport)
-	args := []string{
-		"--name", "n1", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", curl, "--advertise-client-urls", curl,
-		"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-		"--initial-cluster", "n1=" + purl, "--log-level", "warn",
+	var ts []*Target
+	stopAll := func() {
+		for _, t := range ts {
+			_ = t.Stop()
+		}
 	}
-	p, err := startProcess("etcd", dir, filepath.Join(dir, "etcd.log"), e.EtcdBin, args, nil)
-	if err != nil {
-		return nil, err
+	for _, m := range ms {
+		args := []string{
+			"--name", m.name, "--data-dir", m.data,
+			"--listen-client-urls", m.curl, "--advertise-client-urls", m.curl,
+			"--listen-peer-urls", m.purl, "--initial-advertise-peer-urls", m.purl,
+			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn",
+		}
+		if members > 1 {
+			args = append(args, "--initial-cluster-token", name)
+		}
+		p, err := startProcess("etcd "+m.name, dir, m.log, e.EtcdBin, args, nil)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		ep := strings.TrimPrefix(m.curl, "http://")
+		ts = append(ts, &Target{Name: name, Endpoint: ep, Endpoints: []string{ep}, procs: []*process{p}})
 	}
-	t := &Target{Name: ServerEtcd, Endpoint: "127.0.0.1:" + strconv.Itoa(cport), procs: []*process{p}}
-	if _, err := waitServing(ctx, t.Endpoint, p, readyWithin, nil); err != nil {
-		_ = t.Stop()
-		return nil, fmt.Errorf("etcd: %w\n%s", err, p.logTail(20))
+	for _, t := range ts {
+		if _, err := waitServing(ctx, t.Endpoint, t.procs[0], readyWithin, nil); err != nil {
+			stopAll()
+			return nil, fmt.Errorf("etcd %s: %w\n%s", t.procs[0].name, err, t.procs[0].logTail(20))
+		}
+	}
+	t := join(ServerEtcd, ts)
+	if members > 1 {
+		t.Name = ServerEtcd3
 	}
 	return t, nil
 }
@@ -169,7 +344,13 @@ func (e *Env) StartEtcd(ctx context.Context, name string) (*Target, error) {
 // StartKine starts kine on SQLite (its default ./db/state.db, in a fresh
 // directory under WorkDir).
 func (e *Env) StartKine(ctx context.Context) (*Target, error) {
-	dir, err := e.dir("kine")
+	return e.startKine(ctx, ServerKine, "kine", nil)
+}
+
+// startKine starts kine as target name in directory WorkDir/dirName with
+// extra flags (--endpoint selects the database; none: SQLite).
+func (e *Env) startKine(ctx context.Context, name, dirName string, extra []string) (*Target, error) {
+	dir, err := e.dir(dirName)
 	if err != nil {
 		return nil, err
 	}
@@ -178,15 +359,16 @@ func (e *Env) StartKine(ctx context.Context) (*Target, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}
-	args := []string{
+	args := append([]string{
 		"--listen-address", "127.0.0.1:" + strconv.Itoa(port),
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mport),
-	}
+	}, extra...)
 	p, err := startProcess("kine", dir, filepath.Join(dir, "kine.log"), e.KineBin, args, nil)
 	if err != nil {
 		return nil, err
 	}
-	t := &Target{Name: ServerKine, Endpoint: "127.0.0.1:" + strconv.Itoa(port), procs: []*process{p}}
+	ep := "127.0.0.1:" + strconv.Itoa(port)
+	t := &Target{Name: name, Endpoint: ep, Endpoints: []string{ep}, procs: []*process{p}}
 	if _, err := waitServing(ctx, t.Endpoint, p, readyWithin, nil); err != nil {
 		_ = t.Stop()
 		return nil, fmt.Errorf("kine: %w\n%s", err, p.logTail(20))
@@ -234,8 +416,11 @@ func (z *zkCluster) stop() error {
 // with production-like settings: fsync on (ZooKeeper's default
 // forceSync=yes), the JVM's default collector and JIT (not the test
 // defaults of internal/zkserver), a heap of e.ZKHeap.
-func (e *Env) StartZooKeeper(ctx context.Context, members int) (*zkCluster, error) {
-	dir, err := e.dir(fmt.Sprintf("zk%d", members))
+//
+// Its files go to WorkDir/name; a ZooKeeper started on an existing
+// directory serves the data left there.
+func (e *Env) StartZooKeeper(ctx context.Context, name string, members int) (*zkCluster, error) {
+	dir, err := e.dir(name)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +462,7 @@ func (e *Env) StartZketcd(ctx context.Context, name, dirName string, zk *zkClust
 	endpoint := "127.0.0.1:" + strconv.Itoa(port)
 	var args []string
 	bin := e.ZketcdBin
-	t := &Target{Name: name, Endpoint: endpoint}
+	t := &Target{Name: name, Endpoint: endpoint, Endpoints: []string{endpoint}}
 	if e.PprofChild {
 		bin = e.SelfBin
 		t.PprofAddr = "127.0.0.1:" + strconv.Itoa(mport)
@@ -305,6 +490,30 @@ func (e *Env) StartZketcd(ctx context.Context, name, dirName string, zk *zkClust
 		return nil, 0, fmt.Errorf("zketcd: %w\n%s", err, p.logTail(20))
 	}
 	return t, took, nil
+}
+
+// StartZketcds starts instances zketcd processes on one root of zk as
+// target name (members and directories dir-1, dir-2, ...; one instance:
+// dir) and returns them as one target whose endpoints are the instances'.
+func (e *Env) StartZketcds(ctx context.Context, name, dir string, zk *zkCluster, root string, instances int) (*Target, error) {
+	if instances == 1 {
+		t, _, err := e.StartZketcd(ctx, name, dir, zk, root, 0)
+		return t, err
+	}
+	var ts []*Target
+	for i := 1; i <= instances; i++ {
+		t, _, err := e.StartZketcd(ctx, name, fmt.Sprintf("%s-%d", dir, i), zk, root, 0)
+		if err != nil {
+			for _, t := range ts {
+				_ = t.Stop()
+			}
+			return nil, fmt.Errorf("instance %d: %w", i, err)
+		}
+		ts = append(ts, t)
+	}
+	t := join(name, ts)
+	t.PprofAddr = ts[0].PprofAddr
+	return t, nil
 }
 
 // countCheck returns a readiness check that the store holds want keys

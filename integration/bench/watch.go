@@ -39,7 +39,7 @@ func runWatch(ctx context.Context, t *Target, spec watchSpec, cell int) (Result,
 	}
 	defer writer.Close()
 	conns := max(1, min(spec.conns, spec.watchers))
-	wp, err := newPool(t.Endpoint, conns)
+	wp, err := newPool(t.Endpoints, conns)
 	if err != nil {
 		return res, err
 	}

@@ -286,6 +286,10 @@ func preload(ctx context.Context, p *pool, n, conc int, name func(int) string) (
 						var g *clientv3.GetResponse
 						if g, err = c.Get(octx, k); err == nil && len(g.Kvs) == 1 {
 							r.Header.Revision = g.Kvs[0].ModRevision
+						} else if err == nil {
+							// The create failed its compare, yet the key is
+							// not there: not created, try again.
+							err = fmt.Errorf("create of %s failed (key exists) but a get finds no key", k)
 						}
 					}
 					cancel()

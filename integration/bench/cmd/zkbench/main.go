@@ -1,6 +1,8 @@
 // Command zkbench benchmarks zketcd against etcd and kine side by side on
-// one machine and writes docs/benchmarks.md with the raw results in
-// docs/bench/. `make bench` (quick profile) and `make bench-long` run it
+// one machine — standalone, then in the deployed shape (3-member etcd,
+// kine on PostgreSQL, several zketcd instances, the raw ZooKeeper floor,
+// kube-apiservers on each store) — and writes docs/benchmarks.md with the
+// raw results in docs/bench/. `make bench` (quick profile) and `make bench-long` run it
 // from the repository root.
 //
 //	cd integration && go run ./bench/cmd/zkbench -profile quick -repo .. \
@@ -40,13 +42,17 @@ func main() {
 
 func run() error {
 	profile := flag.String("profile", "quick", "quick or long")
-	servers := flag.String("servers", strings.Join(bench.AllServers, ","), "servers to measure, comma separated")
+	servers := flag.String("servers", "all", "servers to measure, comma separated: "+strings.Join(bench.AllServers, ",")+", or the groups all, standalone, deployed, kube")
 	workloads := flag.String("workloads", "", "workloads to run, comma separated (default all): "+
-		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WToolPut+","+bench.WRecovery)
+		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WKeepalive+","+bench.WToolPut+","+bench.WRecovery+
+		"; the floor's: "+strings.Join(bench.FloorWorkloads, ",")+"; the kube stacks': "+strings.Join(bench.KubeWorkloads, ","))
 	duration := flag.Duration("duration", 0, "measured time per cell (default: the profile's)")
 	warmup := flag.Duration("warmup", -1, "warm-up per cell (default: the profile's)")
 	clients := flag.String("clients", "", "client counts, comma separated (default: the profile's)")
 	recoveryKeys := flag.String("recovery-keys", "", "key counts for the recovery measurement, comma separated (default: the profile's)")
+	baseline := flag.String("baseline", "", "an earlier results.json whose standalone zketcd rows the report compares with (read before it is overwritten)")
+	leases := flag.Int("leases", 0, "leases the lease-keepalive cell keeps alive (default: the profile's)")
+	kubeObjects := flag.Int("kube-objects", 0, "objects the kube stacks create, then read, update and list (default: the profile's)")
 	repo := flag.String("repo", "..", "the zketcd repository root")
 	md := flag.String("md", "", "markdown report to write (e.g. ../docs/benchmarks.md); empty: none")
 	data := flag.String("data", "", "directory for results.json, results.csv and the plots (default: bench/ beside -md)")
@@ -54,6 +60,8 @@ func run() error {
 	kineBin := flag.String("kine", "", "kine binary (default: build-peers.sh)")
 	benchBin := flag.String("benchmark", "", `etcd benchmark tool binary (default: build-peers.sh; "none" skips the cross-check)`)
 	zketcdBin := flag.String("zketcd", "", "zketcd binary (default: go build ./cmd/zketcd)")
+	kubeBin := flag.String("kube-apiserver", "", "kube-apiserver binary for the kube stacks (default: integration/kube/build-kube-apiserver.sh)")
+	pgBin := flag.String("pg-bin", "", "directory of PostgreSQL's initdb, postgres and pg_isready (default: the newest /usr/lib/postgresql/*/bin)")
 	pprofDir := flag.String("pprof", "", "run zketcd in-process in a child with net/http/pprof and save a CPU profile of every cell here")
 	keep := flag.Bool("keep", false, "keep the work directory (server data and logs)")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json")
@@ -102,6 +110,12 @@ func run() error {
 		}
 		p.RecoveryKeys = ks
 	}
+	if *leases > 0 {
+		p.KeepaliveLeases = *leases
+	}
+	if *kubeObjects > 0 {
+		p.KubeObjects = *kubeObjects
+	}
 	root, err := filepath.Abs(*repo)
 	if err != nil {
 		return err
@@ -113,6 +127,7 @@ func run() error {
 	opts := bench.Options{
 		Profile: p, Servers: list(*servers), Workloads: list(*workloads),
 		RepoRoot: root, EtcdBin: *etcdBin, KineBin: *kineBin, BenchmarkBin: *benchBin, ZketcdBin: *zketcdBin,
+		KubeAPIServerBin: *kubeBin, PGBinDir: *pgBin, BaselinePath: *baseline,
 		SelfBin: self, PprofDir: *pprofDir, KeepWorkDir: *keep,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)

@@ -16,7 +16,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,10 +29,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-zookeeper/zk"
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/integration/bench/zkfloor"
 	"github.com/zketcd/zketcd/internal/zkserver"
 )
 
@@ -103,56 +102,19 @@ func run() error {
 // ---- raw ZooKeeper -------------------------------------------------------
 
 func rawPhases(addr string) error {
-	conn, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false))
+	f, err := zkfloor.Open([]string{addr}, "/floor")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	acl := zk.WorldACL(zk.PermAll)
-	for _, p := range []string{"/floor", "/floor/head", "/floor/log"} {
-		if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return err
-		}
-	}
-	entry := make([]byte, 330) // an entry of one 256 B put: key, value, revision, CRC
-	head := make([]byte, 16)
-	lsn := 0
-	logPath := func(i int) string { return fmt.Sprintf("/floor/log/%010d", i) }
-	if _, err := conn.Create(logPath(0), nil, 0, acl); err != nil {
-		return err
-	}
-	commit := func() error {
-		_, err := conn.Multi(
-			&zk.CheckVersionRequest{Path: logPath(lsn), Version: -1},
-			&zk.CreateRequest{Path: logPath(lsn + 1), Data: entry, Acl: acl},
-			&zk.SetDataRequest{Path: "/floor/head", Data: head, Version: -1},
-		)
-		lsn++
-		return err
-	}
-	barrier := func() error {
-		if _, err := conn.Multi(&zk.CheckVersionRequest{Path: "/floor/head", Version: -1}); err != nil {
-			return err
-		}
-		_, _, err := conn.Get("/floor/head")
-		return err
-	}
-	checkOnly := func() error {
-		_, err := conn.Multi(&zk.CheckVersionRequest{Path: "/floor/head", Version: -1})
-		return err
-	}
-	get := func() error {
-		_, _, err := conn.Get("/floor/head")
-		return err
-	}
+	defer f.Close()
 	for _, ph := range []struct {
 		name string
 		op   func() error
 	}{
-		{"raw commit multi(check, create 330 B, setData)", commit},
-		{"raw barrier multi(check(head)) + get(head)", barrier},
-		{"raw multi(check(head)) alone", checkOnly},
-		{"raw get(head)", get},
+		{fmt.Sprintf("raw commit multi(check, create %d B, setData)", zkfloor.EntrySize), f.CommitChained},
+		{"raw barrier multi(check(head)) + get(head)", f.Barrier},
+		{"raw multi(check(head)) alone", f.Check},
+		{"raw get(head)", f.Get},
 	} {
 		if err := measure(ph.name, addr, nil, ph.op); err != nil {
 			return err
