@@ -7,7 +7,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/api/v3/version"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -82,18 +81,6 @@ func (s *maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequ
 	hdr := &pb.ResponseHeader{}
 	s.hdr.fill(hdr)
 	return &pb.DefragmentResponse{Header: hdr}, nil
-}
-
-func (s *maintenanceServer) Hash(context.Context, *pb.HashRequest) (*pb.HashResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "zketcd: Hash is not supported (there is no bbolt file to hash)")
-}
-
-func (s *maintenanceServer) HashKV(context.Context, *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "zketcd: HashKV is not supported yet")
-}
-
-func (s *maintenanceServer) Snapshot(*pb.SnapshotRequest, grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	return status.Error(codes.Unimplemented, "zketcd: Snapshot is not supported yet; back up the ZooKeeper ensemble instead")
 }
 
 func (s *maintenanceServer) MoveLeader(context.Context, *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
