@@ -109,3 +109,7 @@ func Records(s *revision.Snapshot, upTo int64) []Record {
 	sort.Slice(out, func(i, j int) bool { return out[i].Rev.Less(out[j].Rev) })
 	return out
 }
+
+func sortKeys(ks []revision.KeyHistory) {
+	sort.Slice(ks, func(i, j int) bool { return string(ks[i].Key) < string(ks[j].Key) })
+}
