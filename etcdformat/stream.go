@@ -45,4 +45,3 @@ var ErrChecksum = errors.New("snapshot file checksum mismatch (truncated or corr
 // SHA-256 trailer (a bbolt file is a multiple of 512 bytes; etcd checks
 // the same way).
 func HasTrailer(n int64) bool { return n%512 == sha256.Size }
-

@@ -81,9 +81,9 @@ type Store struct {
 	wg        sync.WaitGroup
 }
 
-// Open connects to ZooKeeper, waits for a session, and creates the root
-// layout (meta, head, sentinel log entry 1) if it does not exist yet.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
+// openRaw connects to ZooKeeper and waits for a session; it reads and
+// writes nothing under the root.
+func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Root == "" || !strings.HasPrefix(cfg.Root, "/") || strings.HasSuffix(cfg.Root, "/") {
 		return nil, fmt.Errorf("zookeeper root %q must start with / and not end with /", cfg.Root)
 	}
@@ -131,6 +131,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	go s.watchSession(events)
 	if err := s.waitSession(ctx); err != nil {
 		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open connects to ZooKeeper, waits for a session, and creates the root
+// layout (meta, head, sentinel log entry 1) if it does not exist yet.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := openRaw(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.ensureLayout(); err != nil {
