@@ -247,3 +247,28 @@ func compareDumps(t *testing.T, nameA string, a dump, nameB string, b dump) {
 		t.Errorf("leases:\n %s: %s\n %s: %s", nameA, x, nameB, y)
 	}
 }
+
+// watchHistory watches every key from revision from with previous values
+// and returns the events up to revision to, one line each.
+func watchHistory(t *testing.T, c *clientv3.Client, from, to int64) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []string
+	for resp := range c.Watch(ctx, "", clientv3.WithFromKey(), clientv3.WithRev(from), clientv3.WithPrevKV()) {
+		if err := resp.Err(); err != nil {
+			t.Fatalf("watch from %d: %v", from, err)
+		}
+		for _, ev := range resp.Events {
+			line := fmt.Sprintf("%s %s=%q c%d m%d v%d l%x", ev.Type, ev.Kv.Key, ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Kv.Version, ev.Kv.Lease)
+			if ev.PrevKv != nil {
+				line += fmt.Sprintf(" prev=%q m%d", ev.PrevKv.Value, ev.PrevKv.ModRevision)
+			}
+			out = append(out, line)
+			if ev.Kv.ModRevision >= to {
+				cancel()
+			}
+		}
+	}
+	return out
+}

@@ -80,6 +80,14 @@ func TestEtcdSnapshotRestoresIntoZketcdAndBack(t *testing.T) {
 	zc := zk.Client(t)
 	got := takeDump(t, zc, "zketcd")
 	compareDumps(t, "etcd", want, "zketcd restored from etcd's snapshot", got)
+	// A watch from a revision before the move (an informer's
+	// resourceVersion) resumes on zketcd with the same events.
+	wantEvents := watchHistory(t, ec, want.Compacted+1, want.Rev)
+	if g, w := strings.Join(watchHistory(t, zc, want.Compacted+1, want.Rev), "\n"), strings.Join(wantEvents, "\n"); g != w {
+		t.Errorf("watch from %d:\n etcd:\n%s\n zketcd:\n%s", want.Compacted+1, w, g)
+	} else {
+		t.Logf("watch from revision %d: the same %d events", want.Compacted+1, len(wantEvents))
+	}
 
 	// And back: zketcd's snapshot into etcd.
 	back := filepath.Join(t.TempDir(), "zketcd.snapshot")
