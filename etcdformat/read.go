@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
@@ -59,14 +60,22 @@ type ReadOptions struct {
 // corrupted file), ErrFormat (wrapped, with the reason) for a file that is
 // not an etcd database or of another storage version, and errors for a
 // database whose records do not decode.
-func ReadFile(path string, opts ReadOptions) (*revision.Snapshot, FileInfo, error) {
-	var info FileInfo
+func ReadFile(path string, opts ReadOptions) (snap *revision.Snapshot, info FileInfo, err error) {
+	// bbolt reads the database through a memory map and trusts its page
+	// references: a corrupt file (whose checksum held, or was not checked)
+	// can make it panic or touch memory past the file's end. Such a fault
+	// becomes a panic of this goroutine, and the panic an error.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			snap, err = nil, fmt.Errorf("read snapshot %s: %w: corrupt database: %v", path, ErrFormat, r)
+		}
+	}()
 	db, cleanup, err := openVerified(path, opts, &info)
 	if err != nil {
 		return nil, info, err
 	}
 	defer cleanup()
-	var snap *revision.Snapshot
 	err = db.View(func(tx *bolt.Tx) error {
 		var err error
 		snap, err = decodeDB(tx, &info, opts.Progress)
