@@ -73,19 +73,23 @@ func WriteDB(path string, s *revision.Snapshot, info DBInfo) (st DBStats, err er
 		return st, fmt.Errorf("write snapshot database: %w", err)
 	}
 	defer func() {
+		// bbolt grows its file in steps of up to 16 MiB; what lies past the
+		// last page in use (the size a transaction reports, as etcd's own
+		// snapshot sends it) is cut off.
+		if err == nil {
+			err = db.View(func(tx *bolt.Tx) error { st.Size = tx.Size(); return nil })
+		}
 		if cerr := db.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("write snapshot database: close: %w", cerr)
 		}
+		if err == nil {
+			if terr := os.Truncate(path, st.Size); terr != nil {
+				err = fmt.Errorf("write snapshot database: %w", terr)
+			}
+		}
 		if err != nil {
 			os.Remove(path)
-			return
 		}
-		fi, serr := os.Stat(path)
-		if serr != nil {
-			err = fmt.Errorf("write snapshot database: %w", serr)
-			return
-		}
-		st.Size = fi.Size()
 	}()
 	st.Rev, st.Compacted = s.State.Rev, s.State.CompactRev
 	if err := db.Update(func(tx *bolt.Tx) error { return writeSmallBuckets(tx, s, info, &st) }); err != nil {
