@@ -30,10 +30,9 @@ type KVHash struct {
 // Errors: revision.ErrCompacted for 0 < rev < the compacted revision,
 // revision.ErrFutureRev for rev > the current revision (both as etcd).
 //
-// One difference remains: etcd also answers HashKV at the revision of one
-// of its last ten compactions from a hash it stored while compacting, with
-// compact_revision set to the compaction before it; HashKV always computes
-// the hash from s.
+// etcd answers HashKV at the revision of one of its last ten compactions
+// from the hash it computed while compacting (CompactionHash, kept by a
+// HashStore); callers look there first, as etcd does.
 func HashKV(s *revision.Snapshot, rev int64) (KVHash, error) {
 	compacted, cur := s.State.CompactRev, s.State.Rev
 	switch {
@@ -48,17 +47,47 @@ func HashKV(s *revision.Snapshot, rev int64) (KVHash, error) {
 	// index.Keep(rev)).
 	keep := make(map[Rev]struct{})
 	for _, kh := range s.Keys {
-		var vis *revision.KeyValue
-		for _, kv := range kh.Versions {
-			if kv.ModRevision > rev {
-				break
-			}
-			vis = kv
-		}
-		if vis != nil && vis.Version != 0 {
+		if vis := visibleAt(kh.Versions, rev); vis != nil && vis.Version != 0 {
 			keep[RevOf(vis)] = struct{}{}
 		}
 	}
+	return hashRecords(s, rev, compacted, keep)
+}
+
+// CompactionHash is the hash etcd 3.7 computes while it compacts to rev
+// and keeps for HashKV(rev) (see HashStore), from the state right before
+// the compaction: the records up to rev — all of them, the history the
+// compaction removes included — where a record at or below the previous
+// compacted revision (before.State.CompactRev) counts only if the
+// compaction keeps it (the version of its key visible at rev, a deletion
+// only at exactly rev; all of them if it keeps none), and a deletion at
+// exactly the previous compacted revision never counts. The answer's
+// compact_revision is the previous compacted revision.
+func CompactionHash(before *revision.Snapshot, rev int64) (KVHash, error) {
+	keep := make(map[Rev]struct{})
+	for _, kh := range before.Keys {
+		vis := visibleAt(kh.Versions, rev)
+		if vis != nil && (vis.Version != 0 || vis.ModRevision == rev) {
+			keep[Rev{Main: vis.ModRevision, Sub: vis.Sub}] = struct{}{}
+		}
+	}
+	return hashRecords(before, rev, before.State.CompactRev, keep)
+}
+
+// visibleAt returns the newest version with ModRevision <= rev, or nil.
+func visibleAt(vs []*revision.KeyValue, rev int64) *revision.KeyValue {
+	var vis *revision.KeyValue
+	for _, kv := range vs {
+		if kv.ModRevision > rev {
+			break
+		}
+		vis = kv
+	}
+	return vis
+}
+
+// hashRecords is etcd's kvHasher over the records of s up to rev.
+func hashRecords(s *revision.Snapshot, rev, compacted int64, keep map[Rev]struct{}) (KVHash, error) {
 	h := crc32.New(castagnoli)
 	h.Write([]byte(KeyBucket))
 	var kbuf []byte

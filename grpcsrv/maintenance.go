@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/etcdformat"
 )
 
 // quotaBytes is reported as DbSizeQuota (etcd's default quota).
@@ -18,9 +19,10 @@ const quotaBytes = 2 << 30
 
 type maintenanceServer struct {
 	pb.UnsafeMaintenanceServer
-	be  *backend.Backend
-	hdr header
-	lg  *logrus.Entry
+	be     *backend.Backend
+	hdr    header
+	lg     *logrus.Entry
+	hashes *etcdformat.HashStore // compaction hashes (hashkv.go)
 }
 
 var _ pb.MaintenanceServer = (*maintenanceServer)(nil)

@@ -120,7 +120,7 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	srv := grpc.NewServer(opts...)
 	hdr := header{be: be}
 	pb.RegisterKVServer(srv, &kvServer{be: be, hdr: hdr, lg: lg, maxTxnOps: cfg.MaxTxnOps})
-	pb.RegisterMaintenanceServer(srv, &maintenanceServer{be: be, hdr: hdr, lg: lg})
+	pb.RegisterMaintenanceServer(srv, newMaintenanceServer(be, hdr, lg))
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done()})
 	pb.RegisterAuthServer(srv, &authServer{})

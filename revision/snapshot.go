@@ -28,6 +28,11 @@ type KeyHistory struct {
 func (v *View) Snapshot() *Snapshot {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.snapshotLocked()
+}
+
+// snapshotLocked is Snapshot for a caller holding v.mu.
+func (v *View) snapshotLocked() *Snapshot {
 	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len())}
 	v.tree.Ascend(func(ki *keyIndex) bool {
 		s.Keys = append(s.Keys, KeyHistory{Key: ki.key, Versions: append([]*KeyValue(nil), ki.versions...)})

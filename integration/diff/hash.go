@@ -27,9 +27,10 @@ func HashKV(rev int64) Step {
 // HashKVScenarios compare etcd's key-space hash (HashKV) after the same
 // write history: puts, overwrites, deletes, multi-op transactions, leases
 // and their revocation, physical compactions (including one that leaves no
-// key live), at several revisions, at 0 (current) and out of range. They
-// never hash at exactly a compaction's revision: etcd answers that from a
-// hash it stored while compacting (see etcdformat.HashKV).
+// key live), at several revisions, at 0 (current) and out of range, and at
+// exactly a compaction's revision, which etcd answers from the hash it
+// stored while compacting (compact_revision: the compaction before; also
+// for a revision since compacted away).
 func HashKVScenarios() []Scenario {
 	const l1, l2 = clientv3.LeaseID(0x7001), clientv3.LeaseID(0x7002)
 	return []Scenario{
@@ -72,10 +73,13 @@ func HashKVScenarios() []Scenario {
 			Lazy(func(s *State) Step { return HashKV(s.Rev("leased")) }),
 			Lazy(func(s *State) Step { return HashKV(s.Rev("wipe")) }),
 			Lazy(func(s *State) Step { return HashKV(s.LastRev() + 1) }).WantErr(rpctypes.ErrGRPCFutureRev),
+			Lazy(func(s *State) Step { return HashKV(s.Rev("txn")) }), // the stored compaction hash
 			// A compaction at a tombstone, then more history.
 			Lazy(func(s *State) Step { return Compact(s.Rev("wipe"), clientv3.WithCompactPhysical()) }).WantOK(),
 			HashKV(0),
 			Lazy(func(s *State) Step { return HashKV(s.Rev("wipe") + 1) }),
+			Lazy(func(s *State) Step { return HashKV(s.Rev("wipe")) }),
+			Lazy(func(s *State) Step { return HashKV(s.Rev("txn")) }), // compacted, but stored
 			Put("k2", "v2'"),
 			Delete("k3"),
 			HashKV(0),
@@ -89,6 +93,7 @@ func HashKVScenarios() []Scenario {
 			Delete("a").As("da"),
 			Delete("b"),
 			HashKV(0), // no key live: every record at or below the compaction counts
+			Lazy(func(s *State) Step { return HashKV(s.Rev("b")) }),
 			Lazy(func(s *State) Step { return HashKV(s.Rev("da")) }),
 			Put("c", "3"),
 			HashKV(0),
@@ -104,6 +109,28 @@ func HashKVScenarios() []Scenario {
 			Lazy(func(s *State) Step { return HashKV(s.Rev("del") - 1) }),
 			Lazy(func(s *State) Step { return HashKV(s.Rev("del")) }),
 			Lazy(func(s *State) Step { return HashKV(s.Rev("del") + 1) }),
+			Lazy(func(s *State) Step { return HashKV(s.Rev("del") - 3) }),
+		)},
+		{Name: "hashkv/compaction-to-0-and-1", Steps: Steps(
+			Compact(0).WantOK(),
+			HashKV(0), // etcd: the hash stored by the compaction to 0
+			Compact(1).WantOK(),
+			HashKV(1),
+			Put("a", "1"),
+			HashKV(0),
+			HashKV(1),
+		)},
+		{Name: "hashkv/compactions-of-deletions", Steps: Steps(
+			Put("a", "1"),
+			Put("b", "2"),
+			Delete("a").As("da"),
+			Lazy(func(s *State) Step { return Compact(s.Rev("da"), clientv3.WithCompactPhysical()) }).WantOK(),
+			Lazy(func(s *State) Step { return HashKV(s.Rev("da")) }),
+			Delete("b").As("db"),
+			Lazy(func(s *State) Step { return Compact(s.Rev("db"), clientv3.WithCompactPhysical()) }).WantOK(),
+			Lazy(func(s *State) Step { return HashKV(s.Rev("db")) }),
+			Lazy(func(s *State) Step { return HashKV(s.Rev("da")) }),
+			HashKV(0),
 		)},
 	}
 }

@@ -34,8 +34,13 @@ func TestMain(m *testing.M) {
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := zkserver.StartStandalone(ctx, zkserver.Options{Dir: dir, Logger: logrus.NewEntry(lg),
-		ExtraConfig: map[string]string{"forceSync": "no"}})
+	opts := zkserver.Options{Dir: dir, Logger: logrus.NewEntry(lg), ExtraConfig: map[string]string{"forceSync": "no"}}
+	if os.Getenv("SNAPSHOT_MEASURE_KEYS") != "" {
+		// TestMeasureSnapshot: a million keys' log entries and a base
+		// generation of the same size do not fit the default 512 MiB heap.
+		opts.JVMFlags = []string{"-Xmx6g"}
+	}
+	srv, err := zkserver.StartStandalone(ctx, opts)
 	cancel()
 	if err != nil {
 		panic("start zookeeper: " + err.Error())
