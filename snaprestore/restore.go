@@ -38,8 +38,9 @@ type Config struct {
 // Result describes what was imported.
 type Result struct {
 	Rev, CompactRev int64
-	Keys, Versions  int
-	Leases          int
+	// Keys have retained history; Live of them exist at Rev.
+	Keys, Live, Versions int
+	Leases               int
 	StorageVersion  string // of the snapshot ("" for etcd 3.5)
 	Base            zkstore.Base
 }
@@ -86,8 +87,11 @@ func Restore(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{Rev: snap.State.Rev, CompactRev: snap.State.CompactRev, Keys: len(snap.Keys), Leases: len(snap.Leases), StorageVersion: info.StorageVersion}
 	for _, kh := range snap.Keys {
 		res.Versions += len(kh.Versions)
+		if kh.Versions[len(kh.Versions)-1].Version != 0 {
+			res.Live++
+		}
 	}
-	lg = lg.WithFields(logrus.Fields{"revision": res.Rev, "compact_revision": res.CompactRev, "keys": res.Keys,
+	lg = lg.WithFields(logrus.Fields{"revision": res.Rev, "compact_revision": res.CompactRev, "keys": res.Keys, "live_keys": res.Live,
 		"versions": res.Versions, "leases": res.Leases, "storage_version": info.StorageVersion})
 	lg.WithField("elapsed", time.Since(start).Round(time.Millisecond)).Info("read etcd snapshot")
 	// A view must accept it, as recovery will.

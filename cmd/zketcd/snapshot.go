@@ -66,7 +66,7 @@ func runSnapshot(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("restored %s into %s: revision %d, compacted revision %d, %d keys, %d versions, %d leases\n",
-		pos[0], f.zkRoot, res.Rev, res.CompactRev, res.Keys, res.Versions, res.Leases)
+	fmt.Printf("restored %s into %s: revision %d, compacted revision %d, %d keys (%d live), %d versions, %d leases\n",
+		pos[0], f.zkRoot, res.Rev, res.CompactRev, res.Keys, res.Live, res.Versions, res.Leases)
 	return nil
 }
