@@ -41,8 +41,8 @@ type Result struct {
 	// Keys have retained history; Live of them exist at Rev.
 	Keys, Live, Versions int
 	Leases               int
-	StorageVersion  string // of the snapshot ("" for etcd 3.5)
-	Base            zkstore.Base
+	StorageVersion       string // of the snapshot ("" for etcd 3.5)
+	Base                 zkstore.Base
 }
 
 // ErrRootInUse is returned for a root that exists with content.
