@@ -44,7 +44,17 @@ func TestOlderEtcdSnapshotRestoresIntoZketcd(t *testing.T) {
 			}
 			t.Logf("etcd %s snapshot: storage version %q, revision %d, compacted %d", name, res.StorageVersion, res.Rev, res.CompactRev)
 			zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
-			compareDumps(t, "etcd "+name, want, "zketcd restored from its snapshot", takeDump(t, zk.Client(t), "zketcd"))
+			got := takeDump(t, zk.Client(t), "zketcd")
+			if strings.HasPrefix(name, "3.5.") {
+				// etcd 3.5 does not fill HashKVResponse.hash_revision
+				// (added in 3.6): compare the hash and compact_revision.
+				for _, d := range []dump{want, got} {
+					for rev, h := range d.HashKV {
+						d.HashKV[rev] = h[:strings.Index(h, " rev=")]
+					}
+				}
+			}
+			compareDumps(t, "etcd "+name, want, "zketcd restored from its snapshot", got)
 		})
 	}
 }
