@@ -4,6 +4,7 @@
 #   make test    every test that runs in CI: unit, ZooKeeper-backed, differential
 #   make e2e     kube-apiserver on ZooKeeper through zketcd (builds kube-apiserver once, cached)
 #   make etcdctl-test  the real etcdctl against zketcd dev and etcd 3.7.3, outputs compared
+#   make snapshot-test etcd snapshots into zketcd and back (etcdctl, etcdutl, etcd 3.7.3)
 #   make demo    the same experiment, printed as a lab notebook
 #
 # Long-running targets (benchmarks, soaks, faults) are listed in README.md.
@@ -14,7 +15,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration e2e etcdctl-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper clean
+.PHONY: all build run test test-unit test-integration e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper clean
 
 all: build
 
@@ -70,6 +71,19 @@ etcdctl-test: deps-zookeeper build
 	[ -x "$$ctl" ] && [ -x "$$etcd" ] || { echo "etcdctl-test: no etcdctl/etcd binaries in: $$out" >&2; exit 1; }; \
 	cd integration && ETCDCTL="$$ctl" ETCD_BINARY="$$etcd" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
 		$(GO) test $(ETCDCTL_TEST_FLAGS) ./etcdctl/
+
+# snapshot-test moves data between etcd 3.7.3 and zketcd with snapshot files
+# (integration/snapshot): etcdctl snapshot save against zketcd, etcdutl
+# snapshot status/restore, etcd on the restored data dir, zketcd snapshot
+# restore of etcd's file (library and command), bad inputs. etcdctl and
+# etcdutl are built once into the cache by build-peers.sh.
+SNAPSHOT_TEST_FLAGS ?= -race -count=1 -timeout 10m -v
+snapshot-test: deps-zookeeper build
+	@out=$$($(PEERS_BUILD) etcdctl etcdutl) || { echo "snapshot-test: building etcdctl/etcdutl failed" >&2; exit 1; }; \
+	ctl=$$(printf '%s\n' "$$out" | sed -n 's/^etcdctl=//p'); utl=$$(printf '%s\n' "$$out" | sed -n 's/^etcdutl=//p'); \
+	[ -x "$$ctl" ] && [ -x "$$utl" ] || { echo "snapshot-test: no etcdctl/etcdutl binaries in: $$out" >&2; exit 1; }; \
+	cd integration && ETCDCTL="$$ctl" ETCDUTL="$$utl" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
+		$(GO) test $(SNAPSHOT_TEST_FLAGS) ./snapshot/
 
 # demo runs the same experiment and prints it as a lab notebook
 # (DEMO_FLAGS="-dir DIR" keeps the logs and data).
