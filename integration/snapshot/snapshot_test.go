@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/etcdformat"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
@@ -177,4 +180,89 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 func withTrailer(data []byte) []byte {
 	sum := sha256.Sum256(data)
 	return append(data, sum[:]...)
+}
+
+// TestSnapshotUnderWritesIsOfOneRevision: a snapshot saved from zketcd
+// while a writer keeps writing holds exactly the state of one revision: the
+// etcd restored from it lists, at its current revision R, what zketcd lists
+// at R, and its HashKV equals zketcd's HashKV(R).
+func TestSnapshotUnderWritesIsOfOneRevision(t *testing.T) {
+	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	zc := zk.Client(t)
+	writeHistory(t, zc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		n := 0
+		for ctx.Err() == nil {
+			if _, err := zc.Txn(ctx).Then(clientv3.OpPut(fmt.Sprintf("/registry/w/%d", n%50), fmt.Sprint(n)), clientv3.OpDelete(fmt.Sprintf("/registry/w/%d", (n+25)%50))).Commit(); err == nil {
+				n++
+			}
+		}
+		done <- n
+	}()
+	time.Sleep(200 * time.Millisecond)
+	path := filepath.Join(t.TempDir(), "zketcd.snapshot")
+	saveSnapshot(t, zk.Endpoint(), path)
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	t.Logf("%d writes went on around the snapshot", <-done)
+
+	etcd := restoreIntoEtcd(t, path)
+	got := takeDump(t, etcd.Client(t), "etcd")
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	resp, err := zc.Get(rctx, "", clientv3.WithFromKey(), clientv3.WithRev(got.Rev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, kv := range resp.Kvs {
+		want = append(want, fmt.Sprintf("%s=%q c%d m%d v%d l%x", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease))
+	}
+	if g, w := strings.Join(got.Revisions[got.Rev], "\n"), strings.Join(want, "\n"); g != w {
+		t.Errorf("restored etcd at its revision %d differs from zketcd at %d:\n%s\nwant\n%s", got.Rev, got.Rev, g, w)
+	}
+	cur, err := zc.Get(rctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Header.Revision <= got.Rev {
+		t.Errorf("no write after the snapshot's revision %d (zketcd at %d)", got.Rev, cur.Header.Revision)
+	}
+	h, err := pb.NewMaintenanceClient(zc.ActiveConnection()).HashKV(rctx, &pb.HashKVRequest{Revision: got.Rev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := fmt.Sprintf("%d compact=%d rev=%d", h.Hash, h.CompactRevision, h.HashRevision); got.HashKV[got.Rev] != w {
+		t.Errorf("HashKV(%d): restored etcd %s, zketcd %s", got.Rev, got.HashKV[got.Rev], w)
+	}
+	t.Logf("snapshot at revision %d while zketcd went on to %d", got.Rev, cur.Header.Revision)
+}
+
+// TestRestoreThatFailsWritingLeavesNothing: a restore that fails after it
+// started writing to ZooKeeper (here: base chunks larger than ZooKeeper
+// accepts) deletes what it wrote; the root does not exist afterwards.
+func TestRestoreThatFailsWritingLeavesNothing(t *testing.T) {
+	src := etcdoracle.Start(t)
+	c := src.Client(t)
+	big := strings.Repeat("v", 100<<10)
+	for i := 0; i < 15; i++ {
+		if _, err := c.Put(context.Background(), fmt.Sprintf("big/%d", i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "etcd.snapshot")
+	saveSnapshot(t, src.Endpoint(), path)
+	root := freshRoot(t)
+	cfg := storeConfig(t, root)
+	cfg.MaxEntryBytes = 4 << 20 // one 1.5 MiB chunk: above ZooKeeper's 1 MiB request limit
+	_, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: path, Store: cfg})
+	if err == nil {
+		t.Fatal("restore with chunks ZooKeeper refuses succeeded")
+	}
+	t.Logf("restore failed as it should: %v", err)
+	if exists, _, err := zkstore.RootExists(context.Background(), storeConfig(t, root)); err != nil || exists {
+		t.Fatalf("root left behind after a failed restore (exists=%v, %v)", exists, err)
+	}
 }
