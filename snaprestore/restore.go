@@ -43,6 +43,8 @@ type Result struct {
 	Leases               int
 	StorageVersion       string // of the snapshot ("" for etcd 3.5)
 	Base                 zkstore.Base
+	// Snapshot is the state written (at log position 1).
+	Snapshot *revision.Snapshot
 }
 
 // ErrRootInUse is returned for a root that exists with content.
@@ -84,7 +86,7 @@ func Restore(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	snap.State.LSN = 1
-	res := Result{Rev: snap.State.Rev, CompactRev: snap.State.CompactRev, Keys: len(snap.Keys), Leases: len(snap.Leases), StorageVersion: info.StorageVersion}
+	res := Result{Snapshot: snap, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev, Keys: len(snap.Keys), Leases: len(snap.Leases), StorageVersion: info.StorageVersion}
 	for _, kh := range snap.Keys {
 		res.Versions += len(kh.Versions)
 		if kh.Versions[len(kh.Versions)-1].Version != 0 {
