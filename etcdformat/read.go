@@ -78,7 +78,7 @@ func ReadFile(path string, opts ReadOptions) (snap *revision.Snapshot, info File
 	defer cleanup()
 	err = db.View(func(tx *bolt.Tx) error {
 		var err error
-		snap, err = decodeDB(tx, &info, opts.Progress)
+		snap, err = decodeDB(boltBuckets{tx}, &info, opts.Progress)
 		return err
 	})
 	if err != nil {
@@ -141,9 +141,31 @@ func openVerified(path string, opts ReadOptions, info *FileInfo) (*bolt.DB, func
 // progressEvery is how often (in records) ReadFile reports progress.
 const progressEvery = 50000
 
-func decodeDB(tx *bolt.Tx, info *FileInfo, progress func(int)) (*revision.Snapshot, error) {
-	meta := tx.Bucket([]byte(MetaBucket))
-	keys := tx.Bucket([]byte(KeyBucket))
+// bucketSet is the read side of a database decodeDB needs: a bbolt
+// transaction (boltBuckets), or in-memory buckets in the fuzz test.
+type bucketSet interface {
+	// bucket returns the named bucket, or nil.
+	bucket(name string) bucketReader
+}
+
+// bucketReader reads one bucket; ForEach visits keys in ascending order.
+type bucketReader interface {
+	Get(key []byte) []byte
+	ForEach(fn func(k, v []byte) error) error
+}
+
+type boltBuckets struct{ tx *bolt.Tx }
+
+func (b boltBuckets) bucket(name string) bucketReader {
+	if bk := b.tx.Bucket([]byte(name)); bk != nil {
+		return bk
+	}
+	return nil
+}
+
+func decodeDB(db bucketSet, info *FileInfo, progress func(int)) (*revision.Snapshot, error) {
+	meta := db.bucket(MetaBucket)
+	keys := db.bucket(KeyBucket)
 	if meta == nil || keys == nil {
 		return nil, fmt.Errorf("%w: no %q or %q bucket", ErrFormat, KeyBucket, MetaBucket)
 	}
@@ -174,14 +196,13 @@ func decodeDB(tx *bolt.Tx, info *FileInfo, progress func(int)) (*revision.Snapsh
 	var hist []revision.KeyHistory
 	rev := int64(1)
 	var last Rev
-	c := keys.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	err := keys.ForEach(func(k, v []byte) error {
 		r, err := ParseRevKey(k)
 		if err != nil {
-			return nil, fmt.Errorf("key bucket: %w", err)
+			return fmt.Errorf("key bucket: %w", err)
 		}
 		if info.Records > 0 && !last.Less(r) {
-			return nil, fmt.Errorf("key bucket: revision %d_%d repeated", r.Main, r.Sub)
+			return fmt.Errorf("key bucket: revision %d_%d repeated", r.Main, r.Sub)
 		}
 		last = r
 		info.Records++
@@ -192,19 +213,19 @@ func decodeDB(tx *bolt.Tx, info *FileInfo, progress func(int)) (*revision.Snapsh
 		if len(v) == 0 {
 			// A revision marker without a change (etcdutl restore
 			// --bump-revision writes one).
-			continue
+			return nil
 		}
 		var m mvccpb.KeyValue
 		if err := proto.Unmarshal(v, &m); err != nil {
-			return nil, fmt.Errorf("key bucket: record %d_%d: %w", r.Main, r.Sub, err)
+			return fmt.Errorf("key bucket: record %d_%d: %w", r.Main, r.Sub, err)
 		}
 		if len(m.Key) == 0 {
-			return nil, fmt.Errorf("key bucket: record %d_%d has no key", r.Main, r.Sub)
+			return fmt.Errorf("key bucket: record %d_%d has no key", r.Main, r.Sub)
 		}
 		kv := &revision.KeyValue{ModRevision: r.Main, Sub: r.Sub}
 		if !r.Tombstone {
 			if m.ModRevision != r.Main || m.Version <= 0 || m.CreateRevision <= 0 || m.CreateRevision > r.Main {
-				return nil, fmt.Errorf("key bucket: record %d_%d of %q: inconsistent revisions (create %d, mod %d, version %d)",
+				return fmt.Errorf("key bucket: record %d_%d of %q: inconsistent revisions (create %d, mod %d, version %d)",
 					r.Main, r.Sub, m.Key, m.CreateRevision, m.ModRevision, m.Version)
 			}
 			kv.Value, kv.CreateRevision, kv.Version, kv.Lease = m.Value, m.CreateRevision, m.Version, m.Lease
@@ -217,6 +238,10 @@ func decodeDB(tx *bolt.Tx, info *FileInfo, progress func(int)) (*revision.Snapsh
 		}
 		kv.Key = hist[i].Key
 		hist[i].Versions = append(hist[i].Versions, kv)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	rev = max(rev, compacted)
 
@@ -227,7 +252,7 @@ func decodeDB(tx *bolt.Tx, info *FileInfo, progress func(int)) (*revision.Snapsh
 		}
 	}
 	sortKeys(snap.Keys)
-	if lb := tx.Bucket([]byte(LeaseBucket)); lb != nil {
+	if lb := db.bucket(LeaseBucket); lb != nil {
 		err := lb.ForEach(func(k, v []byte) error {
 			if len(k) != 8 {
 				return fmt.Errorf("lease bucket: key of %d bytes", len(k))
