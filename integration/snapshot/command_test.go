@@ -62,3 +62,25 @@ func TestSnapshotRestoreCommand(t *testing.T) {
 	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: strings.TrimSuffix(root, "-bad")})
 	compareDumps(t, "etcd", want, "zketcd restored by the command", takeDump(t, zk.Client(t), "zketcd"))
 }
+
+// TestMirrorCommandUntilCaughtUp runs `zketcd mirror --until-caught-up`
+// against an idle etcd: it copies everything, exits 0 with a summary, and
+// zketcd on the root serves what etcd serves.
+func TestMirrorCommandUntilCaughtUp(t *testing.T) {
+	bin := os.Getenv("ZKETCD_BINARY")
+	if bin == "" {
+		t.Skip("set ZKETCD_BINARY (make build) to test the command")
+	}
+	src := etcdoracle.Start(t)
+	writeHistory(t, src.Client(t))
+	want := takeDump(t, src.Client(t), "etcd")
+	root := freshRoot(t)
+	out, err := exec.Command(bin, "mirror", "--from", "http://"+src.Endpoint(), "--zk", zkAddr, "--zk-root", root,
+		"--until-caught-up", "--status-interval", "200ms", "--log-level", "warn").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "mirrored ") {
+		t.Fatalf("zketcd mirror: %v\n%s", err, out)
+	}
+	t.Logf("mirror: %s", strings.TrimSpace(string(out)))
+	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
+	compareDumps(t, "etcd", want, "zketcd mirror", takeDump(t, zk.Client(t), "zketcd"))
+}
