@@ -224,4 +224,3 @@ func saveSnapshot(t *testing.T, ctx context.Context, c *clientv3.Client, path st
 		t.Fatal(err)
 	}
 }
-
