@@ -17,11 +17,19 @@ import (
 // snapshot save` writes a file that `etcdutl snapshot status` and `snapshot
 // restore` accept and an etcd started on it serves the same keys, revisions,
 // leases and compacted revision. The snapshot is this instance's view at one
-// revision: the view's state is copied under its read lock (pointers only),
+// revision, at or after every write acknowledged before the request (a read
+// barrier first): the view's state is copied under its read lock (pointers only),
 // the database is written to a temporary file outside the lock while writes
 // go on, streamed in 32 KiB chunks and removed.
 func (s *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, srv grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
 	start := time.Now()
+	// Unlike an etcd member, which snapshots what it has applied, wait for
+	// every write acknowledged by any instance before the request: a
+	// snapshot taken for a move after the writers stopped then holds all
+	// of their writes, whichever instance answered them.
+	if err := s.be.Linearize(srv.Context()); err != nil {
+		return toGRPCError(s.lg, err)
+	}
 	snap := s.be.View().Snapshot()
 	dir, err := os.MkdirTemp("", "zketcd-snapshot-")
 	if err != nil {
