@@ -100,6 +100,7 @@ func Restore(ctx context.Context, cfg Config) (Result, error) {
 	if _, err := revision.FromSnapshot(snap); err != nil {
 		return Result{}, fmt.Errorf("snapshot %s: %w", cfg.File, err)
 	}
+	lg.WithField("elapsed", time.Since(start).Round(time.Millisecond)).Info("writing the base generation to ZooKeeper")
 	res.Base, err = write(ctx, cfg.Store, snap)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
