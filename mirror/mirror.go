@@ -137,9 +137,20 @@ type mirror struct {
 	src  int64 // source revision last seen
 }
 
-func (m *mirror) follow(ctx context.Context, status func(Status)) error {
+func (m *mirror) follow(ctx context.Context, status func(Status)) (err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	defer func() {
+		// Stopped by ctx: not an error, whatever was interrupted (an entry
+		// whose commit was cut short is either in the log or not, whole).
+		if err != nil && ctx.Err() != nil {
+			m.lg.WithError(err).Warn("mirror: stopped while copying")
+			err = nil
+		}
+		if err == nil && status != nil {
+			status(Status{Rev: m.view.State().Rev, SourceRev: m.src, Leases: len(m.view.LeaseIDs())})
+		}
+	}()
 	check := func() (bool, error) {
 		if err := m.syncLeases(ctx); err != nil {
 			return false, err
