@@ -266,3 +266,25 @@ func TestRestoreThatFailsWritingLeavesNothing(t *testing.T) {
 		t.Fatalf("root left behind after a failed restore (exists=%v, %v)", exists, err)
 	}
 }
+
+// TestImportBaseRefusesARootWithWrites: zkstore.ImportBase, the last step
+// of a restore, refuses a root whose log has entries past the sentinel
+// (e.g. a zketcd started on it after the restore checked it was empty).
+func TestImportBaseRefusesARootWithWrites(t *testing.T) {
+	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	if _, err := zk.Client(t).Put(context.Background(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := zkstore.Open(context.Background(), storeConfig(t, zk.Root()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	snap := zk.Backend().View().Snapshot()
+	snap.State.LSN = 1
+	if _, err := st.ImportBase(context.Background(), snap); !errors.Is(err, zkstore.ErrNotFresh) {
+		t.Fatalf("ImportBase on a root with writes: %v, want ErrNotFresh", err)
+	} else {
+		t.Logf("%v", err)
+	}
+}
