@@ -4,6 +4,7 @@
 #   make test    every test that runs in CI: unit, ZooKeeper-backed, differential
 #   make e2e     kube-apiserver on ZooKeeper through zketcd (builds kube-apiserver once, cached)
 #   make etcdctl-test  the real etcdctl against zketcd dev and etcd 3.7.3, outputs compared
+#   make snapshot-test etcd snapshots into zketcd and back (etcdctl, etcdutl, etcd 3.7.3)
 #   make demo    the same experiment, printed as a lab notebook
 #
 # Long-running targets (benchmarks, soaks, faults) are listed in README.md.
@@ -14,7 +15,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration e2e etcdctl-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper deps-postgresql clean
+.PHONY: all build run test test-unit test-integration e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults deps-zookeeper deps-postgresql clean
 
 all: build
 
@@ -58,14 +59,17 @@ kube-apiserver:
 	@out=$$($(KUBE_APISERVER_BUILD)) && printf '%s\n' "$$out" | tail -n 1
 
 # e2e runs kube-apiserver (as a child process) on ZooKeeper through zketcd:
-# integration/e2e, every scenario of integration/kubelab, plus the checks of
+# integration/e2e, every scenario of integration/kubelab, the move of a
+# kube-apiserver's data from etcd to zketcd and back (needs etcdutl, built
+# by build-peers.sh; skipped without it), plus the checks of
 # docker-compose.yml. Fails if kube-apiserver cannot be built.
 E2E_FLAGS ?= -count=1 -timeout 30m -v
 e2e: deps-zookeeper build
 	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "e2e: building kube-apiserver failed" >&2; exit 1; }; \
 	bin=$$(printf '%s\n' "$$out" | tail -n 1); \
 	[ -x "$$bin" ] || { echo "e2e: no kube-apiserver binary at '$$bin'" >&2; exit 1; }; \
-	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
+	utl=$$($(PEERS_BUILD) etcdutl | sed -n 's/^etcdutl=//p') || utl=""; \
+	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" ETCDUTL="$$utl" \
 		$(GO) test $(E2E_FLAGS) ./e2e/
 
 # etcdctl-test runs the real etcdctl v3.7.3 against `zketcd dev` and etcd
@@ -80,6 +84,19 @@ etcdctl-test: deps-zookeeper build
 	[ -x "$$ctl" ] && [ -x "$$etcd" ] || { echo "etcdctl-test: no etcdctl/etcd binaries in: $$out" >&2; exit 1; }; \
 	cd integration && ETCDCTL="$$ctl" ETCD_BINARY="$$etcd" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
 		$(GO) test $(ETCDCTL_TEST_FLAGS) ./etcdctl/
+
+# snapshot-test moves data between etcd 3.7.3 and zketcd with snapshot files
+# (integration/snapshot): etcdctl snapshot save against zketcd, etcdutl
+# snapshot status/restore, etcd on the restored data dir, zketcd snapshot
+# restore of etcd's file (library and command), bad inputs. etcdctl and
+# etcdutl are built once into the cache by build-peers.sh.
+SNAPSHOT_TEST_FLAGS ?= -race -count=1 -timeout 10m -v
+snapshot-test: deps-zookeeper build
+	@out=$$($(PEERS_BUILD) etcdctl etcdutl) || { echo "snapshot-test: building etcdctl/etcdutl failed" >&2; exit 1; }; \
+	ctl=$$(printf '%s\n' "$$out" | sed -n 's/^etcdctl=//p'); utl=$$(printf '%s\n' "$$out" | sed -n 's/^etcdutl=//p'); \
+	[ -x "$$ctl" ] && [ -x "$$utl" ] || { echo "snapshot-test: no etcdctl/etcdutl binaries in: $$out" >&2; exit 1; }; \
+	cd integration && ETCDCTL="$$ctl" ETCDUTL="$$utl" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
+		$(GO) test $(SNAPSHOT_TEST_FLAGS) ./snapshot/
 
 # demo runs the same experiment and prints it as a lab notebook
 # (DEMO_FLAGS="-dir DIR" keeps the logs and data).
@@ -117,6 +134,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshot -fuzztime $(FUZZTIME) ./zkstore/
 	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./translate/
 	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./translate/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshotDB -fuzztime $(FUZZTIME) ./etcdformat/
 
 # bench measures zketcd (on a standalone ZooKeeper and on a 3-member
 # ensemble) against etcd 3.7.3 and kine 0.17.5 side by side, then the

@@ -74,6 +74,10 @@ func (b *Backend) State() revision.State { return b.view.State() }
 // the whole view (the read lock is held meanwhile).
 func (b *Backend) Snapshot() *revision.Snapshot { return b.view.Snapshot() }
 
+// OnCompact registers f to run with the view's state before every
+// compaction it applies (see revision.View.OnCompact); f must not block.
+func (b *Backend) OnCompact(f func(before *revision.Snapshot, rev int64)) { b.view.OnCompact(f) }
+
 // NewWatchStream opens a watch stream on the instance's hub, holding at
 // most maxWatchers watchers (0: no bound).
 func (b *Backend) NewWatchStream(maxWatchers int) *watchbridge.Stream {

@@ -7,10 +7,10 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/api/v3/version"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/zketcd/zketcd/etcdformat"
 	"github.com/zketcd/zketcd/revision"
 )
 
@@ -28,6 +28,15 @@ type Maintenance interface {
 	// Snapshot is a consistent copy of the whole view (every retained
 	// version of every key, the leases) at one applied position.
 	Snapshot() *revision.Snapshot
+	// State is the view's applied position.
+	State() revision.State
+	// Linearize waits until the view holds every write acknowledged before
+	// the call, by any instance (a snapshot is taken after it).
+	Linearize(ctx context.Context) error
+	// OnCompact registers f to run, under the view's write lock, with the
+	// state before each compaction the view applies (etcd keeps the hash
+	// of the key space at each compaction); f must not block.
+	OnCompact(f func(before *revision.Snapshot, rev int64))
 }
 
 // quotaBytes is reported as DbSizeQuota (etcd's default quota).
@@ -35,9 +44,10 @@ const quotaBytes = 2 << 30
 
 type maintenanceServer struct {
 	pb.UnsafeMaintenanceServer
-	be  Maintenance
-	hdr header
-	lg  *logrus.Entry
+	be     Maintenance
+	hdr    header
+	lg     *logrus.Entry
+	hashes *etcdformat.HashStore // compaction hashes (hashkv.go)
 }
 
 var _ pb.MaintenanceServer = (*maintenanceServer)(nil)
@@ -98,18 +108,6 @@ func (s *maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequ
 	hdr := &pb.ResponseHeader{}
 	s.hdr.fill(hdr)
 	return &pb.DefragmentResponse{Header: hdr}, nil
-}
-
-func (s *maintenanceServer) Hash(context.Context, *pb.HashRequest) (*pb.HashResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "zketcd: Hash is not supported (there is no bbolt file to hash)")
-}
-
-func (s *maintenanceServer) HashKV(context.Context, *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "zketcd: HashKV is not supported yet")
-}
-
-func (s *maintenanceServer) Snapshot(*pb.SnapshotRequest, grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	return status.Error(codes.Unimplemented, "zketcd: Snapshot is not supported yet; back up the ZooKeeper ensemble instead")
 }
 
 func (s *maintenanceServer) MoveLeader(context.Context, *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {

@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 	srv := grpc.NewServer(opts...)
 	hdr := header{be: be}
 	pb.RegisterKVServer(srv, &kvServer{be: be, hdr: hdr, lg: lg, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes})
-	pb.RegisterMaintenanceServer(srv, &maintenanceServer{be: be, hdr: hdr, lg: lg})
+	pb.RegisterMaintenanceServer(srv, newMaintenanceServer(be, hdr, lg))
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done(), maxRequestBytes: cfg.MaxRequestBytes})
 	pb.RegisterAuthServer(srv, &authServer{})

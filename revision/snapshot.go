@@ -24,13 +24,24 @@ type KeyHistory struct {
 }
 
 // Snapshot copies the view's state. It holds the read lock while it copies
-// pointers (values are shared, never copied), so it is O(keys + versions).
+// one slice header per key (versions and values are shared, never copied),
+// so it is O(keys) with one allocation for them. The shared versions must
+// not be modified (appending to them is safe: it reallocates).
 func (v *View) Snapshot() *Snapshot {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.snapshotLocked()
+}
+
+// snapshotLocked is Snapshot for a caller holding v.mu.
+func (v *View) snapshotLocked() *Snapshot {
 	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len())}
 	v.tree.Ascend(func(ki *keyIndex) bool {
-		s.Keys = append(s.Keys, KeyHistory{Key: ki.key, Versions: append([]*KeyValue(nil), ki.versions...)})
+		// The view only ever appends to a key's versions or replaces the
+		// slice (compaction), so the snapshot can share the array; the
+		// capacity is capped so that an append to the copy reallocates.
+		n := len(ki.versions)
+		s.Keys = append(s.Keys, KeyHistory{Key: ki.key, Versions: ki.versions[:n:n]})
 		return true
 	})
 	for _, l := range v.leases {

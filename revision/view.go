@@ -50,6 +50,8 @@ type View struct {
 	history []Event       // every change with ModRevision >= the compacted revision, in order
 	applied chan struct{} // closed and replaced after every Apply
 	broken  error         // set when an entry could not be applied
+	// onCompact, if set, sees the state right before each compaction.
+	onCompact func(before *Snapshot, rev int64)
 }
 
 // NewView returns an empty view positioned after log entry lsn, at revision
@@ -286,7 +288,22 @@ func (v *View) applyTxn(op *Op, zxid int64, events []Event) []Event {
 	return events
 }
 
+// OnCompact sets f (nil: none) to be called by Apply right before it
+// applies a compaction to rev, with a copy of the state at that moment
+// (before.State.CompactRev is the previous compacted revision): etcd hashes
+// the history a compaction removes (see etcdformat.CompactionHash). f runs
+// under the view's write lock: it must return quickly and not call the view.
+// A view built by FromSnapshot or replaced by Reset keeps the f set on it.
+func (v *View) OnCompact(f func(before *Snapshot, rev int64)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.onCompact = f
+}
+
 func (v *View) compact(rev int64) {
+	if v.onCompact != nil {
+		v.onCompact(v.snapshotLocked(), rev)
+	}
 	var empty []*keyIndex
 	v.tree.Ascend(func(ki *keyIndex) bool {
 		if ki.compact(rev) {

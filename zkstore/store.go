@@ -116,9 +116,9 @@ type Store struct {
 	wg        sync.WaitGroup
 }
 
-// Open connects to ZooKeeper, waits for a session, and creates the root
-// layout (meta, head, sentinel log entry 1) if it does not exist yet.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
+// openRaw connects to ZooKeeper and waits for a session; it reads and
+// writes nothing under the root.
+func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -158,6 +158,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	go s.watchSession(events)
 	if err := s.waitSession(ctx); err != nil {
 		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open connects to ZooKeeper, waits for a session, and creates the root
+// layout (meta, head, sentinel log entry 1) if it does not exist yet.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := openRaw(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.ensureLayout(); err != nil {

@@ -3,6 +3,8 @@
 //	zketcd serve --zk 127.0.0.1:2181 [flags]   serve on an existing ensemble
 //	zketcd dev [flags]                         start a local ZooKeeper and serve on it
 //	zketcd rv --zk ... KEY...                  map keys' revisions to ZooKeeper zxids
+//	zketcd snapshot restore FILE --zk ...      load an etcd snapshot into a fresh root
+//	zketcd mirror --from URLS --zk ...         copy a running etcd with the same revisions
 //	zketcd version
 package main
 
@@ -29,6 +31,10 @@ func main() {
 		err = runDev(os.Args[2:])
 	case "rv":
 		err = runRV(os.Args[2:])
+	case "snapshot":
+		err = runSnapshot(os.Args[2:])
+	case "mirror":
+		err = runMirror(os.Args[2:])
 	case "version", "--version":
 		fmt.Printf("zketcd %s (etcd API %s)\n", Version, version.Version)
 	case "help", "-h", "--help":
@@ -51,6 +57,10 @@ Usage:
   zketcd serve --zk HOST:PORT[,...] [flags]   serve on an existing ZooKeeper ensemble
   zketcd dev [flags]                          start a local ZooKeeper and serve on it
   zketcd rv --zk HOST:PORT KEY...             show keys' revisions and the zxids that wrote them
+  zketcd snapshot restore FILE --zk HOST:PORT --zk-root /ROOT
+                                              load an etcd snapshot into a fresh root
+  zketcd mirror --from URLS --zk HOST:PORT --zk-root /ROOT [--until-caught-up]
+                                              copy a running etcd, same revisions, and follow it
   zketcd version
 
 Run "zketcd serve -h" for the flags. Every flag can also be set with an

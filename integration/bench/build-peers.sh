@@ -5,6 +5,7 @@
 #
 #   $CACHE/etcd-v3.7.3/etcd            go.etcd.io/etcd/server/v3 v3.7.3
 #   $CACHE/etcd-v3.7.3/etcdctl         go.etcd.io/etcd/etcdctl/v3 v3.7.3
+#   $CACHE/etcd-v3.7.3/etcdutl         go.etcd.io/etcd/etcdutl/v3 v3.7.3 (snapshot status/restore)
 #   $CACHE/etcd-v3.7.3/benchmark       go.etcd.io/etcd/v3/tools/benchmark v3.7.1
 #                                      (client/pkg v3.7.3; v3.7.2+ of the root
 #                                      module are not served by the proxy)
@@ -16,7 +17,7 @@
 # `go install`. Output: one line per binary, NAME=PATH, on stdout; logs go to
 # stderr. Cold: etcd+benchmark ~1.5 min, kine ~2.5 min on 2 cores.
 #
-# Usage: build-peers.sh [etcd] [etcdctl] [benchmark] [kine]   (default: all four)
+# Usage: build-peers.sh [etcd] [etcdctl] [etcdutl] [benchmark] [kine]   (default: all but etcdutl)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -58,6 +59,7 @@ build_wrapper() { # build_wrapper NAME PKG CHECK...
 }
 
 etcd_ok() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "etcd Version: ${ETCD_VERSION#v}"; }
+etcdutl_ok() { [ -x "$1" ] && "$1" version 2>/dev/null | grep -q "etcdutl version: ${ETCD_VERSION#v}"; }
 etcdctl_ok() { [ -x "$1" ] && "$1" version 2>/dev/null | grep -q "etcdctl version: ${ETCD_VERSION#v}"; }
 bench_ok() { [ -x "$1" ] && "$1" --help 2>/dev/null | grep -q "benchmark"; }
 kine_ok() { [ -x "$1" ] && "$1" --help >/dev/null 2>&1; }
@@ -66,6 +68,7 @@ for w in "${want[@]}"; do
 	case "$w" in
 	etcd) build_wrapper etcd go.etcd.io/etcd/server/v3 etcd_ok ;;
 	etcdctl) build_wrapper etcdctl go.etcd.io/etcd/etcdctl/v3 etcdctl_ok ;;
+	etcdutl) build_wrapper etcdutl go.etcd.io/etcd/etcdutl/v3 etcdutl_ok ;;
 	benchmark) build_wrapper benchmark go.etcd.io/etcd/v3/tools/benchmark bench_ok ;;
 	kine)
 		out="$kine_dir/kine"
@@ -80,6 +83,6 @@ for w in "${want[@]}"; do
 		fi
 		echo "kine=$out"
 		;;
-	*) die "unknown peer $w (etcd, etcdctl, benchmark, kine)" ;;
+	*) die "unknown peer $w (etcd, etcdctl, etcdutl, benchmark, kine)" ;;
 	esac
 done

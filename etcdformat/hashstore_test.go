@@ -1,0 +1,29 @@
+package etcdformat
+
+import (
+	"context"
+	"testing"
+)
+
+func TestHashStoreKeepsTheNewestTenCompactionHashes(t *testing.T) {
+	var hs HashStore
+	before := testView(t).Snapshot()
+	for rev := int64(1); rev <= 12; rev++ {
+		hs.Compacted(before, min(rev, before.State.Rev))
+	}
+	ctx := context.Background()
+	if _, ok, _ := hs.Lookup(ctx, 1); ok {
+		t.Fatal("the oldest of twelve compaction hashes is still kept")
+	}
+	h, ok, err := hs.Lookup(ctx, 5)
+	want, _ := CompactionHash(before, 5)
+	if !ok || err != nil || h != want {
+		t.Fatalf("Lookup(5) = %+v %v %v, want %+v", h, ok, err, want)
+	}
+	if h.CompactRevision != before.State.CompactRev || h.Revision != 5 {
+		t.Fatalf("stored hash %+v: want the previous compacted revision %d and revision 5", h, before.State.CompactRev)
+	}
+	if _, ok, _ := hs.Lookup(ctx, 99); ok {
+		t.Fatal("a hash for a revision never compacted to")
+	}
+}
