@@ -21,6 +21,7 @@ import (
 
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/grpcsrv"
+	"github.com/zketcd/zketcd/httpgw"
 )
 
 // Config configures an instance.
@@ -45,6 +46,7 @@ type Config struct {
 type Zketcd struct {
 	be       *backend.Backend
 	srv      *grpc.Server
+	gw       *httpgw.Server
 	http     []*http.Server
 	clients  []net.Listener
 	metrics  []net.Listener
@@ -68,7 +70,12 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Backend.Logger, cfg.Backend.Registerer = cfg.Logger, reg
-	cfg.GRPC.Logger, cfg.GRPC.Registerer, cfg.GRPC.TLS = cfg.Logger, reg, cfg.TLS
+	cfg.GRPC.Logger, cfg.GRPC.Registerer = cfg.Logger, reg
+	if cfg.TLS != nil {
+		// The client listeners' TLS handshake is httpgw's (gRPC and HTTP
+		// share the port).
+		cfg.GRPC.Creds = httpgw.Creds()
+	}
 	if cfg.GRPC.MaxRequestBytes == 0 {
 		cfg.GRPC.MaxRequestBytes = cfg.Backend.MaxRequestBytes
 	}
@@ -106,12 +113,21 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	var srvCtx context.Context
 	srvCtx, z.cancel = context.WithCancel(context.Background())
 	z.srv = grpcsrv.New(srvCtx, cfg.GRPC, be)
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	z.gw, err = httpgw.New(gatewayConfig(cfg, be, z.srv, metrics))
+	if err != nil {
+		z.srv.Stop()
+		z.cancel()
+		be.Close()
+		closeAll()
+		return nil, err
+	}
 	for _, l := range z.clients {
-		go func() { z.report(z.srv.Serve(l)) }()
+		go func() { z.report(z.gw.Serve(l)) }()
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/health", z.health)
+	mux.Handle("/metrics", metrics)
+	z.gw.HandleHealth(mux)
 	for _, l := range z.metrics {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		z.http = append(z.http, hs)
@@ -132,16 +148,6 @@ func (z *Zketcd) report(err error) {
 	case z.errc <- err:
 	default:
 	}
-}
-
-func (z *Zketcd) health(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	if err := z.be.Health(); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "{\"health\":\"false\",\"reason\":%q}\n", err.Error())
-		return
-	}
-	fmt.Fprintln(w, `{"health":"true","reason":""}`)
 }
 
 // Err returns a channel that receives a serving error (a listener failing).
@@ -176,6 +182,7 @@ func (z *Zketcd) Registry() *prometheus.Registry { return z.registry }
 func (z *Zketcd) Close(grace time.Duration) {
 	z.once.Do(func() {
 		z.cancel()
+		z.gw.Close()
 		stopped := make(chan struct{})
 		go func() { z.srv.GracefulStop(); close(stopped) }()
 		select {
