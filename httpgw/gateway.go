@@ -87,7 +87,7 @@ func (m compactJSON) Marshal(v any) ([]byte, error) {
 // errBodyTooLarge reads as etcd's "request is too large"; the gateway
 // turns a body read error into InvalidArgument with its text, the code
 // etcd gives that error.
-var errBodyTooLarge = errors.New(rpctypes.ErrGRPCRequestTooLarge.Error())
+var errBodyTooLarge = errors.New(rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooLarge))
 
 // bounded cuts gateway bodies off at s.limit (etcd's /v3beta/ prefix is
 // served as /v3/, as etcd does). A body announced larger than the limit is
