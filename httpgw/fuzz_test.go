@@ -90,4 +90,5 @@ func FuzzGatewayJSON(f *testing.F) {
 		}
 	})
 }
+
 type mvccKV = mvccpb.KeyValue
