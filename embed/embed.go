@@ -47,6 +47,7 @@ type Zketcd struct {
 	be       *backend.Backend
 	srv      *grpc.Server
 	gw       *httpgw.Server
+	closeLE  func()
 	http     []*http.Server
 	clients  []net.Listener
 	metrics  []net.Listener
@@ -114,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	srvCtx, z.cancel = context.WithCancel(context.Background())
 	z.srv = grpcsrv.New(srvCtx, cfg.GRPC, be)
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	z.gw, err = httpgw.New(gatewayConfig(cfg, be, z.srv, metrics))
+	z.gw, err = httpgw.New(gatewayConfig(cfg, be, z.srv, metrics, &z.closeLE))
 	if err != nil {
 		z.srv.Stop()
 		z.cancel()
@@ -182,6 +183,9 @@ func (z *Zketcd) Registry() *prometheus.Registry { return z.registry }
 func (z *Zketcd) Close(grace time.Duration) {
 	z.once.Do(func() {
 		z.cancel()
+		if z.closeLE != nil {
+			z.closeLE()
+		}
 		z.gw.Close()
 		stopped := make(chan struct{})
 		go func() { z.srv.GracefulStop(); close(stopped) }()

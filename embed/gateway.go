@@ -9,12 +9,17 @@ import (
 
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/httpgw"
+	"github.com/zketcd/zketcd/lockelect"
 )
 
 // gatewayConfig is the configuration of the client URLs' HTTP side: TLS
 // and limits as the gRPC server's, health from the backend.
-func gatewayConfig(cfg Config, be *backend.Backend, srv *grpc.Server, metrics http.Handler) httpgw.Config {
+// The v3lock and v3election services are registered on srv through it
+// (they are clients of srv); closeLockElect is set to release them.
+func gatewayConfig(cfg Config, be *backend.Backend, srv *grpc.Server, metrics http.Handler, closeLockElect *func()) httpgw.Config {
 	return httpgw.Config{
+		Services:             func(conn *grpc.ClientConn) { *closeLockElect = lockelect.Register(srv, conn) },
+		Gateways:             lockelect.Gateways(),
 		GRPC:                 srv,
 		TLS:                  cfg.TLS,
 		HandshakeTimeout:     cfg.GRPC.ConnectionTimeout,

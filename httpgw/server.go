@@ -53,6 +53,10 @@ type Config struct {
 	Alarms func(ctx context.Context) ([]*pb.AlarmMember, error)
 	// Metrics serves /metrics (nil: not served).
 	Metrics http.Handler
+	// Services, if not nil, registers more services on GRPC, built as
+	// clients of it over conn (the in-process connection); it runs
+	// before any Serve loop starts, as gRPC requires.
+	Services func(conn *grpc.ClientConn)
 	// Gateways registers more services' gateway handlers (v3lock,
 	// v3election) next to etcd's six.
 	Gateways []RegisterFunc
@@ -111,15 +115,6 @@ func New(cfg Config) (*Server, error) {
 		s.tls = cfg.TLS.Clone()
 		s.tls.NextProtos = []string{http2.NextProtoTLS, "http/1.1"}
 	}
-	for _, l := range []*chanListener{s.grpcL, s.pipeL} {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := cfg.GRPC.Serve(l); err != nil && !errors.Is(err, errListenerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
-				s.lg.WithError(err).Error("grpc serve loop ended")
-			}
-		}()
-	}
 	conn, err := grpc.NewClient("passthrough:///zketcd-in-process",
 		grpc.WithContextDialer(dialPipe(s.pipeL)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -129,6 +124,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("httpgw: connect the gateway: %w", err)
 	}
 	s.conn = conn
+	if cfg.Services != nil {
+		cfg.Services(conn)
+	}
+	for _, l := range []*chanListener{s.grpcL, s.pipeL} {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := cfg.GRPC.Serve(l); err != nil && !errors.Is(err, errListenerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				s.lg.WithError(err).Error("grpc serve loop ended")
+			}
+		}()
+	}
 	gw, err := newGateway(s.ctx, conn, cfg.Gateways)
 	if err != nil {
 		s.Close()
