@@ -7,7 +7,8 @@
 // concurrency recipes (sessions, mutexes, elections) over a connection to
 // the same gRPC server (httpgw's in-process pipe), so their keys, leases
 // and revisions are ordinary KV and lease operations that every other
-// client sees, and their errors are the server's. A request's auth token
+// client sees, and their errors are those etcd's services give (the server's error
+// messages, with gRPC code Unknown, as etcd's pass through clientv3). A request's auth token
 // (gRPC metadata "token") is passed on to those inner calls.
 //
 // The servers are safe for concurrent use; they keep no state between

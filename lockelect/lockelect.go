@@ -15,7 +15,6 @@ import (
 	lgw "go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb/gw"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/httpgw"
 )
@@ -58,16 +57,9 @@ func inner(ctx context.Context) context.Context {
 	return ctx
 }
 
-// grpcErr gives the client a server error with its own gRPC code (clientv3
-// turned it into an rpctypes.EtcdError); other errors (the recipes' own,
-// such as "election: not leader") pass as they are, as on etcd.
-func grpcErr(err error) error {
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		return status.Error(ee.Code(), ee.Error())
-	}
-	return err
-}
+// Errors of the inner calls are returned as they are: clientv3 has made
+// them rpctypes errors, which gRPC sends with code Unknown and etcd's
+// message, exactly as etcd's own services answer.
 
 // session is a concurrency session on lease (0: a new lease of the
 // recipes' default TTL, 60 s) whose lease is not kept alive by this
@@ -75,7 +67,7 @@ func grpcErr(err error) error {
 func session(ctx context.Context, c *clientv3.Client, lease int64) (*concurrency.Session, error) {
 	s, err := concurrency.NewSession(c, concurrency.WithLease(clientv3.LeaseID(lease)), concurrency.WithContext(ctx))
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	s.Orphan()
 	return s, nil
@@ -96,7 +88,7 @@ func (l *lockServer) Lock(ctx context.Context, r *lpb.LockRequest) (*lpb.LockRes
 	}
 	m := concurrency.NewMutex(s, string(r.Name))
 	if err := m.Lock(ctx); err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &lpb.LockResponse{Header: m.Header(), Key: []byte(m.Key())}, nil
 }
@@ -105,7 +97,7 @@ func (l *lockServer) Lock(ctx context.Context, r *lpb.LockRequest) (*lpb.LockRes
 func (l *lockServer) Unlock(ctx context.Context, r *lpb.UnlockRequest) (*lpb.UnlockResponse, error) {
 	resp, err := l.c.Delete(inner(ctx), string(r.Key))
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &lpb.UnlockResponse{Header: resp.Header}, nil
 }
@@ -124,7 +116,7 @@ func (e *electionServer) Campaign(ctx context.Context, r *epb.CampaignRequest) (
 	}
 	el := concurrency.NewElection(s, string(r.Name))
 	if err := el.Campaign(ctx, string(r.Value)); err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &epb.CampaignResponse{Header: el.Header(), Leader: &epb.LeaderKey{
 		Name: r.Name, Key: []byte(el.Key()), Rev: el.Rev(), Lease: int64(s.Lease()),
@@ -151,7 +143,7 @@ func (e *electionServer) Proclaim(ctx context.Context, r *epb.ProclaimRequest) (
 		return nil, err
 	}
 	if err := el.Proclaim(ctx, string(r.Value)); err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &epb.ProclaimResponse{Header: el.Header()}, nil
 }
@@ -164,7 +156,7 @@ func (e *electionServer) Resign(ctx context.Context, r *epb.ResignRequest) (*epb
 		return nil, err
 	}
 	if err := el.Resign(ctx); err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &epb.ResignResponse{Header: el.Header()}, nil
 }
@@ -180,7 +172,7 @@ func (e *electionServer) Leader(ctx context.Context, r *epb.LeaderRequest) (*epb
 	}
 	resp, err := concurrency.NewElection(s, string(r.Name)).Leader(ctx)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &epb.LeaderResponse{Header: resp.Header, Kv: resp.Kvs[0]}, nil
 }
