@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"golang.org/x/net/http2"
 
 	"github.com/zketcd/zketcd/internal/testcerts"
 	"github.com/zketcd/zketcd/internal/zketcdtest"
@@ -37,13 +35,16 @@ func post(t *testing.T, c *http.Client, base, path, body string) (int, string) {
 
 // h2c is an HTTP/2 client without TLS (prior knowledge).
 func h2c() *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	}}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &p}}
+}
+
+// h2Only is an HTTP/2-over-TLS client (ALPN h2 only).
+func h2Only(cfg *tls.Config) *http.Client {
+	var p http.Protocols
+	p.SetHTTP2(true)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &p, TLSClientConfig: cfg}}
 }
 
 func TestGatewayAndGRPCShareThePlaintextPort(t *testing.T) {
@@ -90,7 +91,7 @@ func TestGatewayAndGRPCShareTheTLSPort(t *testing.T) {
 	h1 := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: certs.ClientTLS(t, true), TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}}
-	h2 := &http.Client{Timeout: 10 * time.Second, Transport: &http2.Transport{TLSClientConfig: certs.ClientTLS(t, true)}}
+	h2 := h2Only(certs.ClientTLS(t, true))
 	for name, hc := range map[string]*http.Client{"HTTP/1.1 (ALPN http/1.1)": h1, "HTTP/2 (ALPN h2)": h2} {
 		code, body := post(t, hc, base, "/v3/kv/range", `{"key":"Zm9v"}`)
 		if code != 200 || !strings.Contains(body, `"value":"YmFy"`) {

@@ -78,15 +78,15 @@ type Server struct {
 
 	handler http.Handler
 	http1   *http.Server
-	http2   *http2.Server
-	ctx     context.Context
-	cancel  context.CancelFunc
+	//lint:ignore SA1019 net/http cannot serve one HTTP/2 connection handed over after sniffing (with its TLS state); ServeConn can.
+	http2  *http2.Server
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu        sync.Mutex
 	closed    bool
 	listeners []net.Listener
 	h2conns   map[net.Conn]struct{}
-	wg        sync.WaitGroup
 }
 
 // New starts the gRPC Serve loops on the internal listeners and connects
@@ -128,9 +128,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Services(conn)
 	}
 	for _, l := range []*chanListener{s.grpcL, s.pipeL} {
-		s.wg.Add(1)
 		go func() {
-			defer s.wg.Done()
 			if err := cfg.GRPC.Serve(l); err != nil && !errors.Is(err, errListenerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
 				s.lg.WithError(err).Error("grpc serve loop ended")
 			}
@@ -155,10 +153,9 @@ func New(cfg Config) (*Server, error) {
 	if streams == 0 || streams > math.MaxInt32 {
 		streams = math.MaxInt32
 	}
+	//lint:ignore SA1019 see the http2 field.
 	s.http2 = &http2.Server{MaxConcurrentStreams: streams}
-	s.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
 		if err := s.http1.Serve(s.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, errListenerClosed) {
 			s.lg.WithError(err).Error("http serve loop ended")
 		}
@@ -242,6 +239,7 @@ func (s *Server) dispatch(raw net.Conn) {
 			return
 		}
 		defer s.untrack(c)
+		//lint:ignore SA1019 see the http2 field.
 		s.http2.ServeConn(c, &http2.ServeConnOpts{Context: s.ctx, BaseConfig: s.http1, Handler: s.handler})
 	}
 }
