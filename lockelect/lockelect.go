@@ -47,12 +47,15 @@ func Gateways() []httpgw.RegisterFunc {
 // leader key.
 var errMissingLeaderKey = errors.New(`"leader" field must be provided`)
 
-// inner is ctx for the inner calls of a request: its auth token, if any,
-// travels with them.
+// inner is ctx for the inner calls of a request: its auth token, if any
+// (gRPC metadata "token", or "authorization" from the gateway), travels
+// with them.
 func inner(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if tok := md.Get(rpctypes.TokenFieldNameGRPC); len(tok) > 0 {
-		return metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, tok[0])
+	for _, k := range []string{rpctypes.TokenFieldNameGRPC, rpctypes.TokenFieldNameSwagger} {
+		if tok := md.Get(k); len(tok) > 0 {
+			return metadata.AppendToOutgoingContext(ctx, k, tok[0])
+		}
 	}
 	return ctx
 }

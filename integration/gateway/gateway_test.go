@@ -84,6 +84,9 @@ func script() []step {
 		post("/v3/maintenance/status", `{}`),
 		post("/v3/cluster/member/list", `{}`),
 		post("/v3/maintenance/alarm", `{"action":"GET"}`),
+		post("/v3/election/leader", fmt.Sprintf(`{"name":%q}`, b64("nobody"))),
+		post("/v3/election/proclaim", `{"value":"eA=="}`),
+		post("/v3/lock/unlock", fmt.Sprintf(`{"key":%q}`, b64("foo"))),
 		{method: "POST", path: "/v3/auth/status", body: `{}`, pending: "the Auth service (auth engineer)"},
 		{method: "POST", path: "/v3/auth/authenticate", body: `{"name":"root","password":"x"}`, pending: "the Auth service (auth engineer)"},
 		{method: "POST", path: "/v3/auth/user/list", body: `{}`, pending: "the Auth service (auth engineer)"},
@@ -136,9 +139,10 @@ type answer struct {
 
 // target is one server under test.
 type target struct {
-	name string
-	base string
-	ids  map[string]string // lease ids seen → their ordinal name
+	name   string
+	base   string
+	client *http.Client      // nil: a plain HTTP/1.1 client
+	ids    map[string]string // lease ids seen → their ordinal name
 }
 
 func (tg *target) do(t *testing.T, s step) answer {
@@ -147,7 +151,11 @@ func (tg *target) do(t *testing.T, s step) answer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	hc := tg.client
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s: %s: %v", tg.name, s, err)
 	}
