@@ -20,6 +20,7 @@ import (
 
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/grpcsrv"
+	"github.com/zketcd/zketcd/httpgw"
 )
 
 // The backend is the engine behind the gRPC services.
@@ -29,6 +30,8 @@ var _ grpcsrv.Engine = (*backend.Backend)(nil)
 type Zketcd struct {
 	be       *backend.Backend
 	srv      *grpc.Server
+	gw       *httpgw.Server
+	closeLE  func()
 	http     []*http.Server
 	clients  []net.Listener
 	metrics  []net.Listener
@@ -50,7 +53,14 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Backend.Registerer = reg
-	cfg.GRPC.Registerer, cfg.GRPC.TLS = reg, cfg.TLS
+	cfg.GRPC.Registerer = reg
+	if cfg.TLS != nil {
+		// The client listeners' TLS handshake is httpgw's (gRPC and HTTP
+		// share the port).
+		cfg.GRPC.Creds = httpgw.Creds()
+	}
+	// The gateway shares the gRPC server's limits.
+	cfg.GRPC = cfg.GRPC.WithDefaults()
 	z := &Zketcd{registry: reg, errc: make(chan error, 1), lg: cfg.Logger}
 	closeAll := func() {
 		for _, l := range append(z.clients, z.metrics...) {
@@ -87,12 +97,21 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 		closeAll()
 		return nil, err
 	}
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	z.gw, err = httpgw.New(gatewayConfig(cfg, be, z.srv, metrics, &z.closeLE))
+	if err != nil {
+		z.srv.Stop()
+		z.cancel()
+		be.Close()
+		closeAll()
+		return nil, err
+	}
 	for _, l := range z.clients {
-		go func() { z.report(z.srv.Serve(l)) }()
+		go func() { z.report(z.gw.Serve(l)) }()
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/health", z.health)
+	mux.Handle("/metrics", metrics)
+	z.gw.HandleHealth(mux)
 	for _, l := range z.metrics {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		z.http = append(z.http, hs)
@@ -113,16 +132,6 @@ func (z *Zketcd) report(err error) {
 	case z.errc <- err:
 	default:
 	}
-}
-
-func (z *Zketcd) health(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	if err := z.be.Health(); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "{\"health\":\"false\",\"reason\":%q}\n", err.Error())
-		return
-	}
-	fmt.Fprintln(w, `{"health":"true","reason":""}`)
 }
 
 // Err returns a channel that receives a serving error (a listener failing).
@@ -157,6 +166,10 @@ func (z *Zketcd) Registry() *prometheus.Registry { return z.registry }
 func (z *Zketcd) Close(grace time.Duration) {
 	z.once.Do(func() {
 		z.cancel()
+		if z.closeLE != nil {
+			z.closeLE()
+		}
+		z.gw.Close()
 		stopped := make(chan struct{})
 		go func() { z.srv.GracefulStop(); close(stopped) }()
 		select {

@@ -67,6 +67,9 @@ type Config struct {
 	MaxTxnOps int
 	// TLS, if not nil, serves TLS (client certificates per its ClientAuth).
 	TLS *tls.Config
+	// Creds, if not nil, are the transport credentials instead of TLS
+	// (httpgw.Creds: connections arrive already past their TLS handshake).
+	Creds credentials.TransportCredentials
 	// KeepaliveMinTime is the shortest client keepalive interval accepted
 	// (etcd's --grpc-keepalive-min-time).
 	KeepaliveMinTime time.Duration
@@ -95,6 +98,13 @@ type Config struct {
 	// Logger receives structured logs (required; embed fills it).
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
+}
+
+// WithDefaults returns cfg with every unset setting at its default (what
+// New serves with).
+func (cfg Config) WithDefaults() Config {
+	cfg.setDefaults()
+	return cfg
 }
 
 func (cfg *Config) setDefaults() {
@@ -165,7 +175,9 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 	} else {
 		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
 	}
-	if cfg.TLS != nil {
+	if cfg.Creds != nil {
+		opts = append(opts, grpc.Creds(cfg.Creds))
+	} else if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	srv := grpc.NewServer(opts...)

@@ -25,7 +25,7 @@ func runDev(args []string) error {
 	f.register(fs, false)
 	dataDir := fs.String("data-dir", "zketcd-dev", "directory for the local ZooKeeper's data")
 	zkPort := fs.Int("zk-port", 0, "client port of the local ZooKeeper (0: a free one)")
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

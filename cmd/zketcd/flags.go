@@ -63,6 +63,9 @@ type serveFlags struct {
 
 	logLevel  string
 	logFormat string
+
+	configFile     string
+	configWarnings []string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
@@ -104,6 +107,21 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", grpcsrv.DefaultKeepaliveTimeout, "time to wait for a ping answer before closing")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.configFile, "config-file", "", "etcd's YAML configuration file: the keys zketcd has (etcd's names, and zketcd's own flag names); flags and environment override it")
+}
+
+// parse parses the command line and the environment, then the
+// --config-file, if any, for what neither set.
+func (f *serveFlags) parse(fs *flag.FlagSet, args []string) error {
+	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	if f.configFile == "" {
+		return nil
+	}
+	w, err := applyConfigFile(fs, f.configFile)
+	f.configWarnings = w
+	return err
 }
 
 // parseInterspersed parses flags that may come after positional
@@ -156,7 +174,7 @@ func (f *serveFlags) logger() (*logrus.Logger, error) {
 	switch f.logFormat {
 	case "json":
 		lg.SetFormatter(&logrus.JSONFormatter{})
-	case "text":
+	case "text", "console": // etcd's name for its text format
 		lg.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)

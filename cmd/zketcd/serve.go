@@ -22,7 +22,7 @@ func runServe(args []string) error {
 	var f serveFlags
 	fs := flag.NewFlagSet("zketcd serve", flag.ContinueOnError)
 	f.register(fs, true)
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return err
 	}
 	if f.zk == "" {
@@ -41,6 +41,9 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		return err
 	}
 	lg := logrus.NewEntry(root)
+	for _, w := range f.configWarnings {
+		lg.WithField("config_file", f.configFile).Warn(w)
+	}
 	listen, secure, err := listenAddrs(splitList(f.listenClientURLs))
 	if err != nil {
 		return err
