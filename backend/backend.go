@@ -43,6 +43,7 @@ type Backend struct {
 
 	dbSize   atomic.Int64 // bytes of log entries applied (what the root holds)
 	lastHead atomic.Pointer[headSeen]
+	rb       *rollbackGuard // see rollback.go
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -82,6 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		renewals:    make(chan *renewal, 1024),
 		compactKick: make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
+		rb:          newRollbackGuard(),
 	}
 	var auto *compactor.Compactor
 	if cfg.AutoCompaction.Enabled() {
@@ -114,7 +116,8 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(5)
+	b.wg.Add(6)
+	go b.watchRollback()
 	go b.tail()
 	go b.commitLoop()
 	go b.renewLoop()
@@ -242,14 +245,19 @@ func replayOnce(ctx context.Context, st *zkstore.Store, window int, each func(*r
 func (b *Backend) apply(e *revision.Entry, size int) error {
 	b.applyMu.Lock()
 	defer b.applyMu.Unlock()
-	if e.LSN <= b.view.State().LSN {
+	prev := b.view.State()
+	if e.LSN <= prev.LSN {
 		return nil
+	}
+	if err := b.rolledBack(); err != nil {
+		return err
 	}
 	events, err := b.view.Apply(e)
 	if err != nil {
 		b.log.WithError(err).WithField("lsn", e.LSN).Error("cannot apply log entry; this instance stops serving")
 		return err
 	}
+	b.rb.record(e, prev.Rev, b.view.State().Rev)
 	b.dbSize.Add(int64(size))
 	b.metrics.applied(e)
 	b.hub.Notify(e, events)
@@ -267,10 +275,17 @@ func (b *Backend) tail() {
 	for {
 		var head zkstore.Head
 		var err error
+		applied := b.view.State().LSN
 		if fired == nil {
 			head, fired, err = b.store.WatchHead()
 		} else {
 			head, err = b.store.Head()
+		}
+		if err == nil {
+			if head.LSN < applied {
+				b.recheckHistory() // ZooKeeper's head went back?
+			}
+			err = b.checkHistory()
 		}
 		if err == nil {
 			err = b.catchUp(head.LSN)
@@ -282,8 +297,8 @@ func (b *Backend) tail() {
 			if b.ctx.Err() != nil {
 				return
 			}
-			if b.view.Err() != nil {
-				return // broken view: nothing more can be applied
+			if b.view.Err() != nil || errors.Is(err, ErrRollback) {
+				return // broken view or history: nothing more can be applied
 			}
 			b.log.WithError(err).Warn("tailer")
 			select {
@@ -332,6 +347,9 @@ func (b *Backend) kickTailer() {
 // Health reports nil when the instance has a live ZooKeeper session and its
 // view is caught up with the head it last saw; otherwise why not.
 func (b *Backend) Health() error {
+	if err := b.rolledBack(); err != nil {
+		return err
+	}
 	if err := b.view.Err(); err != nil {
 		return err
 	}

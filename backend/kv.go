@@ -31,6 +31,9 @@ func (b *Backend) syncHead() (int64, error) {
 // instance) before the call. Errors: ErrGRPCNoLeader when ZooKeeper cannot
 // be reached, ctx's error, ErrGRPCCorrupt for a broken view.
 func (b *Backend) Linearize(ctx context.Context) error {
+	if err := b.servable(); err != nil {
+		return err
+	}
 	start := time.Now()
 	defer func() { b.metrics.barrierWait.Observe(time.Since(start).Seconds()) }()
 	lsn, err := b.barrier.wait(ctx)
@@ -56,6 +59,9 @@ func (b *Backend) Linearize(ctx context.Context) error {
 // Range serves a validated Range request, after a barrier unless it is
 // serializable.
 func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := b.servable(); err != nil {
+		return nil, err
+	}
 	if !req.Serializable {
 		if err := b.Linearize(ctx); err != nil {
 			return nil, err
@@ -78,6 +84,9 @@ const initialStreamChunk = 10
 // send. The read revision is fixed at the first chunk; the last chunk
 // carries the header revision, More and Count, as etcd 3.7 does.
 func (b *Backend) RangeStream(ctx context.Context, req *pb.RangeRequest, send func(*pb.RangeResponse) error) error {
+	if err := b.servable(); err != nil {
+		return err
+	}
 	if !req.Serializable {
 		if err := b.Linearize(ctx); err != nil {
 			return err
@@ -189,6 +198,9 @@ func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (
 // Txn serves a validated Txn: read-only ones on the read path, the others
 // through the committer.
 func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := b.servable(); err != nil {
+		return nil, err
+	}
 	if translate.IsTxnReadonly(req) {
 		if !translate.IsTxnSerializable(req) {
 			if err := b.Linearize(ctx); err != nil {
@@ -259,6 +271,9 @@ func (b *Backend) write(ctx context.Context, req proto.Message, eval evalFunc) (
 // writeGuarded is write; with guards not nil, the request is committed in
 // an entry of its own under the preconditions guards returns.
 func (b *Backend) writeGuarded(ctx context.Context, req proto.Message, eval evalFunc, guards func() []zkstore.Guard) (any, error) {
+	if err := b.servable(); err != nil {
+		return nil, err
+	}
 	size := proto.Size(req)
 	if size > b.cfg.MaxRequestBytes {
 		return nil, rpctypes.ErrGRPCRequestTooLarge

@@ -2,6 +2,7 @@ package grpcsrv
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -51,6 +52,9 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	}
 	if err := s.be.Health(); err != nil {
 		resp.Errors = append(resp.Errors, rpctypes.ErrGRPCNoLeader.Error())
+		if errors.Is(err, backend.ErrRollback) {
+			resp.Errors = append(resp.Errors, err.Error())
+		}
 	} else if _, leader := s.be.Leader(); leader != 0 {
 		resp.Leader = leader
 	} else {

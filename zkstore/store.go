@@ -84,6 +84,27 @@ type Store struct {
 // Open connects to ZooKeeper, waits for a session, and creates the root
 // layout (meta, head, sentinel log entry 1) if it does not exist yet.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ensureLayout(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	// Roots created before a directory existed get it now.
+	for _, p := range []string{s.l.tokens(), s.l.chunks(), s.l.base(), s.l.leases(), s.l.election()} {
+		if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			s.Close()
+			return nil, s.wrap("create "+p, err)
+		}
+	}
+	return s, nil
+}
+
+// connect opens a session with cfg's servers and credentials; it creates
+// and reads nothing.
+func connect(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Root == "" || !strings.HasPrefix(cfg.Root, "/") || strings.HasSuffix(cfg.Root, "/") {
 		return nil, fmt.Errorf("zookeeper root %q must start with / and not end with /", cfg.Root)
 	}
@@ -132,17 +153,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.waitSession(ctx); err != nil {
 		s.Close()
 		return nil, err
-	}
-	if err := s.ensureLayout(); err != nil {
-		s.Close()
-		return nil, err
-	}
-	// Roots created before a directory existed get it now.
-	for _, p := range []string{s.l.tokens(), s.l.chunks(), s.l.base(), s.l.leases(), s.l.election()} {
-		if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			s.Close()
-			return nil, s.wrap("create "+p, err)
-		}
 	}
 	return s, nil
 }
@@ -327,6 +337,9 @@ func (s *Store) Head() (Head, error) {
 		return got{data, st}, err
 	})
 	data, st := g.data, g.st
+	if errors.Is(err, zk.ErrNoNode) {
+		return Head{}, fmt.Errorf("read head: %w", ErrNoRoot)
+	}
 	if err != nil {
 		return Head{}, s.wrap("read head", err)
 	}

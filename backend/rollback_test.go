@@ -1,0 +1,239 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/embed"
+	"github.com/zketcd/zketcd/internal/lossfile"
+	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// putRetry puts until it succeeds (ZooKeeper may be coming back).
+func putRetry(t *testing.T, c *clientv3.Client, key, value string) *clientv3.PutResponse {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := c.Put(ctx, key, value)
+		cancel()
+		if err == nil {
+			return resp
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put %s: %v", key, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// restartZooKeeper stops srv, runs between (if any) on its data directory,
+// and starts it again.
+func restartZooKeeper(t *testing.T, srv *zkserver.Server, between func(dataDir string)) {
+	t.Helper()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if between != nil {
+		between(filepath.Join(srv.Dir(), zkserver.DataDirName))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a %s %s: %v: %s", from, to, err, out)
+	}
+}
+
+// TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss is
+// the operator's scenario: 20 puts, ZooKeeper stopped and its data directory
+// copied, 20 more writes (revision 41), the old copy restored and ZooKeeper
+// restarted. The running instance must say so once, serve no read from
+// either history, refuse writes, report it in Status and health, and leave
+// a loss file with exactly revisions 22–41, which replay-loss re-applies on
+// the restarted instance (which adopted ZooKeeper's revision 21).
+func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	lossDir := t.TempDir()
+	logs := &zketcdtest.SyncBuffer{}
+	in := zketcdtest.Start(t, []string{srv.Addr()}, zketcdtest.Options{
+		SessionTimeout: 4 * time.Second,
+		Configure: func(cfg *embed.Config) {
+			cfg.Backend.LossDir = lossDir
+			cfg.Backend.RollbackCheckAfter = time.Second
+			lg := logrus.New()
+			lg.SetOutput(logs)
+			lg.SetLevel(logrus.WarnLevel)
+			cfg.Logger = logrus.NewEntry(lg)
+		},
+	})
+	c := in.Client(t)
+	for i := 0; i < 20; i++ {
+		putRetry(t, c, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%d", i))
+	}
+	backup := filepath.Join(t.TempDir(), "backup")
+	restartZooKeeper(t, srv, func(dataDir string) { copyDir(t, dataDir, backup) })
+	for i := 20; i < 39; i++ {
+		putRetry(t, c, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%d", i))
+	}
+	ctx := ctxT(t)
+	del, err := c.Delete(ctx, "k05")
+	if err != nil || del.Header.Revision != 41 {
+		t.Fatalf("delete: %v %v, want revision 41", del, err)
+	}
+
+	restartZooKeeper(t, srv, func(dataDir string) {
+		if err := os.RemoveAll(dataDir); err != nil {
+			t.Fatal(err)
+		}
+		copyDir(t, backup, dataDir)
+	})
+	restored := time.Now()
+
+	// Until it is declared, a read is the instance's own history (41) or
+	// fails; never ZooKeeper's 21 nor a mix.
+	var declared time.Duration
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		get, err := c.Get(rctx, "k", clientv3.WithPrefix(), clientv3.WithSerializable())
+		cancel()
+		if err == nil && (get.Header.Revision != 41 || len(get.Kvs) != 38) {
+			t.Fatalf("serializable read mixes histories: revision %d, %d keys", get.Header.Revision, len(get.Kvs))
+		}
+		if errors.Is(in.Backend().Health(), backend.ErrRollback) {
+			declared = time.Since(restored)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no rollback declared a minute after the restore; health: %v", in.Backend().Health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("rollback declared %v after ZooKeeper came back with the old data: %v", declared.Round(time.Millisecond), in.Backend().Health())
+
+	want := "revision 41 applied, ZooKeeper holds 21"
+	if err := in.Backend().Health(); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "acknowledged revisions 22–41 are not in ZooKeeper") {
+		t.Fatalf("health: %v", err)
+	}
+	st, err := c.Status(ctx, in.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(st.Errors, "\n"), want) {
+		t.Fatalf("Status.Errors %q", st.Errors)
+	}
+	for name, read := range map[string]func() error{
+		"serializable get": func() error { _, err := c.Get(ctx, "k00", clientv3.WithSerializable()); return err },
+		"linearizable get": func() error { _, err := c.Get(ctx, "k00"); return err },
+		"put":              func() error { _, err := c.Put(ctx, "k00", "x"); return err },
+		"txn": func() error {
+			_, err := c.Txn(ctx).Then(clientv3.OpGet("k00", clientv3.WithSerializable())).Commit()
+			return err
+		},
+	} {
+		if err := read(); !errors.Is(err, rpctypes.ErrCorrupt) {
+			t.Errorf("%s after the rollback: %v, want %v", name, err, rpctypes.ErrCorrupt)
+		}
+	}
+	time.Sleep(2 * time.Second) // give a second declaration the chance to happen
+	if n := strings.Count(logs.String(), "ZooKeeper's data is older than this instance's"); n != 1 {
+		t.Errorf("the rollback was logged %d times, want once; logs:\n%s", n, logs.String())
+	}
+
+	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("loss files %v, want one", files)
+	}
+	if !strings.Contains(in.Backend().Health().Error(), files[0]) {
+		t.Errorf("the error does not name the loss file %s", files[0])
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, recs, err := lossfile.Read(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hdr.AppliedRev != 41 || hdr.ZooKeeperRev != 21 || hdr.ForkRev != 21 || hdr.Diverged || hdr.Compacted {
+		t.Fatalf("loss header %+v", hdr)
+	}
+	if len(recs) != 20 {
+		t.Fatalf("%d lost records, want 20 (revisions 22–41)", len(recs))
+	}
+	for i, r := range recs {
+		rev := int64(22 + i)
+		if r.Rev != rev {
+			t.Fatalf("record %d has revision %d, want %d", i, r.Rev, rev)
+		}
+		if rev < 41 && (r.Op != lossfile.OpPut || r.KeyText != fmt.Sprintf("k%02d", 20+i) || string(r.Value) != fmt.Sprintf("v%d", 20+i)) {
+			t.Fatalf("record %+v", r)
+		}
+	}
+	if last := recs[19]; last.Op != lossfile.OpDelete || last.KeyText != "k05" {
+		t.Fatalf("last record %+v, want the delete of k05", last)
+	}
+
+	// Recovery: a restart adopts ZooKeeper's state; replay-loss re-applies.
+	in.Restart()
+	c2 := in.Client(t)
+	get, err := c2.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil || get.Header.Revision != 21 || len(get.Kvs) != 20 {
+		t.Fatalf("after restart: %v %v, want ZooKeeper's revision 21 with 20 keys", get, err)
+	}
+	dry, err := lossfile.Replay(ctx, c2, hdr, recs, lossfile.ReplayOptions{DryRun: true})
+	if err != nil || len(dry) != 20 {
+		t.Fatalf("dry run: %v %v", dry, err)
+	}
+	if again, _ := c2.Get(ctx, "k", clientv3.WithPrefix()); again.Header.Revision != 21 {
+		t.Fatalf("the dry run wrote: revision %d", again.Header.Revision)
+	}
+	done, err := lossfile.Replay(ctx, c2, hdr, recs, lossfile.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range done {
+		if a.Verb == "skip" {
+			t.Errorf("replay skipped %v", a)
+		}
+	}
+	get, err = c2.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil || len(get.Kvs) != 38 {
+		t.Fatalf("after replay: %v %v, want 38 keys", get, err)
+	}
+	for _, kv := range get.Kvs {
+		if string(kv.Key) == "k05" || string(kv.Value) != "v"+strings.TrimPrefix(strings.TrimPrefix(string(kv.Key), "k"), "0") {
+			t.Fatalf("after replay: %s=%s", kv.Key, kv.Value)
+		}
+	}
+	twice, err := lossfile.Replay(ctx, c2, hdr, recs, lossfile.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range twice {
+		if a.Verb != "skip" {
+			t.Errorf("a second replay wrote %v", a)
+		}
+	}
+}
