@@ -3,6 +3,7 @@
 //	zketcd serve --zk 127.0.0.1:2181 [flags]   serve on an existing ensemble
 //	zketcd dev [flags]                         start a local ZooKeeper and serve on it
 //	zketcd rv --zk ... KEY...                  map keys' revisions to ZooKeeper zxids
+//	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
 //	zketcd version
 package main
 
@@ -29,6 +30,8 @@ func main() {
 		err = runDev(os.Args[2:])
 	case "rv":
 		err = runRV(os.Args[2:])
+	case "replay-loss":
+		err = runReplayLoss(os.Args[2:])
 	case "version", "--version":
 		fmt.Printf("zketcd %s (etcd API %s)\n", Version, version.Version)
 	case "help", "-h", "--help":
@@ -51,6 +54,8 @@ Usage:
   zketcd serve --zk HOST:PORT[,...] [flags]   serve on an existing ZooKeeper ensemble
   zketcd dev [flags]                          start a local ZooKeeper and serve on it
   zketcd rv --zk HOST:PORT KEY...             show keys' revisions and the zxids that wrote them
+  zketcd replay-loss [--endpoints H:P] [--dry-run] FILE
+                                              re-apply the changes ZooKeeper lost (a loss file)
   zketcd version
 
 Run "zketcd serve -h" for the flags. Every flag can also be set with an

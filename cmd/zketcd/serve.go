@@ -85,14 +85,16 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	}
 	cfg := embed.Config{
 		Backend: backend.Config{
-			Store:           storeCfg,
-			Name:            name,
-			ClientURLs:      advertise,
-			MaxTxnOps:       f.maxTxnOps,
-			MaxRequestBytes: f.maxRequestBytes,
-			RelaxedReads:    f.relaxedReads,
-			CommitPipeline:  f.commitPipeline,
-			AutoCompaction:  autoCompaction,
+			Store:              storeCfg,
+			Name:               name,
+			ClientURLs:         advertise,
+			MaxTxnOps:          f.maxTxnOps,
+			MaxRequestBytes:    f.maxRequestBytes,
+			RelaxedReads:       f.relaxedReads,
+			CommitPipeline:     f.commitPipeline,
+			AutoCompaction:     autoCompaction,
+			LossDir:            f.lossDir,
+			RollbackCheckAfter: f.rollbackCheckAfter,
 		},
 		GRPC: grpcsrv.Config{
 			KeepaliveMinTime:            f.keepaliveMinTime,
