@@ -297,7 +297,10 @@ func (b *Backend) tail() {
 			if b.ctx.Err() != nil {
 				return
 			}
-			if b.view.Err() != nil || errors.Is(err, ErrRollback) {
+			if errors.Is(err, zkstore.ErrNewerFormat) {
+				b.halt(err) // never misread a newer zketcd's data
+			}
+			if b.view.Err() != nil || errors.Is(err, ErrHalted) || errors.Is(err, zkstore.ErrNewerFormat) {
 				return // broken view or history: nothing more can be applied
 			}
 			b.log.WithError(err).Warn("tailer")

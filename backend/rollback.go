@@ -50,6 +50,24 @@ import (
 // data older than, or diverged from, what it had applied.
 var ErrRollback = errors.New("zookeeper's data is older than this instance's")
 
+// ErrHalted is wrapped by the error of an instance that stopped serving for
+// good: ZooKeeper's data went back (ErrRollback), or the log holds data in a
+// format newer than this build reads (zkstore.ErrNewerFormat). Health
+// returns that error; requests fail with etcd's corrupt-cluster error.
+var ErrHalted = errors.New("instance halted")
+
+// haltError is a halted instance's error.
+type haltError struct{ err error }
+
+func (e *haltError) Error() string {
+	if errors.Is(e.err, ErrRollback) {
+		return e.err.Error()
+	}
+	return e.err.Error() + ". This instance serves nothing more until restarted with a build that reads it"
+}
+
+func (e *haltError) Unwrap() []error { return []error{e.err, ErrHalted} }
+
 // Position is a point in a log history.
 type Position struct {
 	LSN, Rev, Zxid int64
@@ -77,7 +95,7 @@ type RollbackError struct {
 	LossErr  error
 }
 
-func (e *RollbackError) Unwrap() error { return ErrRollback }
+func (e *RollbackError) Unwrap() []error { return []error{ErrRollback, ErrHalted} }
 
 func (e *RollbackError) Error() string {
 	var b strings.Builder
@@ -124,7 +142,7 @@ type appliedEntry struct {
 
 // rollbackGuard is the instance's rollback state.
 type rollbackGuard struct {
-	err    atomic.Pointer[RollbackError]
+	err    atomic.Pointer[haltError]
 	halted chan struct{} // closed when err is set
 
 	mu       sync.Mutex      // serializes checks
@@ -160,7 +178,7 @@ func (g *rollbackGuard) oldest() int64 {
 	return max(1, g.newest-ringSize+1)
 }
 
-// rolledBack returns the rollback error, or nil.
+// rolledBack returns the error the instance halted with, or nil.
 func (b *Backend) rolledBack() error {
 	if e := b.rb.err.Load(); e != nil {
 		return e
@@ -221,7 +239,7 @@ func (b *Backend) recheckHistory() {
 func (b *Backend) waitHistory() error {
 	for {
 		err := b.checkHistory()
-		if err == nil || errors.Is(err, ErrRollback) {
+		if err == nil || errors.Is(err, ErrHalted) {
 			return err
 		}
 		select {
@@ -311,6 +329,22 @@ func (b *Backend) sameEntry(st *zkstore.Store, lsn int64, v revision.State) (sam
 	return true, false, nil // not remembered: no evidence against it
 }
 
+// halt stops the instance for good with err, logged once: no entry is
+// applied from then on, every request fails.
+func (b *Backend) halt(err error) {
+	b.applyMu.Lock()
+	if b.rb.err.Load() != nil {
+		b.applyMu.Unlock()
+		return
+	}
+	h := &haltError{err: err}
+	b.rb.err.Store(h)
+	close(b.rb.halted)
+	b.applyMu.Unlock()
+	b.log.WithError(err).Error(h.Error())
+	b.kickTailer()
+}
+
 // declareRollback halts the instance: no entry is applied from then on, the
 // loss is written to a file and the error logged once.
 func (b *Backend) declareRollback(rbe *RollbackError) {
@@ -320,7 +354,7 @@ func (b *Backend) declareRollback(rbe *RollbackError) {
 		return
 	}
 	rbe.LossFile, rbe.LossErr = b.writeLoss(rbe)
-	b.rb.err.Store(rbe)
+	b.rb.err.Store(&haltError{err: rbe})
 	close(b.rb.halted)
 	b.applyMu.Unlock()
 	b.log.WithFields(logrus.Fields{

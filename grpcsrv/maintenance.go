@@ -52,7 +52,7 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	}
 	if err := s.be.Health(); err != nil {
 		resp.Errors = append(resp.Errors, rpctypes.ErrGRPCNoLeader.Error())
-		if errors.Is(err, backend.ErrRollback) {
+		if errors.Is(err, backend.ErrHalted) {
 			resp.Errors = append(resp.Errors, err.Error())
 		}
 	} else if _, leader := s.be.Leader(); leader != 0 {

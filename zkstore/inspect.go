@@ -36,7 +36,7 @@ func OpenInspector(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, s.wrap("read meta", err)
 	}
-	if err := decodeJSON(s.l.meta(), data, &s.meta); err != nil {
+	if err := s.decodeMeta(data); err != nil {
 		s.Close()
 		return nil, err
 	}
