@@ -66,6 +66,10 @@ type Config struct {
 	// its own writes the changes ZooKeeper lost (default: the system's
 	// temporary directory).
 	LossDir string
+	// Now is the time source of lease expiry (nil: time.Now). Expiry only
+	// compares its readings with each other, on the monotonic clock, so a
+	// step of the wall clock moves no deadline. For tests.
+	Now func() time.Time
 }
 
 // Defaults used for zero Config fields.
