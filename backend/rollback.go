@@ -117,7 +117,7 @@ func (e *RollbackError) Error() string {
 		b.WriteString(" (or more: the histories part further back than this instance remembers)")
 	}
 	if e.Refused {
-		fmt.Fprintf(&b, " (ZooKeeper refuses this instance's session: it has seen zxid %#x, ZooKeeper's newest is %#x)", e.Applied.Zxid, e.ZooKeeper.Zxid)
+		fmt.Fprintf(&b, " (ZooKeeper refuses this instance's session: it has seen zxid %#x, ZooKeeper's head was written at %#x)", e.Applied.Zxid, e.ZooKeeper.Zxid)
 	}
 	b.WriteString(". This instance serves nothing more; restart it to adopt ZooKeeper's state")
 	switch {

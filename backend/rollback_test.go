@@ -237,3 +237,121 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 		}
 	}
 }
+
+// TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore: ZooKeeper is
+// restored to revision 21 under instance A (which applied 41 and does not
+// probe), and instance B, started on the restored data, writes revisions
+// 22–61 of another history, which lets A's session back in. A must not
+// apply B's entries on top of its own, nor commit on top of them: it halts
+// with the fork at revision 21 and a loss file of its revisions 22–41.
+func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	lossDir := t.TempDir()
+	root := fmt.Sprintf("/zketcd-test/diverged-%d", time.Now().UnixNano()%1e6)
+	a := zketcdtest.Start(t, []string{srv.Addr()}, zketcdtest.Options{
+		Root: root, Name: "a", SessionTimeout: 4 * time.Second,
+		Configure: func(cfg *embed.Config) {
+			cfg.Backend.LossDir = lossDir
+			cfg.Backend.RollbackCheckAfter = -1 // only the check on a new connection
+		},
+	})
+	ca := a.Client(t)
+	for i := 0; i < 20; i++ {
+		putRetry(t, ca, fmt.Sprintf("k%02d", i), "a")
+	}
+	backup := filepath.Join(t.TempDir(), "backup")
+	restartZooKeeper(t, srv, func(dataDir string) { copyDir(t, dataDir, backup) })
+	for i := 20; i < 40; i++ {
+		putRetry(t, ca, fmt.Sprintf("k%02d", i), "a")
+	}
+	restartZooKeeper(t, srv, func(dataDir string) {
+		if err := os.RemoveAll(dataDir); err != nil {
+			t.Fatal(err)
+		}
+		copyDir(t, backup, dataDir)
+	})
+
+	stop := make(chan struct{})
+	mixed := make(chan string, 1)
+	go func() { // A's reads never show B's history
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			get, err := ca.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithSerializable())
+			cancel()
+			if err == nil {
+				for _, kv := range get.Kvs {
+					if strings.HasPrefix(string(kv.Key), "n") || get.Header.Revision != 41 {
+						select {
+						case mixed <- fmt.Sprintf("revision %d, key %s", get.Header.Revision, kv.Key):
+						default:
+						}
+					}
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	defer close(stop)
+
+	b := zketcdtest.Start(t, []string{srv.Addr()}, zketcdtest.Options{Root: root, Name: "b"})
+	cb := b.Client(t)
+	for i := 0; i < 40; i++ {
+		putRetry(t, cb, fmt.Sprintf("n%02d", i), "b")
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !errors.Is(a.Backend().Health(), backend.ErrRollback) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A did not notice B's history: %v", a.Backend().Health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case m := <-mixed:
+		t.Fatalf("A served a mixed read: %s", m)
+	default:
+	}
+	err := a.Backend().Health()
+	t.Logf("A: %v", err)
+	var rbe *backend.RollbackError
+	if !errors.As(err, &rbe) || !rbe.Diverged || rbe.Fork.Rev != 21 || rbe.Applied.Rev != 41 || rbe.ZooKeeper.Rev < 61 {
+		t.Fatalf("rollback %+v", rbe)
+	}
+	if got := a.Backend().View().State().Rev; got != 41 {
+		t.Fatalf("A's view moved to revision %d", got)
+	}
+	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("loss files %v", files)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hdr, recs, err := lossfile.Read(f)
+	if err != nil || !hdr.Diverged || hdr.ForkRev != 21 || len(recs) != 20 || recs[0].Rev != 22 || recs[19].Rev != 41 {
+		t.Fatalf("loss file %+v, %d records, %v", hdr, len(recs), err)
+	}
+	ctx := ctxT(t)
+	if _, err := ca.Put(ctx, "k00", "late"); !errors.Is(err, rpctypes.ErrCorrupt) {
+		t.Fatalf("a put on A: %v", err)
+	}
+	// Replaying A's loss through B skips nothing (B never wrote k20–k39).
+	acts, err := lossfile.Replay(ctx, cb, hdr, recs, lossfile.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, act := range acts {
+		if act.Verb == "skip" {
+			t.Errorf("replay skipped %v", act)
+		}
+	}
+	if get, err := cb.Get(ctx, "k", clientv3.WithPrefix()); err != nil || len(get.Kvs) != 40 {
+		t.Fatalf("B after the replay: %v %v", get, err)
+	}
+}

@@ -125,6 +125,26 @@ func machine() string {
 	return fmt.Sprintf("%s, %d CPUs%s, %s, %s, %s", cpu, runtime.NumCPU(), mem, kernel, runtime.Version(), zk)
 }
 
+// operatorMarker starts the hand-written part of docs/reliability.md: the
+// operator faults (ZooKeeper restored from a backup, disk full, newer
+// formats, clock steps), measured by their own tests, which make faults
+// keeps as it is.
+const operatorMarker = "<!-- operator faults: written from their tests' output; make faults keeps everything from here on -->"
+
+// keptPart returns the part of the report at path that make faults keeps
+// (from operatorMarker to the end), or "".
+func keptPart(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	i := strings.Index(string(data), operatorMarker)
+	if i < 0 {
+		return ""
+	}
+	return "\n" + string(data[i:])
+}
+
 // markdown renders docs/reliability.md.
 func markdown(rows []row, duration string) string {
 	var b strings.Builder
