@@ -294,7 +294,7 @@ func (b *Backend) tail() {
 			}
 		}
 		if err != nil {
-			if b.ctx.Err() != nil {
+			if b.ctx.Err() != nil || b.rolledBack() != nil {
 				return
 			}
 			if errors.Is(err, zkstore.ErrNewerFormat) {

@@ -105,6 +105,7 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 
 	// Unavailable: health fails, a linearizable read fails, a serializable
 	// read answers from the view.
+	failed := time.Now()
 	deadline := time.Now().Add(30 * time.Second)
 	for in.Backend().Health() == nil {
 		if time.Now().After(deadline) {
@@ -112,7 +113,7 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("unhealthy: %v", in.Backend().Health())
+	t.Logf("unhealthy %v after the first failed put: %v", time.Since(failed).Round(time.Millisecond), in.Backend().Health())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	_, err := c.Get(ctx, "big/0/00000")
 	cancel()

@@ -93,6 +93,7 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
+	written := time.Now()
 	deadline := time.Now().Add(20 * time.Second)
 	for !errors.Is(in.Backend().Health(), backend.ErrHalted) {
 		if time.Now().After(deadline) {
@@ -100,6 +101,7 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Logf("halted %v after a format-3 entry appeared: %v", time.Since(written).Round(time.Millisecond), in.Backend().Health())
 	wantNewerFormat(t, in.Backend().Health(), "log entry has format 3, newer than this zketcd reads (up to 2)", "upgrade this instance")
 	st, err := c.Status(ctx, in.Endpoint())
 	if err != nil || !strings.Contains(strings.Join(st.Errors, " "), "format 3") {

@@ -156,6 +156,9 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 		}
 	}
 	time.Sleep(2 * time.Second) // give a second declaration the chance to happen
+	if i := strings.Index(logs.String(), "ZooKeeper's data is older"); i >= 0 {
+		t.Logf("logs from the declaration on:\n%s", logs.String()[i:])
+	}
 	if n := strings.Count(logs.String(), "ZooKeeper's data is older than this instance's"); n != 1 {
 		t.Errorf("the rollback was logged %d times, want once; logs:\n%s", n, logs.String())
 	}
@@ -303,6 +306,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		putRetry(t, cb, fmt.Sprintf("n%02d", i), "b")
 	}
+	wrote := time.Now()
 	deadline := time.Now().Add(60 * time.Second)
 	for !errors.Is(a.Backend().Health(), backend.ErrRollback) {
 		if time.Now().After(deadline) {
@@ -316,7 +320,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 	default:
 	}
 	err := a.Backend().Health()
-	t.Logf("A: %v", err)
+	t.Logf("A halted %v after B's 40th put: %v", time.Since(wrote).Round(time.Millisecond), err)
 	var rbe *backend.RollbackError
 	if !errors.As(err, &rbe) || !rbe.Diverged || rbe.Fork.Rev != 21 || rbe.Applied.Rev != 41 || rbe.ZooKeeper.Rev < 61 {
 		t.Fatalf("rollback %+v", rbe)
