@@ -195,6 +195,15 @@ func (b *Backend) servable() error {
 	return nil
 }
 
+// Servable returns nil, or etcd's corrupt-cluster error once the instance
+// halted (Health says why).
+func (b *Backend) Servable() error { return b.servable() }
+
+// Halted returns a channel closed when the instance halts: watch streams
+// end then, since no event follows and the history they saw is not the
+// cluster's.
+func (b *Backend) Halted() <-chan struct{} { return b.rb.halted }
+
 // checkHistory makes sure, once per ZooKeeper connection, that ZooKeeper's
 // log continues the view's history. It returns nil once checked, the
 // rollback error if it does not, another error if it could not tell.

@@ -91,6 +91,24 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 	for i := 0; i < 20; i++ {
 		putRetry(t, c, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%d", i))
 	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	watch := c.Watch(wctx, "k", clientv3.WithPrefix())
+	type watchEnd struct {
+		events int
+		err    error
+	}
+	watchDone := make(chan watchEnd, 1)
+	go func() { // consumed as it comes: clientv3 drops what is buffered when a stream fails
+		var end watchEnd
+		for resp := range watch {
+			end.events += len(resp.Events)
+			if end.err = resp.Err(); end.err != nil {
+				break
+			}
+		}
+		watchDone <- end
+	}()
 	backup := filepath.Join(t.TempDir(), "backup")
 	restartZooKeeper(t, srv, func(dataDir string) { copyDir(t, dataDir, backup) })
 	for i := 20; i < 39; i++ {
@@ -153,6 +171,23 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 	} {
 		if err := read(); !errors.Is(err, rpctypes.ErrCorrupt) {
 			t.Errorf("%s after the rollback: %v, want %v", name, err, rpctypes.ErrCorrupt)
+		}
+	}
+	// The watch saw revisions 22–41, then its stream ended with the error.
+	select {
+	case end := <-watchDone:
+		if end.events != 20 || !errors.Is(end.err, rpctypes.ErrCorrupt) {
+			t.Errorf("the watch saw %d events (want 20: revisions 22–41) and ended with %v (want %v)", end.events, end.err, rpctypes.ErrCorrupt)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the watch stream did not end after the rollback")
+	}
+	for resp := range c.Watch(wctx, "k", clientv3.WithPrefix(), clientv3.WithRev(30)) {
+		if resp.Err() == nil && len(resp.Events) > 0 {
+			t.Fatalf("a new watch on the halted instance got %d events", len(resp.Events))
+		}
+		if resp.Err() != nil {
+			break
 		}
 	}
 	time.Sleep(2 * time.Second) // give a second declaration the chance to happen

@@ -59,6 +59,9 @@ type serverWatchStream struct {
 }
 
 func (s *watchServer) Watch(stream grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResponse]) error {
+	if s.be.Servable() != nil {
+		return rpctypes.ErrGRPCCorrupt // halted: its history is not the cluster's
+	}
 	sws := &serverWatchStream{
 		srv:      s,
 		grpc:     stream,
@@ -98,6 +101,8 @@ func (s *watchServer) Watch(stream grpc.BidiStreamingServer[pb.WatchRequest, pb.
 		}
 	case <-leaderLost:
 		err = rpctypes.ErrGRPCNoLeader
+	case <-s.be.Halted():
+		err = rpctypes.ErrGRPCCorrupt
 	case <-s.stop:
 		// Shutting down: end the stream now (a graceful stop would wait for
 		// it forever), so the client resumes on another endpoint at once.
