@@ -38,14 +38,9 @@ func runReplayLoss(args []string) error {
 		fs.Usage()
 		return errors.New("give one loss file")
 	}
-	f, err := os.Open(files[0])
+	hdr, recs, err := readLossFile(files[0])
 	if err != nil {
 		return err
-	}
-	hdr, recs, err := lossfile.Read(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", files[0], err)
 	}
 	cfg := clientv3.Config{Endpoints: splitList(*endpoints), DialTimeout: *timeout}
 	if *user != "" {
@@ -60,8 +55,8 @@ func runReplayLoss(args []string) error {
 }
 
 func replayLoss(w io.Writer, kv clientv3.KV, hdr lossfile.Header, recs []lossfile.Record, opts lossfile.ReplayOptions, timeout time.Duration) error {
-	fmt.Fprintf(w, "loss of cluster %s (root %s), written by %s at %s: revisions %d–%d applied, ZooKeeper held %d\n",
-		hdr.ClusterID, hdr.Root, hdr.Member, hdr.Written, hdr.ForkRev+1, hdr.AppliedRev, hdr.ZooKeeperRev)
+	fmt.Fprintf(w, "loss of cluster %s (root %s), written by %s at %s: revisions %d–%d lost (the instance had applied %d, ZooKeeper held %d)\n",
+		hdr.ClusterID, hdr.Root, hdr.Member, hdr.Written, hdr.ForkRev+1, hdr.AppliedRev, hdr.AppliedRev, hdr.ZooKeeperRev)
 	if hdr.Compacted {
 		fmt.Fprintln(w, "note: the history was compacted; the file holds final values, and no deletions")
 	}
@@ -87,4 +82,17 @@ func replayLoss(w io.Writer, kv clientv3.KV, hdr lossfile.Header, recs []lossfil
 	}
 	fmt.Fprintf(w, "%d keys %s, %d skipped\n", written, verb, skipped)
 	return err
+}
+
+func readLossFile(path string) (lossfile.Header, []lossfile.Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return lossfile.Header{}, nil, err
+	}
+	defer f.Close()
+	hdr, recs, err := lossfile.Read(f)
+	if err != nil {
+		return lossfile.Header{}, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return hdr, recs, nil
 }
