@@ -299,9 +299,10 @@ func (b *Backend) tail() {
 			}
 			if errors.Is(err, zkstore.ErrNewerFormat) {
 				b.halt(err) // never misread a newer zketcd's data
+				return
 			}
-			if b.view.Err() != nil || errors.Is(err, ErrHalted) || errors.Is(err, zkstore.ErrNewerFormat) {
-				return // broken view or history: nothing more can be applied
+			if b.view.Err() != nil {
+				return // broken view: nothing more can be applied
 			}
 			b.log.WithError(err).Warn("tailer")
 			select {
@@ -348,7 +349,8 @@ func (b *Backend) kickTailer() {
 }
 
 // Health reports nil when the instance has a live ZooKeeper session and its
-// view is caught up with the head it last saw; otherwise why not.
+// view is caught up with the head it last saw; otherwise why not (for a
+// halted instance, an error wrapping ErrHalted).
 func (b *Backend) Health() error {
 	if err := b.rolledBack(); err != nil {
 		return err
