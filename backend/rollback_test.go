@@ -394,3 +394,54 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 		t.Fatalf("B after the replay: %v %v", get, err)
 	}
 }
+
+// TestZooKeeperWipedUnderAnInstanceHaltsItAndRecordsEverything: ZooKeeper
+// restarted on an empty data directory holds no root at all; the instance
+// says so and its loss file holds every change it had.
+func TestZooKeeperWipedUnderAnInstanceHaltsItAndRecordsEverything(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	lossDir := t.TempDir()
+	in := zketcdtest.Start(t, []string{srv.Addr()}, zketcdtest.Options{
+		SessionTimeout: 4 * time.Second,
+		Configure: func(cfg *embed.Config) {
+			cfg.Backend.LossDir = lossDir
+			cfg.Backend.RollbackCheckAfter = time.Second
+		},
+	})
+	c := in.Client(t)
+	for i := 0; i < 10; i++ {
+		putRetry(t, c, fmt.Sprintf("k%02d", i), "v")
+	}
+	restartZooKeeper(t, srv, func(dataDir string) {
+		if err := os.RemoveAll(dataDir); err != nil {
+			t.Fatal(err)
+		}
+	})
+	wiped := time.Now()
+	deadline := time.Now().Add(60 * time.Second)
+	for !errors.Is(in.Backend().Health(), backend.ErrRollback) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no rollback declared: %v", in.Backend().Health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	err := in.Backend().Health()
+	t.Logf("declared %v after ZooKeeper served the empty data: %v", time.Since(wiped).Round(time.Millisecond), err)
+	if !strings.Contains(err.Error(), "ZooKeeper holds none of this instance's data: revision 11 applied") ||
+		!strings.Contains(err.Error(), "acknowledged revisions 2–11 are not in ZooKeeper") {
+		t.Fatalf("health: %v", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("loss files %v", files)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hdr, recs, err := lossfile.Read(f)
+	if err != nil || hdr.ForkRev != 1 || len(recs) != 10 || recs[0].Rev != 2 || recs[9].Rev != 11 {
+		t.Fatalf("loss file %+v, %d records, %v", hdr, len(recs), err)
+	}
+}
