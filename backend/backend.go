@@ -83,7 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		renewals:    make(chan *renewal, 1024),
 		compactKick: make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
-		rb:          newRollbackGuard(),
+		rb:          newRollbackGuard(cfg.Registerer),
 	}
 	var auto *compactor.Compactor
 	if cfg.AutoCompaction.Enabled() {

@@ -81,6 +81,9 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if v := haltedGauge(t, in); v != 0 {
+		t.Fatalf("zketcd_halted %v before any fault", v)
+	}
 	root := in.Root()
 	raw := rawZK(t)
 
@@ -103,6 +106,9 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	}
 	t.Logf("halted %v after a format-3 entry appeared: %v", time.Since(written).Round(time.Millisecond), in.Backend().Health())
 	wantNewerFormat(t, in.Backend().Health(), "log entry has format 3, newer than this zketcd reads (up to 2)", "upgrade this instance")
+	if v := haltedGauge(t, in); v != 1 {
+		t.Fatalf("zketcd_halted %v, want 1", v)
+	}
 	st, err := c.Status(ctx, in.Endpoint())
 	if err != nil || !strings.Contains(strings.Join(st.Errors, " "), "format 3") {
 		t.Fatalf("Status: %v %v", st, err)
@@ -140,4 +146,20 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	}
 	_, err = openBackend(t, root)
 	wantNewerFormat(t, err, "zketcd root "+root+" has format 2, newer than this zketcd reads (up to 1)")
+}
+
+// haltedGauge returns the instance's zketcd_halted.
+func haltedGauge(t *testing.T, in *zketcdtest.Instance) float64 {
+	t.Helper()
+	mfs, err := in.Zketcd().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "zketcd_halted" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no zketcd_halted metric")
+	return 0
 }

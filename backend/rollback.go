@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
@@ -148,13 +149,24 @@ type rollbackGuard struct {
 	mu       sync.Mutex      // serializes checks
 	verified <-chan struct{} // SessionChanged when the history was last checked; nil: check
 
+	gauge prometheus.Gauge // zketcd_halted
+
 	ringMu sync.Mutex
 	ring   [ringSize]appliedEntry
 	newest int64 // newest LSN recorded (0: none)
 }
 
-func newRollbackGuard() *rollbackGuard {
-	return &rollbackGuard{halted: make(chan struct{})}
+// newRollbackGuard returns a guard whose zketcd_halted gauge, if reg is
+// not nil, is registered there.
+func newRollbackGuard(reg prometheus.Registerer) *rollbackGuard {
+	g := &rollbackGuard{halted: make(chan struct{}), gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "halted",
+		Help: "1 once this instance stopped serving for good: ZooKeeper's data went back under it, or holds a newer format (health says which).",
+	})}
+	if reg != nil {
+		reg.MustRegister(g.gauge)
+	}
+	return g
 }
 
 // record remembers entry e, applied from revision prevRev to rev.
@@ -349,6 +361,7 @@ func (b *Backend) halt(err error) {
 	h := &haltError{err: err}
 	b.rb.err.Store(h)
 	close(b.rb.halted)
+	b.rb.gauge.Set(1)
 	b.applyMu.Unlock()
 	b.log.WithError(err).Error(h.Error())
 	b.kickTailer()
@@ -365,6 +378,7 @@ func (b *Backend) declareRollback(rbe *RollbackError) {
 	rbe.LossFile, rbe.LossErr = b.writeLoss(rbe)
 	b.rb.err.Store(&haltError{err: rbe})
 	close(b.rb.halted)
+	b.rb.gauge.Set(1)
 	b.applyMu.Unlock()
 	b.log.WithFields(logrus.Fields{
 		"applied_lsn": rbe.Applied.LSN, "applied_revision": rbe.Applied.Rev, "applied_zxid": fmt.Sprintf("%#x", rbe.Applied.Zxid),
