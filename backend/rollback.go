@@ -363,7 +363,7 @@ func (b *Backend) halt(err error) {
 	close(b.rb.halted)
 	b.rb.gauge.Set(1)
 	b.applyMu.Unlock()
-	b.log.WithError(err).Error(h.Error())
+	b.log.Error(h.Error())
 	b.kickTailer()
 }
 
