@@ -241,7 +241,7 @@ func (b *Backend) checkHistory() error {
 		return fmt.Errorf("check history: %w", err)
 	}
 	if rbe != nil {
-		b.declareRollback(rbe)
+		b.declareRollback(rbe, b.store)
 		return b.rolledBack()
 	}
 	b.rb.verified = changed
@@ -369,16 +369,20 @@ func (b *Backend) halt(err error) {
 
 // declareRollback halts the instance: no entry is applied from then on, the
 // loss is written to a file and the error logged once.
-func (b *Backend) declareRollback(rbe *RollbackError) {
+func (b *Backend) declareRollback(rbe *RollbackError, st *zkstore.Store) {
 	b.applyMu.Lock()
 	if b.rb.err.Load() != nil {
 		b.applyMu.Unlock()
 		return
 	}
-	rbe.LossFile, rbe.LossErr = b.writeLoss(rbe)
-	b.rb.err.Store(&haltError{err: rbe})
+	// Halt first (requests fail from now on), then write the loss file and
+	// name it in the error.
+	first := *rbe
+	b.rb.err.Store(&haltError{err: &first})
 	close(b.rb.halted)
 	b.rb.gauge.Set(1)
+	rbe.LossFile, rbe.LossErr = b.writeLoss(rbe, st)
+	b.rb.err.Store(&haltError{err: rbe})
 	b.applyMu.Unlock()
 	b.log.WithFields(logrus.Fields{
 		"applied_lsn": rbe.Applied.LSN, "applied_revision": rbe.Applied.Rev, "applied_zxid": fmt.Sprintf("%#x", rbe.Applied.Zxid),
@@ -389,8 +393,10 @@ func (b *Backend) declareRollback(rbe *RollbackError) {
 }
 
 // writeLoss writes the view's changes after the fork to a new file in
-// Config.LossDir. The caller holds applyMu (the view does not move).
-func (b *Backend) writeLoss(rbe *RollbackError) (string, error) {
+// Config.LossDir. The caller holds applyMu (the view does not move). st, if
+// not nil, reads ZooKeeper's log: with the view's history after the fork
+// compacted, the keys ZooKeeper holds at the fork tell which were deleted.
+func (b *Backend) writeLoss(rbe *RollbackError, st *zkstore.Store) (string, error) {
 	v := b.view.State()
 	h := lossfile.Header{
 		ClusterID: fmt.Sprintf("%x", b.store.Meta().ClusterID), Root: b.store.Root(), Member: b.cfg.Name,
@@ -415,11 +421,14 @@ func (b *Backend) writeLoss(rbe *RollbackError) (string, error) {
 		return true
 	})
 	if errors.Is(err, revision.ErrCompacted) {
-		// History from the fork is compacted: list the keys as they are.
+		// History from the fork is compacted: list the keys as they are,
+		// and as deleted those ZooKeeper holds at the fork that are gone.
 		h.Compacted = true
 		recs = recs[:0]
+		live := map[string]bool{}
 		err = b.view.Read(func(r revision.Reader) error {
 			return r.Range([]byte{}, []byte{}, 0, func(kv *revision.KeyValue) bool {
+				live[string(kv.Key)] = true
 				if kv.ModRevision >= from {
 					rec := lossfile.NewRecord(kv.ModRevision, lossfile.OpPut, kv.Key, kv.Value)
 					rec.Lease, rec.CreateRev, rec.Version = kv.Lease, kv.CreateRevision, kv.Version
@@ -428,6 +437,14 @@ func (b *Backend) writeLoss(rbe *RollbackError) (string, error) {
 				return true
 			})
 		})
+		if err == nil {
+			gone, gerr := b.keysAtFork(st, rbe, live)
+			if gerr != nil {
+				h.DeletesUnknown = true
+				b.log.WithError(gerr).Warn("loss file: cannot tell which keys were deleted after the fork")
+			}
+			recs = append(recs, gone...)
+		}
 	}
 	if err != nil {
 		return "", fmt.Errorf("list the lost changes: %w", err)
@@ -451,6 +468,36 @@ func (b *Backend) writeLoss(rbe *RollbackError) (string, error) {
 		return "", err
 	}
 	return path, nil
+}
+
+// keysAtFork returns a delete record (revision 0: not known) for every key
+// ZooKeeper's log holds at the fork revision that is not in live.
+func (b *Backend) keysAtFork(st *zkstore.Store, rbe *RollbackError, live map[string]bool) ([]lossfile.Record, error) {
+	if rbe.NoRoot || rbe.Fork.Rev <= 1 {
+		return nil, nil // nothing existed at the fork
+	}
+	if st == nil {
+		return nil, errors.New("no zookeeper session to read the fork's state")
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	zv, _, _, err := Replay(ctx, st, b.cfg.ReadWindow, nil)
+	if err != nil {
+		return nil, fmt.Errorf("replay zookeeper's log: %w", err)
+	}
+	var out []lossfile.Record
+	err = zv.Read(func(r revision.Reader) error {
+		return r.Range([]byte{}, []byte{}, rbe.Fork.Rev, func(kv *revision.KeyValue) bool {
+			if !live[string(kv.Key)] {
+				out = append(out, lossfile.NewRecord(0, lossfile.OpDelete, kv.Key, nil))
+			}
+			return true
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper's keys at revision %d: %w", rbe.Fork.Rev, err)
+	}
+	return out, nil
 }
 
 // summary is the error's first sentence (what happened and what is lost).
@@ -514,7 +561,7 @@ func (b *Backend) probeHistory() {
 	v := b.view.State()
 	st, err := zkstore.OpenInspector(ctx, b.cfg.Store)
 	if errors.Is(err, zkstore.ErrNoRoot) {
-		b.declareRollback(&RollbackError{Applied: Position{LSN: v.LSN, Rev: v.Rev, Zxid: v.Zxid}, Fork: Position{LSN: 1, Rev: 1}, NoRoot: true})
+		b.declareRollback(&RollbackError{Applied: Position{LSN: v.LSN, Rev: v.Rev, Zxid: v.Zxid}, Fork: Position{LSN: 1, Rev: 1}, NoRoot: true}, nil)
 		return
 	}
 	if err != nil {
@@ -531,5 +578,5 @@ func (b *Backend) probeHistory() {
 		return
 	}
 	rbe.Refused = rbe.ZooKeeper.Zxid < rbe.Applied.Zxid
-	b.declareRollback(rbe)
+	b.declareRollback(rbe, st)
 }

@@ -445,3 +445,96 @@ func TestZooKeeperWipedUnderAnInstanceHaltsItAndRecordsEverything(t *testing.T) 
 		t.Fatalf("loss file %+v, %d records, %v", hdr, len(recs), err)
 	}
 }
+
+// TestLossFileOfACompactedHistoryListsFinalValuesAndDeletes: the lost
+// revisions were compacted on the instance (as kube-apiserver compacts every
+// 5 minutes), so the loss file holds the final value of every key changed
+// after the fork and, from ZooKeeper's state at the fork, the keys deleted
+// since; replaying it leaves ZooKeeper as the instance had it.
+func TestLossFileOfACompactedHistoryListsFinalValuesAndDeletes(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	lossDir := t.TempDir()
+	in := zketcdtest.Start(t, []string{srv.Addr()}, zketcdtest.Options{
+		SessionTimeout: 4 * time.Second,
+		Configure: func(cfg *embed.Config) {
+			cfg.Backend.LossDir = lossDir
+			cfg.Backend.RollbackCheckAfter = time.Second
+		},
+	})
+	c := in.Client(t)
+	for i := 0; i < 20; i++ {
+		putRetry(t, c, fmt.Sprintf("k%02d", i), "v")
+	}
+	backup := filepath.Join(t.TempDir(), "backup")
+	restartZooKeeper(t, srv, func(dataDir string) { copyDir(t, dataDir, backup) })
+	for i := 20; i < 30; i++ {
+		putRetry(t, c, fmt.Sprintf("k%02d", i), "v")
+	}
+	ctx := ctxT(t)
+	putRetry(t, c, "k20", "x")
+	for _, k := range []string{"k05", "k21"} {
+		if _, err := c.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := c.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil || want.Header.Revision != 34 {
+		t.Fatalf("before the restore: %v %v", want, err)
+	}
+	if _, err := c.Compact(ctx, 34); err != nil {
+		t.Fatal(err)
+	}
+	restartZooKeeper(t, srv, func(dataDir string) {
+		if err := os.RemoveAll(dataDir); err != nil {
+			t.Fatal(err)
+		}
+		copyDir(t, backup, dataDir)
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for !errors.Is(in.Backend().Health(), backend.ErrRollback) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no rollback declared: %v", in.Backend().Health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("loss files %v", files)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hdr, recs, err := lossfile.Read(f)
+	if err != nil || !hdr.Compacted || hdr.DeletesUnknown || hdr.ForkRev != 21 {
+		t.Fatalf("loss header %+v (%v)", hdr, err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%s %s@%d=%s", r.Op, r.KeyText, r.Rev, r.Value))
+	}
+	wantRecs := "put k20@32=x put k22@24=v put k23@25=v put k24@26=v put k25@27=v put k26@28=v put k27@29=v put k28@30=v put k29@31=v delete k05@0="
+	if strings.Join(got, " ") != wantRecs {
+		t.Fatalf("records\n got %s\nwant %s", strings.Join(got, " "), wantRecs)
+	}
+	in.Restart()
+	c2 := in.Client(t)
+	if _, err := lossfile.Replay(ctx, c2, hdr, recs, lossfile.ReplayOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c2.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	str := func(r *clientv3.GetResponse) string {
+		var s []string
+		for _, kv := range r.Kvs {
+			s = append(s, string(kv.Key)+"="+string(kv.Value))
+		}
+		return strings.Join(s, " ")
+	}
+	if str(after) != str(want) {
+		t.Fatalf("after the replay:\n%s\nwant (the instance's state before the restore):\n%s", str(after), str(want))
+	}
+}

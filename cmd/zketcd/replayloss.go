@@ -57,8 +57,11 @@ func runReplayLoss(args []string) error {
 func replayLoss(w io.Writer, kv clientv3.KV, hdr lossfile.Header, recs []lossfile.Record, opts lossfile.ReplayOptions, timeout time.Duration) error {
 	fmt.Fprintf(w, "loss of cluster %s (root %s), written by %s at %s: revisions %d–%d lost (the instance had applied %d, ZooKeeper held %d)\n",
 		hdr.ClusterID, hdr.Root, hdr.Member, hdr.Written, hdr.ForkRev+1, hdr.AppliedRev, hdr.AppliedRev, hdr.ZooKeeperRev)
-	if hdr.Compacted {
-		fmt.Fprintln(w, "note: the history was compacted; the file holds final values, and no deletions")
+	switch {
+	case hdr.Compacted && hdr.DeletesUnknown:
+		fmt.Fprintln(w, "note: the history was compacted; the file holds final values, and no deletions (ZooKeeper's state at the fork could not be read)")
+	case hdr.Compacted:
+		fmt.Fprintln(w, "note: the history was compacted; the file holds final values, and deletions without their revision")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*time.Duration(2*len(recs)+1))
 	defer cancel()

@@ -51,8 +51,13 @@ type Header struct {
 	Diverged bool `json:"diverged,omitempty"`
 	// Compacted says the instance's history after ForkRev was compacted:
 	// the records are then the final state of every key changed after
-	// ForkRev (as puts), and deletions after ForkRev are not listed.
+	// ForkRev: puts of the keys whose mod revision is above it, then
+	// deletes (revision 0: not known) of the keys ZooKeeper held at ForkRev
+	// that the instance had deleted since.
 	Compacted bool `json:"compacted,omitempty"`
+	// DeletesUnknown says, with Compacted, that ZooKeeper's state at the
+	// fork could not be read: deletions after ForkRev are not listed.
+	DeletesUnknown bool `json:"deletes_unknown,omitempty"`
 	// Reason is the error the instance logged.
 	Reason string `json:"reason"`
 }
@@ -65,7 +70,8 @@ const (
 
 // Record is one lost key change.
 type Record struct {
-	// Rev is the revision of the change (the key's mod revision).
+	// Rev is the revision of the change (the key's mod revision); 0 for a
+	// delete whose revision was compacted away (see Header.Compacted).
 	Rev     int64  `json:"rev"`
 	Op      string `json:"op"`
 	Key     []byte `json:"key"`
