@@ -187,6 +187,11 @@ func (c *committer) launch() bool {
 		c.pending = nil
 		return true
 	}
+	if err := b.waitHistory(); err != nil { // never commit on another history
+		finishAll(c.pending, b.servable())
+		c.pending = nil
+		return true
+	}
 	var last *flight
 	if n := len(c.flights); n > 0 {
 		last = c.flights[n-1]

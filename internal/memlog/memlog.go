@@ -72,6 +72,8 @@ type Options struct {
 	MaxEntryBytes int
 	// MaxChunkedBytes bounds one entry (0: 64 MiB, zkstore's bound).
 	MaxChunkedBytes int
+	// Root is the name Root reports ("": "/memlog").
+	Root string
 }
 
 type stored struct {
@@ -131,6 +133,9 @@ func New(opts Options) *Store {
 	}
 	if opts.MaxChunkedBytes <= 0 {
 		opts.MaxChunkedBytes = 64 << 20
+	}
+	if opts.Root == "" {
+		opts.Root = "/memlog"
 	}
 	s := &Store{
 		opts:       opts,
@@ -396,11 +401,22 @@ func (c *Client) Meta() zkstore.Meta { return zkstore.Meta{Format: 1, ClusterID:
 // MaxEntryBytes returns the configured entry budget.
 func (c *Client) MaxEntryBytes() int { return c.s.opts.MaxEntryBytes }
 
+// Root returns the store's name (Options.Root).
+func (c *Client) Root() string { return c.s.opts.Root }
+
 // Session returns the session ID and whether the client is connected.
 func (c *Client) Session() (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.session, c.connected && !c.closed
+}
+
+// SessionChanged returns a channel closed at the next session change
+// (ExpireSession) or connection change (SetConnected).
+func (c *Client) SessionChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessionCh
 }
 
 // Close ends the session: its ephemeral state goes at once.
