@@ -188,7 +188,10 @@ func (c *committer) launch() bool {
 		return true
 	}
 	if err := b.waitHistory(); err != nil { // never commit on another history
-		finishAll(c.pending, b.servable())
+		if s := b.servable(); s != nil {
+			err = s // halted: etcd's corrupt-cluster error
+		}
+		finishAll(c.pending, err) // or ErrStopped: never nil, nothing was evaluated
 		c.pending = nil
 		return true
 	}
