@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -27,6 +29,25 @@ import (
 // (the instance halts first, then writes the file and names it).
 func lossWritten(err error) bool {
 	return errors.Is(err, backend.ErrRollback) && strings.Contains(err.Error(), "zketcd replay-loss")
+}
+
+// rangeStream reads keys under prefix through the RangeStream RPC and
+// returns its error (etcd's form), nil once the stream ended normally.
+func rangeStream(ctx context.Context, c *clientv3.Client, prefix string, serializable bool) error {
+	s, err := pb.NewKVClient(c.ActiveConnection()).RangeStream(ctx, &pb.RangeRequest{
+		Key: []byte(prefix), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(prefix)), Serializable: serializable,
+	})
+	if err != nil {
+		return rpctypes.Error(err)
+	}
+	for {
+		if _, err := s.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return rpctypes.Error(err)
+		}
+	}
 }
 
 // putRetry puts until it succeeds (ZooKeeper may be coming back).
@@ -174,6 +195,8 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 			_, err := c.Txn(ctx).Then(clientv3.OpGet("k00", clientv3.WithSerializable())).Commit()
 			return err
 		},
+		"serializable range stream": func() error { return rangeStream(ctx, c, "k", true) },
+		"linearizable range stream": func() error { return rangeStream(ctx, c, "k", false) },
 	} {
 		if err := read(); !errors.Is(err, rpctypes.ErrCorrupt) {
 			t.Errorf("%s after the rollback: %v, want %v", name, err, rpctypes.ErrCorrupt)
