@@ -40,6 +40,8 @@ type Backend struct {
 
 	dbSize   atomic.Int64 // bytes of log entries applied (what the root holds)
 	lastHead atomic.Pointer[headSeen]
+	rb       *rollbackGuard // see rollback.go
+	inspect  inspectFunc    // nil: no fresh sessions for rollback checks
 
 	ctx    context.Context
 	cancel context.CancelFunc

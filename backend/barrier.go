@@ -78,8 +78,12 @@ func (b *Backend) syncHead() (int64, error) {
 
 // Linearize waits until the view holds every write acknowledged (by any
 // instance) before the call. Errors: ErrGRPCNoLeader when ZooKeeper cannot
-// be reached, ctx's error, ErrGRPCCorrupt for a broken view.
+// be reached, ctx's error, ErrGRPCCorrupt for a broken view or a halted
+// instance.
 func (b *Backend) Linearize(ctx context.Context) error {
+	if err := b.servable(); err != nil {
+		return err
+	}
 	start := time.Now()
 	defer func() { b.metrics.barrierWait.Observe(time.Since(start).Seconds()) }()
 	lsn, err := b.barrier.wait(ctx)

@@ -187,6 +187,14 @@ func (c *committer) launch() bool {
 		c.pending = nil
 		return true
 	}
+	if err := b.waitHistory(); err != nil { // never commit on another history
+		if s := b.servable(); s != nil {
+			err = s // halted: etcd's corrupt-cluster error
+		}
+		finishAll(c.pending, err) // or ErrStopped: never nil, nothing was evaluated
+		c.pending = nil
+		return true
+	}
 	var last *flight
 	if n := len(c.flights); n > 0 {
 		last = c.flights[n-1]

@@ -51,6 +51,21 @@ type Config struct {
 	// error stops the compaction there, as a crash would. For fault
 	// injection in tests.
 	CompactionHook func(step string) error
+	// RollbackCheckAfter is how long the instance may be without a
+	// ZooKeeper session before it checks, through a fresh session, whether
+	// ZooKeeper's data went back to an older state (which makes ZooKeeper
+	// refuse the instance's session for good); it checks again every
+	// RollbackCheckAfter while the session stays down. Zero: the default;
+	// negative: never (the check on every new connection still runs).
+	RollbackCheckAfter time.Duration
+	// LossDir is where an instance that finds ZooKeeper's data older than
+	// its own writes the changes ZooKeeper lost (default: the system's
+	// temporary directory).
+	LossDir string
+	// Now is the time source of lease expiry (nil: time.Now). Expiry only
+	// compares its readings with each other, on the monotonic clock, so a
+	// step of the wall clock moves no deadline. For tests.
+	Now func() time.Time
 }
 
 // Defaults used for zero Config fields. The request limits (etcd's
@@ -61,6 +76,7 @@ const (
 	DefaultCommitPipeline   = 1
 	DefaultReadWindow       = 64
 	DefaultStaleAfter       = 3 * time.Second
+	DefaultRollbackCheck    = 5 * time.Second
 )
 
 func (c *Config) setDefaults() {
@@ -75,6 +91,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.RollbackCheckAfter == 0 {
+		c.RollbackCheckAfter = DefaultRollbackCheck
 	}
 }
 

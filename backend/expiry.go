@@ -80,10 +80,10 @@ func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline
 			if !ok {
 				continue // revoked meanwhile; the view will catch up
 			}
-			deadlines[id] = &leaseDeadline{version: tok.Version, known: true, deadline: time.Now().Add(full)}
+			deadlines[id] = &leaseDeadline{version: tok.Version, known: true, deadline: b.now().Add(full)}
 			continue
 		}
-		if time.Now().Before(d.deadline) {
+		if b.now().Before(d.deadline) {
 			continue
 		}
 		tok, ok, err := b.store.ReadLeaseToken(id)
@@ -96,7 +96,7 @@ func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline
 		}
 		if tok.Version != d.version {
 			// Renewed since the baseline, at the latest just now.
-			d.version, d.deadline = tok.Version, time.Now().Add(full)
+			d.version, d.deadline = tok.Version, b.now().Add(full)
 			continue
 		}
 		if err := b.expire(id, tok.Version, fence); err != nil {

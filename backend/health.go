@@ -7,8 +7,12 @@ import (
 )
 
 // Health reports nil when the instance has a live ZooKeeper session and its
-// view is caught up with the head it last saw; otherwise why not.
+// view is caught up with the head it last saw; otherwise why not (for a
+// halted instance, an error wrapping ErrHalted).
 func (b *Backend) Health() error {
+	if err := b.rolledBack(); err != nil {
+		return err
+	}
 	if err := b.view.Err(); err != nil {
 		return err
 	}

@@ -14,6 +14,9 @@ import (
 // Range serves a validated Range request, after a barrier unless it is
 // serializable.
 func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := b.servable(); err != nil {
+		return nil, err
+	}
 	if !req.Serializable {
 		if err := b.Linearize(ctx); err != nil {
 			return nil, err
@@ -30,8 +33,15 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 
 // Read runs fn on a consistent state of the view, without a barrier (call
 // Linearize first for a linearizable read). The view's read lock is held
-// while fn runs: fn must not block.
-func (b *Backend) Read(fn func(revision.Reader) error) error { return b.view.Read(fn) }
+// while fn runs: fn must not block. A halted instance runs no fn and
+// answers etcd's corrupt-cluster error (serializable reads included: its
+// view holds a history that is no longer the cluster's).
+func (b *Backend) Read(fn func(revision.Reader) error) error {
+	if err := b.servable(); err != nil {
+		return err
+	}
+	return b.view.Read(fn)
+}
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
@@ -46,6 +56,9 @@ func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (
 // Txn serves a validated Txn: read-only ones on the read path, the others
 // through the committer.
 func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := b.servable(); err != nil {
+		return nil, err
+	}
 	if translate.IsTxnReadonly(req) {
 		if !translate.IsTxnSerializable(req) {
 			if err := b.Linearize(ctx); err != nil {
@@ -72,5 +85,9 @@ func write[T any](ctx context.Context, b *Backend, req proto.Message, eval func(
 // writeGuarded is write; with guards not nil, the request is committed in
 // an entry of its own under the preconditions guards returns.
 func writeGuarded[T any](ctx context.Context, b *Backend, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	if err := b.servable(); err != nil {
+		var zero T
+		return zero, err
+	}
 	return propose(ctx, b, proto.Size(req), eval, guards)
 }

@@ -18,8 +18,13 @@ type Log interface {
 	// entry (a batch is cut before it).
 	Meta() zkstore.Meta
 	MaxEntryBytes() int
-	// Session reports the client session and whether it is connected.
+	// Root names the log's root (what the loss file of a rollback records).
+	Root() string
+	// Session reports the client session and whether it is connected;
+	// SessionChanged returns a channel closed at the next change of
+	// connection state or session (the history is checked again then).
 	Session() (id int64, connected bool)
+	SessionChanged() <-chan struct{}
 	// Close ends the session.
 	Close()
 
@@ -65,3 +70,11 @@ type Log interface {
 }
 
 var _ Log = (*zkstore.Store)(nil)
+
+// inspectFunc opens a fresh session on the log, for reads only, that
+// creates nothing: it fails with an error wrapping zkstore.ErrNoRoot when
+// the root is gone. ZooKeeper refuses for good the session of a client that
+// saw a newer zxid than its own (its data went back), so rollback detection
+// reads through such a session (see rollback.go). The caller closes the
+// Log it returns.
+type inspectFunc func(ctx context.Context) (Log, error)

@@ -18,6 +18,8 @@ import (
 )
 
 // Open connects to ZooKeeper (cfg.Store) and runs the engine on it (New).
+// While the instance's session is refused, it checks for a rollback of
+// ZooKeeper's data through fresh sessions on cfg.Store (see rollback.go).
 func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -27,14 +29,27 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(ctx, cfg, st)
+	storeCfg := cfg.Store
+	return start(ctx, cfg, st, func(ctx context.Context) (Log, error) {
+		in, err := zkstore.OpenInspector(ctx, storeCfg)
+		if err != nil {
+			return nil, err
+		}
+		return in, nil
+	})
 }
 
 // New runs the engine on st, which it owns from then on (Close closes it,
 // and so does a failed New): it recovers the view from the log, registers
 // the member and starts the tailer, the committer and the watch hub.
-// cfg.Store is not used.
+// cfg.Store is not used. ZooKeeper's history is checked against the view
+// on st's own sessions only (Open also checks through fresh ones).
 func New(ctx context.Context, cfg Config, st Log) (*Backend, error) {
+	return start(ctx, cfg, st, nil)
+}
+
+// start is New with inspect (nil: none) for rollback detection.
+func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backend, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		st.Close()
@@ -57,6 +72,8 @@ func New(ctx context.Context, cfg Config, st Log) (*Backend, error) {
 		renewals:      make(chan *renewal, 1024),
 		compactKick:   make(chan struct{}, 1),
 		kick:          make(chan struct{}, 1),
+		rb:            newRollbackGuard(cfg.Registerer),
+		inspect:       inspect,
 	}
 	var auto *compactor.Compactor
 	if cfg.AutoCompaction.Enabled() {
@@ -90,7 +107,8 @@ func New(ctx context.Context, cfg Config, st Log) (*Backend, error) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(5)
+	b.wg.Add(6)
+	go b.watchRollback()
 	go b.tail()
 	go b.commitLoop()
 	go b.renewLoop()

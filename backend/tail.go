@@ -12,14 +12,19 @@ import (
 func (b *Backend) apply(e *revision.Entry, size int) error {
 	b.applyMu.Lock()
 	defer b.applyMu.Unlock()
-	if e.LSN <= b.view.State().LSN {
+	prev := b.view.State()
+	if e.LSN <= prev.LSN {
 		return nil
+	}
+	if err := b.rolledBack(); err != nil {
+		return err
 	}
 	events, err := b.view.Apply(e)
 	if err != nil {
 		b.log.WithError(err).WithField("lsn", e.LSN).Error("cannot apply log entry; this instance stops serving")
 		return err
 	}
+	b.rb.record(e, prev.Rev, b.view.State().Rev)
 	b.dbSize.Add(int64(size))
 	b.metrics.applied(e)
 	b.hub.Notify(e, events)
@@ -37,10 +42,17 @@ func (b *Backend) tail() {
 	for {
 		var head zkstore.Head
 		var err error
+		applied := b.view.State().LSN
 		if fired == nil {
 			head, fired, err = b.store.WatchHead()
 		} else {
 			head, err = b.store.Head()
+		}
+		if err == nil {
+			if head.LSN < applied {
+				b.recheckHistory() // ZooKeeper's head went back?
+			}
+			err = b.checkHistory()
 		}
 		if err == nil {
 			err = b.catchUp(head.LSN)
@@ -49,7 +61,11 @@ func (b *Backend) tail() {
 			}
 		}
 		if err != nil {
-			if b.ctx.Err() != nil {
+			if b.ctx.Err() != nil || b.rolledBack() != nil {
+				return
+			}
+			if errors.Is(err, zkstore.ErrNewerFormat) {
+				b.halt(err) // never misread a newer zketcd's data
 				return
 			}
 			if b.view.Err() != nil {

@@ -2,6 +2,7 @@ package grpcsrv
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -38,6 +39,11 @@ type Maintenance interface {
 	// of the key space at each compaction); f must not block.
 	OnCompact(f func(before *revision.Snapshot, rev int64))
 }
+
+// halted is implemented by the Health error of an instance that stopped
+// serving for good (ZooKeeper's data went back under it, or holds a newer
+// format); Status reports that error's text beside "no leader".
+type halted interface{ Halted() bool }
 
 // quotaBytes is reported as DbSizeQuota (etcd's default quota).
 const quotaBytes = 2 << 30
@@ -77,6 +83,10 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	}
 	if err := s.be.Health(); err != nil {
 		resp.Errors = append(resp.Errors, rpctypes.ErrGRPCNoLeader.Error())
+		var h halted
+		if errors.As(err, &h) && h.Halted() {
+			resp.Errors = append(resp.Errors, err.Error()) // what happened, what to do
+		}
 	} else if _, leader := s.be.Leader(); leader != 0 {
 		resp.Leader = leader
 	} else {

@@ -33,7 +33,9 @@ type Engine interface {
 }
 
 // Health reports nil while the instance can serve (a live ZooKeeper
-// session and a caught-up view), otherwise why not.
+// session and a caught-up view), otherwise why not. The error of an
+// instance that halted for good has a Halted() bool method answering true
+// (see Status).
 type Health interface {
 	Health() error
 }

@@ -37,6 +37,12 @@ type Watches interface {
 	// NewWatchStream opens a stream on the watch hub with at most
 	// maxWatchers watchers (0: no bound).
 	NewWatchStream(maxWatchers int) *watchbridge.Stream
+	// Servable is nil while the instance serves, etcd's corrupt-cluster
+	// error once it halted for good (its history is no longer the
+	// cluster's: no stream is opened on it).
+	Servable() error
+	// Halted is closed when the instance halts: open streams end then.
+	Halted() <-chan struct{}
 }
 
 type watchServer struct {
@@ -69,6 +75,9 @@ type serverWatchStream struct {
 }
 
 func (s *watchServer) Watch(stream grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResponse]) error {
+	if s.be.Servable() != nil {
+		return rpctypes.ErrGRPCCorrupt // halted: its history is not the cluster's
+	}
 	sws := &serverWatchStream{
 		srv:      s,
 		grpc:     stream,
@@ -108,6 +117,8 @@ func (s *watchServer) Watch(stream grpc.BidiStreamingServer[pb.WatchRequest, pb.
 		}
 	case <-leaderLost:
 		err = rpctypes.ErrGRPCNoLeader
+	case <-s.be.Halted():
+		err = rpctypes.ErrGRPCCorrupt
 	case <-s.stop:
 		// Shutting down: end the stream now (a graceful stop would wait for
 		// it forever), so the client resumes on another endpoint at once.

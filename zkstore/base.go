@@ -20,6 +20,8 @@ import (
 // data of <root>/compact, changed only by the leader in a fenced multi with
 // a version check.
 type Base struct {
+	// Format is the description's format (baseFormat; 0, absent, is 1).
+	Format int `json:"format,omitempty"`
 	// Gen is the log position of the snapshot; 0 means there is none and
 	// recovery replays the log from entry 1.
 	Gen int64 `json:"gen"`
@@ -55,6 +57,9 @@ func (s *Store) ReadBase() (Base, error) {
 	if len(data) > 0 {
 		if err := decodeJSON(s.l.compact(), data, &b); err != nil {
 			return Base{}, err
+		}
+		if b.Format > baseFormat {
+			return Base{}, &FormatError{What: "base description " + s.l.compact(), Got: b.Format, Known: baseFormat}
 		}
 	}
 	b.version = st.Version
@@ -120,7 +125,8 @@ func (s *Store) LoadBase(ctx context.Context, b Base) (*revision.Snapshot, error
 func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev Base, nonce uint64) (Base, error) {
 	data := EncodeSnapshot(snap)
 	nb := Base{
-		Gen: snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
+		Format: baseFormat,
+		Gen:    snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
 		Path:    s.l.generation(snap.State.LSN, nonce),
 		Size:    len(data),
 		Sum:     crc32.Checksum(data, crcTable),

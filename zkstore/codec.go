@@ -90,6 +90,11 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorruptEntry)
 	}
+	if data[0] > maxEntryFormat {
+		// Every form keeps the format byte first and the checksum last,
+		// so an intact record of a higher format is a newer zketcd's.
+		return nil, &FormatError{What: "log entry", Got: int(data[0]), Known: maxEntryFormat}
+	}
 	d := decoder{b: body}
 	if f := d.byte(); f != entryFormat {
 		return nil, fmt.Errorf("%w: unknown format %d", ErrCorruptEntry, f)
@@ -133,7 +138,12 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 		case revision.OpLeaseRevoke:
 			op.Lease = d.varint()
 		default:
-			d.fail("unknown op kind %d", op.Kind)
+			// The checksum held: a newer zketcd wrote an op this build
+			// does not know.
+			if d.err == nil {
+				d.err = &FormatError{What: fmt.Sprintf("log entry (op kind %d)", op.Kind), Got: entryFormat, Known: entryFormat}
+			}
+			d.b = nil
 		}
 		e.Ops = append(e.Ops, op)
 	}

@@ -78,6 +78,9 @@ func DecodeSnapshot(data []byte) (*revision.Snapshot, error) {
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorruptEntry)
 	}
+	if data[0] > snapshotFormat {
+		return nil, &FormatError{What: "base snapshot", Got: int(data[0]), Known: snapshotFormat}
+	}
 	d := decoder{b: body}
 	if f := d.byte(); f != snapshotFormat {
 		return nil, fmt.Errorf("%w: unknown snapshot format %d", ErrCorruptEntry, f)

@@ -300,7 +300,7 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 func (s *Store) ensureLayout() error {
 	data, _, err := s.conn.Get(s.l.meta())
 	if err == nil {
-		return decodeJSON(s.l.meta(), data, &s.meta)
+		return s.decodeMeta(data)
 	}
 	if !errors.Is(err, zk.ErrNoNode) {
 		return s.wrap("read meta", err)
@@ -314,7 +314,7 @@ func (s *Store) ensureLayout() error {
 	if _, err := rand.Read(idb[:]); err != nil {
 		return fmt.Errorf("cluster id: %w", err)
 	}
-	meta := Meta{Format: 1, ClusterID: binary.BigEndian.Uint64(idb[:]) >> 1}
+	meta := Meta{Format: MetaFormat, ClusterID: binary.BigEndian.Uint64(idb[:]) >> 1}
 	metaData, _ := json.Marshal(meta)
 	headData, _ := json.Marshal(Head{LSN: 1, Rev: 1})
 	sentinel := EncodeEntry(&revision.Entry{LSN: 1})
@@ -344,7 +344,18 @@ func (s *Store) ensureLayout() error {
 	if err != nil {
 		return s.wrap("read meta", err)
 	}
-	return decodeJSON(s.l.meta(), data, &s.meta)
+	return s.decodeMeta(data)
+}
+
+// decodeMeta reads the root's meta; a root of a newer format is refused.
+func (s *Store) decodeMeta(data []byte) error {
+	if err := decodeJSON(s.l.meta(), data, &s.meta); err != nil {
+		return err
+	}
+	if s.meta.Format > MetaFormat {
+		return &FormatError{What: "zketcd root " + s.l.root, Got: s.meta.Format, Known: MetaFormat}
+	}
+	return nil
 }
 
 // wrap turns ZooKeeper errors into errors callers can classify.
@@ -368,6 +379,9 @@ func (s *Store) Head() (Head, error) {
 		return got{data, st}, err
 	})
 	data, st := g.data, g.st
+	if errors.Is(err, zk.ErrNoNode) {
+		return Head{}, fmt.Errorf("read head: %w", ErrNoRoot)
+	}
 	if err != nil {
 		return Head{}, s.wrap("read head", err)
 	}

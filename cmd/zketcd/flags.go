@@ -64,8 +64,10 @@ type serveFlags struct {
 	logLevel  string
 	logFormat string
 
-	configFile     string
-	configWarnings []string
+	configFile         string
+	configWarnings     []string
+	lossDir            string
+	rollbackCheckAfter time.Duration
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
@@ -107,6 +109,8 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", grpcsrv.DefaultKeepaliveTimeout, "time to wait for a ping answer before closing")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.lossDir, "rollback-loss-dir", "", "directory where the instance writes what ZooKeeper lost if ZooKeeper's data goes back to an older state, e.g. a restored backup (default: the system's temporary directory); see zketcd replay-loss")
+	fs.DurationVar(&f.rollbackCheckAfter, "rollback-check-after", backend.DefaultRollbackCheck, "time without a ZooKeeper session after which the instance checks, on a fresh session, whether ZooKeeper's data went back to an older state (ZooKeeper then refuses its session for good)")
 	fs.StringVar(&f.configFile, "config-file", "", "etcd's YAML configuration file: the keys zketcd has (etcd's names, and zketcd's own flag names); flags and environment override it")
 }
 

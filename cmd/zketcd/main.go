@@ -5,6 +5,7 @@
 //	zketcd rv --zk ... KEY...                  map keys' revisions to ZooKeeper zxids
 //	zketcd snapshot restore FILE --zk ...      load an etcd snapshot into a fresh root
 //	zketcd mirror --from URLS --zk ...         copy a running etcd with the same revisions
+//	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
 //	zketcd version
 package main
 
@@ -35,6 +36,8 @@ func main() {
 		err = runSnapshot(os.Args[2:])
 	case "mirror":
 		err = runMirror(os.Args[2:])
+	case "replay-loss":
+		err = runReplayLoss(os.Args[2:])
 	case "version", "--version":
 		fmt.Printf("zketcd %s (etcd API %s)\n", Version, version.Version)
 	case "help", "-h", "--help":
@@ -61,6 +64,8 @@ Usage:
                                               load an etcd snapshot into a fresh root
   zketcd mirror --from URLS --zk HOST:PORT --zk-root /ROOT [--until-caught-up]
                                               copy a running etcd, same revisions, and follow it
+  zketcd replay-loss [--endpoints H:P] [--dry-run] FILE
+                                              re-apply the changes ZooKeeper lost (a loss file)
   zketcd version
 
 Run "zketcd serve -h" for the flags. Every flag can also be set with an

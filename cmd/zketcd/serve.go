@@ -88,12 +88,14 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	}
 	cfg := embed.Config{
 		Backend: backend.Config{
-			Store:          storeCfg,
-			Name:           name,
-			ClientURLs:     advertise,
-			RelaxedReads:   f.relaxedReads,
-			CommitPipeline: f.commitPipeline,
-			AutoCompaction: autoCompaction,
+			Store:              storeCfg,
+			Name:               name,
+			ClientURLs:         advertise,
+			RelaxedReads:       f.relaxedReads,
+			CommitPipeline:     f.commitPipeline,
+			AutoCompaction:     autoCompaction,
+			LossDir:            f.lossDir,
+			RollbackCheckAfter: f.rollbackCheckAfter,
 		},
 		GRPC: grpcsrv.Config{
 			MaxTxnOps:                   f.maxTxnOps,

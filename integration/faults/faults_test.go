@@ -77,7 +77,7 @@ func TestMain(m *testing.M) {
 		fmt.Println()
 		fmt.Print(textTable(rows))
 		if path := os.Getenv("FAULTS_REPORT"); path != "" {
-			if err := os.WriteFile(path, []byte(markdown(rows, durationSetting())), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(markdown(rows, durationSetting())+keptPart(path)), 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, "write report:", err)
 				code = 1
 			} else {

@@ -17,7 +17,8 @@
 // foreign writer, lose a commit's outcome after applying it or before, or
 // make ZooKeeper unavailable for it; ExpireSession ends a client's session;
 // SetConnected takes its connection away and back; SetUnavailable fails
-// every call.
+// every call; RollBack takes the store back to an older entry, as a
+// restore from a backup does.
 //
 // Everything is safe for concurrent use. Entries are stored encoded (the
 // zkstore codec), so readers never share memory with writers.
@@ -72,11 +73,14 @@ type Options struct {
 	MaxEntryBytes int
 	// MaxChunkedBytes bounds one entry (0: 64 MiB, zkstore's bound).
 	MaxChunkedBytes int
+	// Root is the name Root reports ("": "/memlog").
+	Root string
 }
 
 type stored struct {
 	data []byte
 	zxid int64
+	rev  int64 // the head's revision after the entry
 }
 
 type leaseToken struct {
@@ -132,6 +136,9 @@ func New(opts Options) *Store {
 	if opts.MaxChunkedBytes <= 0 {
 		opts.MaxChunkedBytes = 64 << 20
 	}
+	if opts.Root == "" {
+		opts.Root = "/memlog"
+	}
 	s := &Store{
 		opts:       opts,
 		entries:    map[int64]stored{},
@@ -144,7 +151,7 @@ func New(opts Options) *Store {
 		base:       zkstore.Base{},
 	}
 	s.zxid = 1
-	s.entries[1] = stored{data: zkstore.EncodeEntry(&revision.Entry{LSN: 1}), zxid: 1}
+	s.entries[1] = stored{data: zkstore.EncodeEntry(&revision.Entry{LSN: 1}), zxid: 1, rev: 1}
 	s.head = zkstore.Head{LSN: 1, Rev: 1, Zxid: 1}
 	return s
 }
@@ -230,6 +237,31 @@ func (s *Store) appendForeignLocked(ops []revision.Op) int64 {
 	return lsn
 }
 
+// RollBack makes the store what an older copy of it holds, as a ZooKeeper
+// ensemble restored from a backup taken at entry lsn: the entries after lsn
+// vanish and the head moves back to lsn (its revision and zxid), and head
+// watches fire. Later commits reuse those positions (with new zxids). Lease
+// tokens, members, the election and base generations are left as they
+// are; sessions are not ended. It fails, changing nothing, for an lsn the
+// store does not hold.
+func (s *Store) RollBack(lsn int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.entries[lsn]
+	if !ok {
+		return fmt.Errorf("memlog: roll back to entry %d: %w", lsn, zkstore.ErrEntryMissing)
+	}
+	for n := range s.entries {
+		if n > lsn {
+			delete(s.entries, n)
+		}
+	}
+	s.head = zkstore.Head{LSN: lsn, Rev: at.rev, Zxid: at.zxid}
+	close(s.headCh)
+	s.headCh = make(chan struct{})
+	return nil
+}
+
 // foreignPut is LoseCAS's entry: a put of ForeignKey at the next revision.
 func (s *Store) foreignPutLocked() {
 	rev := s.head.Rev + 1
@@ -240,7 +272,7 @@ func (s *Store) foreignPutLocked() {
 
 func (s *Store) writeLocked(e *revision.Entry, data []byte, rev int64) int64 {
 	s.zxid++
-	s.entries[e.LSN] = stored{data: data, zxid: s.zxid}
+	s.entries[e.LSN] = stored{data: data, zxid: s.zxid, rev: rev}
 	s.head = zkstore.Head{LSN: e.LSN, Rev: rev, Zxid: s.zxid}
 	close(s.headCh)
 	s.headCh = make(chan struct{})
@@ -396,11 +428,22 @@ func (c *Client) Meta() zkstore.Meta { return zkstore.Meta{Format: 1, ClusterID:
 // MaxEntryBytes returns the configured entry budget.
 func (c *Client) MaxEntryBytes() int { return c.s.opts.MaxEntryBytes }
 
+// Root returns the store's name (Options.Root).
+func (c *Client) Root() string { return c.s.opts.Root }
+
 // Session returns the session ID and whether the client is connected.
 func (c *Client) Session() (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.session, c.connected && !c.closed
+}
+
+// SessionChanged returns a channel closed at the next session change
+// (ExpireSession) or connection change (SetConnected).
+func (c *Client) SessionChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessionCh
 }
 
 // Close ends the session: its ephemeral state goes at once.
