@@ -8,8 +8,6 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,14 +76,14 @@ func buildNext(t *testing.T, ctx context.Context, dir string) string {
 	return out
 }
 
-func healthReason(addr string) string {
-	resp, err := http.Get("http://" + addr + "/health")
+func statusErrors(c *clientv3.Client, addr string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.Status(ctx, addr)
 	if err != nil {
 		return err.Error()
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return strings.Join(resp.Errors, "; ")
 }
 
 // TestRollingUpgradeToANewerEntryFormat: A and B serve one root on the
@@ -164,13 +162,13 @@ func TestRollingUpgradeToANewerEntryFormat(t *testing.T) {
 	// A, still current, meets format 3: it halts, naming the versions.
 	want := "log entry has format 3, newer than this zketcd reads (up to 2)"
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(healthReason(aMetrics), want) {
+	for !strings.Contains(statusErrors(ca, aAddr), want) {
 		if time.Now().After(deadline) {
-			t.Fatalf("A did not refuse the newer format: %s", healthReason(aMetrics))
+			t.Fatalf("A did not refuse the newer format: %s", statusErrors(ca, aAddr))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("A (current build): %s", healthReason(aMetrics))
+	t.Logf("A (current build): %s", statusErrors(ca, aAddr))
 	if _, err := ca.Get(ctx, "new/00", clientv3.WithSerializable()); err == nil || !strings.Contains(err.Error(), rpctypes.ErrCorrupt.Error()) {
 		t.Fatalf("A served a read after meeting the newer format: %v", err)
 	}
