@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	pb.RegisterMaintenanceServer(srv, &maintenanceServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done()})
-	pb.RegisterAuthServer(srv, &authServer{})
+	pb.RegisterAuthServer(srv, &authServer{hdr: hdr})
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
 		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done(),
 		maxWatchers: cfg.MaxWatchersPerStream})
