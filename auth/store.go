@@ -1,0 +1,346 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/authpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
+)
+
+// Source returns the encoded current auth state (see State.Encode) and the
+// log position it was read at. It is called on every check, so it must be
+// cheap; Store decodes a state once per distinct slice it returns.
+type Source func() (state []byte, lsn int64)
+
+// Config configures a Store.
+type Config struct {
+	// BcryptCost is the bcrypt cost of new password hashes (etcd's
+	// --bcrypt-cost); out of bcrypt's range it is bcrypt.DefaultCost, as in
+	// etcd.
+	BcryptCost int
+	// Tokens issues and verifies tokens (nil: simple tokens with the
+	// default TTL).
+	Tokens TokenProvider
+	// ClientCertAuth makes the common name of a verified client certificate
+	// authenticate a request that has no token (etcd's --client-cert-auth).
+	ClientCertAuth bool
+	Logger         *logrus.Entry
+}
+
+// Store answers authentication and permission checks on the state Source
+// returns. Safe for concurrent use.
+type Store struct {
+	src    Source
+	cfg    Config
+	lg     *logrus.Entry
+	dummy  []byte // a hash compared against when the user does not exist
+	mu     sync.Mutex
+	raw    []byte
+	cur    *State
+	perms  *Perms
+	broken error
+}
+
+// NewStore returns a Store reading src.
+func NewStore(src Source, cfg Config) *Store {
+	if cfg.BcryptCost < bcrypt.MinCost || cfg.BcryptCost > bcrypt.MaxCost {
+		cfg.BcryptCost = bcrypt.DefaultCost
+	}
+	if cfg.Tokens == nil {
+		cfg.Tokens = newSimpleTokens(DefaultTokenTTL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
+	}
+	s := &Store{src: src, cfg: cfg, lg: cfg.Logger.WithField("component", "auth"), cur: Initial()}
+	s.perms = NewPerms(s.cur)
+	s.dummy, _ = bcrypt.GenerateFromPassword([]byte("zketcd: no such user"), cfg.BcryptCost)
+	return s
+}
+
+// Close stops the token provider.
+func (s *Store) Close() { s.cfg.Tokens.Close() }
+
+// BcryptCost is the cost of new hashes.
+func (s *Store) BcryptCost() int { return s.cfg.BcryptCost }
+
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// Current returns the current state and its permission checker. A state
+// that cannot be decoded (never written by this package) keeps the last
+// good one and is logged; it is reported by Err.
+func (s *Store) Current() (*State, *Perms) {
+	raw, _ := s.src()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sameSlice(raw, s.raw) {
+		return s.cur, s.perms
+	}
+	st, err := Decode(raw)
+	if err != nil {
+		if s.broken == nil {
+			s.lg.WithError(err).Error("cannot decode the auth state; keeping the last one")
+		}
+		s.broken = err
+		return s.cur, s.perms
+	}
+	prev := s.cur
+	s.raw, s.cur, s.perms, s.broken = raw, st, NewPerms(st), nil
+	s.invalidate(prev, st)
+	return s.cur, s.perms
+}
+
+// invalidate drops the simple tokens that a change from prev to next voids,
+// as etcd does: every token when auth is disabled, those of a deleted user
+// or of a user whose password changed.
+func (s *Store) invalidate(prev, next *State) {
+	if !next.Enabled {
+		s.cfg.Tokens.Invalidate(func(string) bool { return true })
+		return
+	}
+	s.cfg.Tokens.Invalidate(func(user string) bool {
+		a, b := prev.User(user), next.User(user)
+		return b == nil || (a != nil && !bytes.Equal(a.Password, b.Password))
+	})
+}
+
+// Enabled reports whether authentication is on.
+func (s *Store) Enabled() bool {
+	st, _ := s.Current()
+	return st.Enabled
+}
+
+// Prepare returns the request to put in the log for a changing Auth
+// request: UserAdd and UserChangePassword get their password replaced by
+// its bcrypt hash (base64, in HashedPassword); other requests are returned
+// as they are.
+func (s *Store) Prepare(req proto.Message) (proto.Message, error) {
+	hash := func(pw string) (string, error) {
+		h, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)
+		if err != nil {
+			return "", rpctypes.ErrGRPCAuthFailed // bcrypt refuses passwords over 72 bytes
+		}
+		return base64.StdEncoding.EncodeToString(h), nil
+	}
+	switch r := req.(type) {
+	case *pb.AuthUserAddRequest:
+		if r.Options != nil && r.Options.NoPassword {
+			return &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options}, nil
+		}
+		if r.HashedPassword != "" && r.Password == "" {
+			return r, nil
+		}
+		h, err := hash(r.Password)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options, HashedPassword: h}, nil
+	case *pb.AuthUserChangePasswordRequest:
+		if r.Password == "" {
+			return r, nil
+		}
+		h, err := hash(r.Password)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.AuthUserChangePasswordRequest{Name: r.Name, HashedPassword: h}, nil
+	}
+	return req, nil
+}
+
+// Authenticate checks name's password and returns a token. The bcrypt
+// comparison runs whether or not the user exists, so the answer time does
+// not tell which users exist. Errors: ErrGRPCAuthNotEnabled,
+// ErrGRPCAuthFailed, etcd's no-password-user error.
+func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, error) {
+	st, _ := s.Current()
+	if !st.Enabled {
+		return nil, rpctypes.ErrGRPCAuthNotEnabled
+	}
+	_, lsn := s.src()
+	u := st.User(name)
+	if u != nil && u.Options != nil && u.Options.NoPassword {
+		return nil, errNoPasswordUser
+	}
+	hash := s.dummy
+	if u != nil {
+		hash = u.Password
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || u == nil {
+		s.lg.WithField("user", name).Info("authentication failed")
+		return nil, rpctypes.ErrGRPCAuthFailed
+	}
+	tok, err := s.cfg.Tokens.Assign(name, st.Revision, lsn)
+	if err != nil {
+		return nil, fmt.Errorf("assign token: %w", err)
+	}
+	return &pb.AuthenticateResponse{Token: tok}, nil
+}
+
+// AuthInfo returns who ctx's request comes from: the user of its token
+// (gRPC metadata "token", or "authorization" with an optional "Bearer "),
+// else, with ClientCertAuth, the common name of its verified client
+// certificate; nil if neither, or if auth is off. Errors:
+// ErrGRPCInvalidAuthToken for a token that is not valid.
+func (s *Store) AuthInfo(ctx context.Context) (*Info, error) {
+	st, _ := s.Current()
+	if !st.Enabled {
+		return nil, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	ts, ok := md[rpctypes.TokenFieldNameGRPC]
+	if !ok {
+		ts, ok = md[rpctypes.TokenFieldNameSwagger]
+	}
+	if ok && len(ts) > 0 {
+		info, valid := s.cfg.Tokens.Info(strings.TrimPrefix(ts[0], "Bearer "), st.Revision)
+		if !valid {
+			return nil, rpctypes.ErrGRPCInvalidAuthToken
+		}
+		return &info, nil
+	}
+	if !s.cfg.ClientCertAuth {
+		return nil, nil
+	}
+	return s.infoFromTLS(ctx, md, st.Revision), nil
+}
+
+func (s *Store) infoFromTLS(ctx context.Context, md metadata.MD, rev uint64) *Info {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p == nil || p.AuthInfo == nil {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	for _, chain := range ti.State.VerifiedChains {
+		if len(chain) == 0 {
+			continue
+		}
+		if len(md["grpcgateway-accept"]) > 0 {
+			return nil // as etcd: the gateway's own certificate is not a user
+		}
+		return &Info{Username: chain[0].Subject.CommonName, Revision: rev}
+	}
+	return nil
+}
+
+// checkOp is etcd's permission check of one key or range operation.
+func (s *Store) checkOp(ai *Info, key, end []byte, typ authpb.Permission_Type) error {
+	st, perms := s.Current()
+	if !st.Enabled {
+		return nil
+	}
+	if ai == nil || ai.Revision == 0 {
+		return rpctypes.ErrGRPCUserEmpty
+	}
+	if ai.Revision < st.Revision {
+		return rpctypes.ErrGRPCAuthOldRevision
+	}
+	if !perms.Permitted(ai.Username, key, end, typ) {
+		return rpctypes.ErrGRPCPermissionDenied
+	}
+	return nil
+}
+
+// CheckRange checks READ permission on [key, end).
+func (s *Store) CheckRange(ai *Info, key, end []byte) error {
+	return s.checkOp(ai, key, end, authpb.Permission_READ)
+}
+
+// CheckPut checks WRITE permission on key.
+func (s *Store) CheckPut(ai *Info, key []byte) error {
+	return s.checkOp(ai, key, nil, authpb.Permission_WRITE)
+}
+
+// CheckDelete checks WRITE permission on [key, end).
+func (s *Store) CheckDelete(ai *Info, key, end []byte) error {
+	return s.checkOp(ai, key, end, authpb.Permission_WRITE)
+}
+
+// CheckAdmin checks that ai is a user with the root role. Errors:
+// ErrGRPCUserEmpty, ErrGRPCUserNotFound, ErrGRPCPermissionDenied.
+func (s *Store) CheckAdmin(ai *Info) error {
+	st, _ := s.Current()
+	if !st.Enabled {
+		return nil
+	}
+	if ai == nil || ai.Username == "" {
+		return rpctypes.ErrGRPCUserEmpty
+	}
+	u := st.User(ai.Username)
+	if u == nil {
+		return rpctypes.ErrGRPCUserNotFound
+	}
+	if !hasRole(u, RootRole) {
+		return rpctypes.ErrGRPCPermissionDenied
+	}
+	return nil
+}
+
+// HasRole reports whether user has role.
+func (s *Store) HasRole(user, role string) bool {
+	st, _ := s.Current()
+	u := st.User(user)
+	return u != nil && hasRole(u, role)
+}
+
+func hasRole(u *authpb.User, role string) bool {
+	for _, r := range u.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// rootPerm is what RoleGet shows for the root role.
+func rootPerm() *authpb.Permission {
+	return &authpb.Permission{PermType: authpb.Permission_READWRITE, Key: []byte{}, RangeEnd: []byte{0}}
+}
+
+// Read answers the read-only Auth requests (UserGet, UserList, RoleGet,
+// RoleList, AuthStatus) from the current state; the response header is
+// left for the caller.
+func (s *Store) Read(req proto.Message) (proto.Message, error) {
+	st, _ := s.Current()
+	switch r := req.(type) {
+	case *pb.AuthStatusRequest:
+		return &pb.AuthStatusResponse{Enabled: st.Enabled, AuthRevision: st.Revision}, nil
+	case *pb.AuthUserGetRequest:
+		u := st.User(r.Name)
+		if u == nil {
+			return nil, rpctypes.ErrGRPCUserNotFound
+		}
+		return &pb.AuthUserGetResponse{Roles: append([]string(nil), u.Roles...)}, nil
+	case *pb.AuthUserListRequest:
+		return &pb.AuthUserListResponse{Users: st.UserNames()}, nil
+	case *pb.AuthRoleGetRequest:
+		ro := st.Role(r.Role)
+		if ro == nil {
+			return nil, rpctypes.ErrGRPCRoleNotFound
+		}
+		if r.Role == RootRole {
+			return &pb.AuthRoleGetResponse{Perm: []*authpb.Permission{rootPerm()}}, nil
+		}
+		return &pb.AuthRoleGetResponse{Perm: ro.KeyPermission}, nil
+	case *pb.AuthRoleListRequest:
+		return &pb.AuthRoleListResponse{Roles: st.RoleNames()}, nil
+	}
+	return nil, fmt.Errorf("auth: %T is not a read request", req)
+}
