@@ -13,9 +13,11 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -132,7 +134,8 @@ func (s *Store) Prepare(req proto.Message) (proto.Message, error) {
 	hash := func(pw string) (string, error) {
 		h, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)
 		if err != nil {
-			return "", rpctypes.ErrGRPCAuthFailed // bcrypt refuses passwords over 72 bytes
+			// e.g. a password over 72 bytes; etcd sends bcrypt's error as Unknown
+			return "", status.Error(codes.Unknown, err.Error())
 		}
 		return base64.StdEncoding.EncodeToString(h), nil
 	}

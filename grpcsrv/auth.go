@@ -3,78 +3,217 @@ package grpcsrv
 import (
 	"context"
 
+	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/zketcd/zketcd/auth"
+	"github.com/zketcd/zketcd/backend"
 )
 
-// authServer answers etcd's Auth service as etcd 3.7.3 does with
-// authentication disabled and an empty user store: clients configured with a
-// user name get ErrAuthNotEnabled from Authenticate and carry on without a
-// token.
+// authServer answers etcd's Auth service from the auth store. Changes go
+// through the revision log (backend.AuthWrite) so that every instance
+// applies them at the same position; reads and Authenticate first catch
+// up with the log, as etcd's go through raft. Permission checks are the
+// authorizer's (see authz.go), done before a request reaches here.
 type authServer struct {
-	pb.UnimplementedAuthServer
-	hdr header
+	pb.UnsafeAuthServer
+	st        *auth.Store
+	hdr       header
+	lg        *logrus.Entry
+	write     func(ctx context.Context, req proto.Message, eval backend.AuthEval) (any, error)
+	linearize func(ctx context.Context) error
 }
 
-// Authenticate answers etcd's "authentication is not enabled".
-func (s authServer) Authenticate(context.Context, *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
-	return nil, rpctypes.ErrGRPCAuthNotEnabled
+var _ pb.AuthServer = (*authServer)(nil)
+
+// withHeader fills the header field of an Auth response.
+func (s *authServer) withHeader(m proto.Message) proto.Message {
+	h := &pb.ResponseHeader{}
+	s.hdr.fill(h)
+	r := m.ProtoReflect()
+	r.Set(r.Descriptor().Fields().ByName("header"), protoreflect.ValueOfMessage(h.ProtoReflect()))
+	return m
 }
 
-// AuthStatus reports authentication as disabled at auth revision 1 (a fresh
-// etcd's).
-func (s authServer) AuthStatus(context.Context, *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
-	resp := &pb.AuthStatusResponse{Header: &pb.ResponseHeader{}, Enabled: false, AuthRevision: 1}
-	s.hdr.fill(resp.Header)
-	return resp, nil
+// change commits one changing request.
+func (s *authServer) change(ctx context.Context, req proto.Message) (proto.Message, error) {
+	prepared, err := s.st.Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.write(ctx, prepared, func(cur []byte) ([]byte, any, error) {
+		st, err := auth.Decode(cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		next, resp, err := st.Apply(prepared)
+		if err != nil {
+			return nil, nil, err
+		}
+		if next == st {
+			return nil, resp, nil
+		}
+		return next.Encode(), resp, nil
+	})
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	return s.withHeader(resp.(proto.Message)), nil
 }
 
-// AuthEnable fails as on etcd without a root user.
-func (s authServer) AuthEnable(context.Context, *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
-	return nil, rpctypes.ErrGRPCRootUserNotExist
+// read answers a read-only request after catching up with the log.
+func (s *authServer) read(ctx context.Context, req proto.Message) (proto.Message, error) {
+	if err := s.linearize(ctx); err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	resp, err := s.st.Read(req)
+	if err != nil {
+		return nil, err
+	}
+	return s.withHeader(resp), nil
 }
 
-// AuthDisable is a no-op, as on etcd when authentication is off.
-func (s authServer) AuthDisable(context.Context, *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
-	resp := &pb.AuthDisableResponse{Header: &pb.ResponseHeader{}}
-	s.hdr.fill(resp.Header)
-	return resp, nil
+// Authenticate checks a password after catching up with the log (so that
+// a user just created through another instance can log in) and returns a
+// token. With auth off it answers "authentication is not enabled", which
+// clientv3 takes as "carry on without a token".
+func (s *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	if err := s.linearize(ctx); err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	resp, err := s.st.Authenticate(r.Name, r.Password)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
+	return s.withHeader(resp).(*pb.AuthenticateResponse), nil
 }
 
-// UserList lists no users.
-func (s authServer) UserList(context.Context, *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
-	resp := &pb.AuthUserListResponse{Header: &pb.ResponseHeader{}}
-	s.hdr.fill(resp.Header)
-	return resp, nil
+func (s *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthEnableResponse), nil
 }
 
-// RoleList lists no roles.
-func (s authServer) RoleList(context.Context, *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
-	resp := &pb.AuthRoleListResponse{Header: &pb.ResponseHeader{}}
-	s.hdr.fill(resp.Header)
-	return resp, nil
+func (s *authServer) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthDisableResponse), nil
 }
 
-// UserGet finds no user.
-func (s authServer) UserGet(context.Context, *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
-	return nil, rpctypes.ErrGRPCUserNotFound
+func (s *authServer) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
+	m, err := s.read(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthStatusResponse), nil
 }
 
-// RoleGet finds no role.
-func (s authServer) RoleGet(context.Context, *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
-	return nil, rpctypes.ErrGRPCRoleNotFound
+func (s *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthUserAddResponse), nil
 }
 
-var errNoUserStore = status.Error(codes.Unimplemented, "zketcd: the user store is not implemented yet")
-
-// UserAdd is not supported yet.
-func (s authServer) UserAdd(context.Context, *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
-	return nil, errNoUserStore
+func (s *authServer) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
+	m, err := s.read(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthUserGetResponse), nil
 }
 
-// RoleAdd is not supported yet.
-func (s authServer) RoleAdd(context.Context, *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
-	return nil, errNoUserStore
+func (s *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+	m, err := s.read(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthUserListResponse), nil
+}
+
+func (s *authServer) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthUserDeleteResponse), nil
+}
+
+func (s *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthUserChangePasswordResponse), nil
+}
+
+func (s *authServer) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthUserGrantRoleResponse), nil
+}
+
+func (s *authServer) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthUserRevokeRoleResponse), nil
+}
+
+func (s *authServer) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthRoleAddResponse), nil
+}
+
+func (s *authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
+	m, err := s.read(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthRoleGetResponse), nil
+}
+
+func (s *authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
+	m, err := s.read(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthRoleListResponse), nil
+}
+
+func (s *authServer) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthRoleDeleteResponse), nil
+}
+
+func (s *authServer) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthRoleGrantPermissionResponse), nil
+}
+
+func (s *authServer) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
+	m, err := s.change(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*pb.AuthRoleRevokePermissionResponse), nil
 }

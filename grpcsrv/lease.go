@@ -19,6 +19,8 @@ type leaseServer struct {
 	hdr  header
 	lg   *logrus.Entry
 	stop <-chan struct{} // closed when the server shuts down
+	// authz checks each keepalive (nil: no checks).
+	authz *authorizer
 }
 
 var _ pb.LeaseServer = (*leaseServer)(nil)
@@ -87,6 +89,9 @@ func (s *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKee
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if err := s.authz.leaseRenew(stream.Context(), req.ID); err != nil {
 			return err
 		}
 		ttl, err := s.be.LeaseRenew(stream.Context(), req.ID)

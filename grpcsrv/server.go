@@ -60,8 +60,10 @@ type Config struct {
 	// connection; one not done by then is closed (0:
 	// DefaultConnectionTimeout).
 	ConnectionTimeout time.Duration
-	Logger            *logrus.Entry
-	Registerer        prometheus.Registerer
+	// Auth configures authentication (etcd's --auth-token, --bcrypt-cost).
+	Auth       AuthConfig
+	Logger     *logrus.Entry
+	Registerer prometheus.Registerer
 }
 
 // New returns a gRPC server with every etcd service registered on be, and
@@ -108,11 +110,12 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 		}),
 		grpc.ConnectionTimeout(cfg.ConnectionTimeout),
 	}
+	az := newAuthorizer(ctx, cfg, be)
 	if l := newRequestLimiter(cfg.MaxConcurrentRequests, cfg.Registerer); l != nil {
 		// Metrics first, so that refused requests are counted with their code.
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, l.unary), grpc.ChainStreamInterceptor(m.stream, l.stream))
+		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, l.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, l.stream, az.stream))
 	} else {
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
+		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, az.stream))
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -122,11 +125,11 @@ func New(ctx context.Context, cfg Config, be *backend.Backend) *grpc.Server {
 	pb.RegisterKVServer(srv, &kvServer{be: be, hdr: hdr, lg: lg, maxTxnOps: cfg.MaxTxnOps})
 	pb.RegisterMaintenanceServer(srv, &maintenanceServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
-	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done()})
-	pb.RegisterAuthServer(srv, &authServer{hdr: hdr})
+	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done(), authz: az})
+	pb.RegisterAuthServer(srv, newAuthServer(az, be, hdr, lg))
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
 		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done(),
-		maxWatchers: cfg.MaxWatchersPerStream})
+		maxWatchers: cfg.MaxWatchersPerStream, authz: az})
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)

@@ -14,6 +14,7 @@ type Snapshot struct {
 	State  State
 	Keys   []KeyHistory // ascending by key
 	Leases []Lease      // ascending by ID; Lease.keys is not set (derived from the keys)
+	Auth   []byte       // the encoded auth state (see OpAuth); nil if never set
 }
 
 // KeyHistory is one key's retained versions, oldest first; a version with
@@ -28,7 +29,7 @@ type KeyHistory struct {
 func (v *View) Snapshot() *Snapshot {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len())}
+	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len()), Auth: v.auth}
 	v.tree.Ascend(func(ki *keyIndex) bool {
 		s.Keys = append(s.Keys, KeyHistory{Key: ki.key, Versions: append([]*KeyValue(nil), ki.versions...)})
 		return true
@@ -46,6 +47,7 @@ func (v *View) Snapshot() *Snapshot {
 func FromSnapshot(s *Snapshot) (*View, error) {
 	v := NewView(s.State.LSN, s.State.Rev)
 	v.state = s.State
+	v.auth = s.Auth
 	for _, l := range s.Leases {
 		v.leases[l.ID] = &Lease{ID: l.ID, TTL: l.TTL, RemainingTTL: l.RemainingTTL, keys: map[string]struct{}{}}
 	}
@@ -107,7 +109,7 @@ func (v *View) Reset(other *View) {
 	defer v.mu.Unlock()
 	other.mu.Lock()
 	defer other.mu.Unlock()
-	v.tree, v.state, v.leases, v.history = other.tree, other.state, other.leases, other.history
+	v.tree, v.state, v.leases, v.history, v.auth = other.tree, other.state, other.leases, other.history, other.auth
 	close(v.applied)
 	v.applied = make(chan struct{})
 }

@@ -83,6 +83,10 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
+	authCfg, err := f.authConfig()
+	if err != nil {
+		return err
+	}
 	cfg := embed.Config{
 		Backend: backend.Config{
 			Store:           storeCfg,
@@ -103,6 +107,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			MaxConcurrentStreams:        uint32(min(f.maxConcurrentStreams, 1<<32-1)),
 			MaxConcurrentRequests:       f.maxConcurrentRequests,
 			ConnectionTimeout:           f.handshakeTimeout,
+			Auth:                        authCfg,
 		},
 		ClientAddrs:  listen,
 		TLS:          tlsCfg,

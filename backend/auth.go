@@ -1,0 +1,39 @@
+package backend
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/revision"
+)
+
+// AuthState returns the encoded auth state of the view (package auth's
+// encoding; nil on a root whose auth store never changed) and the log
+// position it was read at. Safe for concurrent use.
+func (b *Backend) AuthState() ([]byte, int64) { return b.view.AuthState() }
+
+// AuthEval evaluates one auth change against the current encoded auth
+// state (as staged in the batch) and returns the next state (nil: nothing
+// changes, no op is staged) and the response. It may be called again if
+// another instance took the log position, so it must not keep state.
+type AuthEval func(cur []byte) (next []byte, resp any, err error)
+
+// AuthWrite commits an auth change as an OpAuth op of the log, in log
+// order with every other write, so that every instance applies it at the
+// same position. It does not take an etcd revision. req is the request as
+// it goes into the log (its size is checked against --max-request-bytes).
+// When AuthWrite returns without error the change is applied to this
+// instance's view.
+func (b *Backend) AuthWrite(ctx context.Context, req proto.Message, eval AuthEval) (any, error) {
+	return b.write(ctx, req, func(bt *revision.Batch) (any, error) {
+		next, resp, err := eval(bt.AuthState())
+		if err != nil {
+			return nil, err
+		}
+		if next != nil {
+			bt.SetAuthState(next)
+		}
+		return resp, nil
+	})
+}

@@ -1,0 +1,362 @@
+package grpcsrv
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+
+	"github.com/zketcd/zketcd/auth"
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/revision"
+)
+
+// authorizer checks every request against the auth store as etcd 3.7 does
+// (etcd's apply-time and API-layer checks, done here before the request
+// reaches the backend). With authentication off every check passes.
+type authorizer struct {
+	st *auth.Store
+	// linearize waits until the view has applied every committed entry.
+	linearize func(ctx context.Context) error
+	// leaseKeys returns the keys attached to a lease, and whether it exists.
+	leaseKeys func(id int64) ([][]byte, bool)
+	// leaseIDs lists the leases.
+	leaseIDs func() []int64
+}
+
+// info returns who the request comes from. When its token was issued at a
+// newer auth revision than this instance has applied (it logged in through
+// another instance), the view catches up first, so that a user created
+// elsewhere is known here.
+func (a *authorizer) info(ctx context.Context) (*auth.Info, error) {
+	ai, err := a.st.AuthInfo(ctx)
+	if err != nil || ai == nil {
+		return ai, err
+	}
+	if st, _ := a.st.Current(); ai.Revision > st.Revision {
+		if err := a.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return ai, nil
+}
+
+// admin is etcd's check for root-only RPCs.
+func (a *authorizer) admin(ctx context.Context) error {
+	ai, err := a.info(ctx)
+	if err != nil {
+		return err
+	}
+	return a.st.CheckAdmin(ai)
+}
+
+// requireInfo is etcd's check for RPCs any authenticated user may call.
+func (a *authorizer) requireInfo(ctx context.Context) error {
+	ai, err := a.info(ctx)
+	if err != nil {
+		return err
+	}
+	if ai == nil {
+		return rpctypes.ErrGRPCUserEmpty
+	}
+	return nil
+}
+
+// unary checks the unary RPCs.
+func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !a.st.Enabled() {
+		return handler(ctx, req)
+	}
+	if err := a.check(ctx, info.FullMethod, req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// stream checks the streaming RPCs that etcd checks when they open
+// (Snapshot is root-only); Watch and LeaseKeepAlive check each request in
+// their handlers.
+func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.FullMethod == "/etcdserverpb.Maintenance/Snapshot" && a.st.Enabled() {
+		if err := a.admin(ss.Context()); err != nil {
+			return err
+		}
+	}
+	return handler(srv, ss)
+}
+
+func (a *authorizer) check(ctx context.Context, method string, req any) error {
+	switch method {
+	case "/etcdserverpb.Auth/Authenticate", "/etcdserverpb.Cluster/MemberList":
+		return nil // no credentials needed
+	case "/etcdserverpb.Auth/AuthStatus", "/etcdserverpb.Lease/LeaseGrant":
+		_, err := a.info(ctx) // only a bad token is refused
+		return err
+	case "/etcdserverpb.Auth/UserGet":
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		if err := a.st.CheckAdmin(ai); err != nil && (ai == nil || ai.Username != req.(*pb.AuthUserGetRequest).Name) {
+			return err
+		}
+		return nil
+	case "/etcdserverpb.Auth/RoleGet":
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		if err := a.st.CheckAdmin(ai); err != nil && (ai == nil || !a.st.HasRole(ai.Username, req.(*pb.AuthRoleGetRequest).Role)) {
+			return err
+		}
+		return nil
+	case "/etcdserverpb.Maintenance/Status":
+		return a.requireInfo(ctx)
+	case "/etcdserverpb.Maintenance/Alarm":
+		if req.(*pb.AlarmRequest).Action == pb.AlarmRequest_GET {
+			return a.requireInfo(ctx)
+		}
+		return a.admin(ctx)
+	}
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		return a.st.CheckRange(ai, r.Key, r.RangeEnd)
+	case *pb.PutRequest:
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		return a.checkPut(ai, r)
+	case *pb.DeleteRangeRequest:
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		return a.checkDelete(ai, r)
+	case *pb.TxnRequest:
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		return a.checkTxn(ai, r)
+	case *pb.LeaseRevokeRequest:
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		return a.checkLeaseKeys(ai, r.ID, false)
+	case *pb.LeaseTimeToLiveRequest:
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		if ai == nil {
+			return rpctypes.ErrGRPCUserEmpty
+		}
+		return a.checkLeaseKeys(ai, r.ID, true)
+	case *pb.LeaseLeasesRequest:
+		ai, err := a.info(ctx)
+		if err != nil {
+			return err
+		}
+		if ai == nil {
+			return rpctypes.ErrGRPCUserEmpty
+		}
+		if a.st.CheckAdmin(ai) == nil {
+			return nil
+		}
+		for _, id := range a.leaseIDs() {
+			if err := a.checkLeaseKeys(ai, id, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Everything else (Compact, the Auth admin RPCs, Maintenance and
+	// membership changes) is root-only, as in etcd.
+	return a.admin(ctx)
+}
+
+func (a *authorizer) checkPut(ai *auth.Info, r *pb.PutRequest) error {
+	if err := a.st.CheckPut(ai, r.Key); err != nil {
+		return err
+	}
+	if err := a.checkLeaseKeys(ai, r.Lease, false); err != nil {
+		return err
+	}
+	if r.PrevKv {
+		return a.st.CheckRange(ai, r.Key, nil)
+	}
+	return nil
+}
+
+func (a *authorizer) checkDelete(ai *auth.Info, r *pb.DeleteRangeRequest) error {
+	if err := a.st.CheckDelete(ai, r.Key, r.RangeEnd); err != nil {
+		return err
+	}
+	if r.PrevKv {
+		return a.st.CheckRange(ai, r.Key, r.RangeEnd)
+	}
+	return nil
+}
+
+// checkTxn checks the compares, then every op of both branches, nested
+// transactions included, as etcd does.
+func (a *authorizer) checkTxn(ai *auth.Info, r *pb.TxnRequest) error {
+	for _, c := range r.Compare {
+		if err := a.st.CheckRange(ai, c.Key, c.RangeEnd); err != nil {
+			return err
+		}
+	}
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			var err error
+			switch v := op.Request.(type) {
+			case *pb.RequestOp_RequestRange:
+				if v.RequestRange != nil {
+					err = a.st.CheckRange(ai, v.RequestRange.Key, v.RequestRange.RangeEnd)
+				}
+			case *pb.RequestOp_RequestPut:
+				if v.RequestPut != nil {
+					err = a.checkPut(ai, v.RequestPut)
+				}
+			case *pb.RequestOp_RequestDeleteRange:
+				if d := v.RequestDeleteRange; d != nil {
+					if d.PrevKv {
+						err = a.st.CheckRange(ai, d.Key, d.RangeEnd)
+					}
+					if err == nil {
+						err = a.st.CheckDelete(ai, d.Key, d.RangeEnd)
+					}
+				}
+			case *pb.RequestOp_RequestTxn:
+				if v.RequestTxn != nil {
+					err = a.checkTxn(ai, v.RequestTxn)
+				}
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkLeaseKeys is etcd's check of a lease's attached keys: root passes;
+// anyone else needs WRITE (read: READ) permission on each key attached to
+// lease id. A lease that does not exist (or 0) has no keys.
+func (a *authorizer) checkLeaseKeys(ai *auth.Info, id int64, read bool) error {
+	if id == 0 {
+		return nil
+	}
+	keys, ok := a.leaseKeys(id)
+	if !ok {
+		return nil
+	}
+	if a.st.CheckAdmin(ai) == nil {
+		return nil
+	}
+	for _, k := range keys {
+		var err error
+		if read {
+			err = a.st.CheckRange(ai, k, nil)
+		} else {
+			err = a.st.CheckPut(ai, k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// leaseRenew is etcd's check of one keepalive: an authenticated user, root
+// or with WRITE permission on every key attached to the lease.
+func (a *authorizer) leaseRenew(ctx context.Context, id int64) error {
+	if a == nil || !a.st.Enabled() {
+		return nil
+	}
+	ai, err := a.info(ctx)
+	if err != nil {
+		return err
+	}
+	if ai == nil {
+		return rpctypes.ErrGRPCUserEmpty
+	}
+	return a.checkLeaseKeys(ai, id, false)
+}
+
+// watchCreate checks READ permission on a watch's range; it returns the
+// cancel reason etcd sends, or "".
+func (a *authorizer) watchCreate(ctx context.Context, creq *pb.WatchCreateRequest) string {
+	if a == nil || !a.st.Enabled() {
+		return ""
+	}
+	ai, err := a.info(ctx)
+	if err == nil {
+		err = a.st.CheckRange(ai, creq.Key, creq.RangeEnd)
+	}
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken), errors.Is(err, rpctypes.ErrGRPCAuthOldRevision),
+		errors.Is(err, rpctypes.ErrGRPCUserEmpty):
+		return err.Error()
+	}
+	return rpctypes.ErrGRPCPermissionDenied.Error()
+}
+
+// leaseKeysOf reads the keys attached to a lease from a view.
+func leaseKeysOf(v *revision.View, id int64) (keys [][]byte, ok bool) {
+	_ = v.Read(func(r revision.Reader) error {
+		if l := r.Lease(id); l != nil {
+			keys, ok = l.Keys(), true
+		}
+		return nil
+	})
+	return keys, ok
+}
+
+// AuthConfig configures authentication.
+type AuthConfig struct {
+	// Tokens issues and verifies tokens (etcd's --auth-token; nil: simple
+	// tokens with auth.DefaultTokenTTL). The server closes it when its
+	// context ends.
+	Tokens auth.TokenProvider
+	// BcryptCost is the cost of password hashes (etcd's --bcrypt-cost; 0:
+	// bcrypt's default, 10).
+	BcryptCost int
+}
+
+// newAuthorizer builds the auth store on be's view and its authorizer. The
+// common name of a verified client certificate authenticates when the
+// server requires client certificates (etcd's --client-cert-auth).
+func newAuthorizer(ctx context.Context, cfg Config, be *backend.Backend) *authorizer {
+	clientCert := cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+	st := auth.NewStore(be.AuthState, auth.Config{
+		BcryptCost: cfg.Auth.BcryptCost, Tokens: cfg.Auth.Tokens, ClientCertAuth: clientCert, Logger: cfg.Logger,
+	})
+	go func() {
+		<-ctx.Done()
+		st.Close()
+	}()
+	return &authorizer{
+		st:        st,
+		linearize: be.Linearize,
+		leaseKeys: func(id int64) ([][]byte, bool) { return leaseKeysOf(be.View(), id) },
+		leaseIDs:  be.View().LeaseIDs,
+	}
+}
+
+// newAuthServer returns the Auth service on az's store.
+func newAuthServer(az *authorizer, be *backend.Backend, hdr header, lg *logrus.Entry) *authServer {
+	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize}
+}
