@@ -91,11 +91,13 @@ func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 
 func (a *authorizer) check(ctx context.Context, method string, req any) error {
 	switch method {
-	case "/etcdserverpb.Auth/Authenticate", "/etcdserverpb.Cluster/MemberList":
+	case "/etcdserverpb.Auth/Authenticate":
 		return nil // no credentials needed
-	case "/etcdserverpb.Auth/AuthStatus", "/etcdserverpb.Lease/LeaseGrant":
+	case "/etcdserverpb.Auth/AuthStatus":
 		_, err := a.info(ctx) // only a bad token is refused
 		return err
+	case "/etcdserverpb.Cluster/MemberList", "/etcdserverpb.Lease/LeaseGrant":
+		return a.requireInfo(ctx)
 	case "/etcdserverpb.Auth/UserGet":
 		ai, err := a.info(ctx)
 		if err != nil {
@@ -152,6 +154,9 @@ func (a *authorizer) check(ctx context.Context, method string, req any) error {
 		if err != nil {
 			return err
 		}
+		if ai == nil {
+			return rpctypes.ErrGRPCUserEmpty
+		}
 		return a.checkLeaseKeys(ai, r.ID, false)
 	case *pb.LeaseTimeToLiveRequest:
 		ai, err := a.info(ctx)
@@ -160,6 +165,9 @@ func (a *authorizer) check(ctx context.Context, method string, req any) error {
 		}
 		if ai == nil {
 			return rpctypes.ErrGRPCUserEmpty
+		}
+		if !r.Keys {
+			return nil // as etcd: attached keys are checked only when listed
 		}
 		return a.checkLeaseKeys(ai, r.ID, true)
 	case *pb.LeaseLeasesRequest:

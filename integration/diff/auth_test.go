@@ -10,3 +10,9 @@ import (
 func TestDiffAuthOff(t *testing.T) {
 	diff.Runner{A: diff.EtcdFactory(), B: zketcdFactory(), KeepGoing: true}.Run(t, diff.AuthOffScenarios())
 }
+
+// TestDiffAuthOn compares every RPC with authentication enabled, as a
+// permitted and a forbidden user.
+func TestDiffAuthOn(t *testing.T) {
+	diff.Runner{A: diff.EtcdFactory(), B: zketcdFactory(), KeepGoing: true}.Run(t, diff.AuthOnScenarios())
+}
