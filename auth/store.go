@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -48,11 +49,17 @@ type Store struct {
 	cfg    Config
 	lg     *logrus.Entry
 	dummy  []byte // a hash compared against when the user does not exist
-	mu     sync.Mutex
-	raw    []byte
-	cur    *State
-	perms  *Perms
-	broken error
+	cache  atomic.Pointer[decoded]
+	mu     sync.Mutex // serialises decoding a new state
+	broken error      // under mu
+}
+
+// decoded is the state decoded from one slice the Source returned.
+type decoded struct {
+	raw   []byte
+	lsn   int64 // log position raw was read at
+	state *State
+	perms *Perms
 }
 
 // NewStore returns a Store reading src.
@@ -66,8 +73,9 @@ func NewStore(src Source, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
-	s := &Store{src: src, cfg: cfg, lg: cfg.Logger.WithField("component", "auth"), cur: Initial()}
-	s.perms = NewPerms(s.cur)
+	s := &Store{src: src, cfg: cfg, lg: cfg.Logger.WithField("component", "auth")}
+	init := Initial()
+	s.cache.Store(&decoded{state: init, perms: NewPerms(init)})
 	s.dummy, _ = bcrypt.GenerateFromPassword([]byte("zketcd: no such user"), cfg.BcryptCost)
 	return s
 }
@@ -82,15 +90,22 @@ func sameSlice(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-// Current returns the current state and its permission checker. A state
-// that cannot be decoded (never written by this package) keeps the last
-// good one and is logged; it is reported by Err.
+// Current returns the current state and its permission checker. The
+// common case (the state did not change) takes no lock. A state that
+// cannot be decoded (never written by this package) keeps the last good
+// one and is logged.
 func (s *Store) Current() (*State, *Perms) {
-	raw, _ := s.src()
+	raw, lsn := s.src()
+	if c := s.cache.Load(); sameSlice(raw, c.raw) {
+		return c.state, c.perms
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sameSlice(raw, s.raw) {
-		return s.cur, s.perms
+	c := s.cache.Load()
+	if sameSlice(raw, c.raw) || lsn < c.lsn {
+		// Unchanged, or read before the cached state: the cached one is
+		// at least as new.
+		return c.state, c.perms
 	}
 	st, err := Decode(raw)
 	if err != nil {
@@ -98,12 +113,13 @@ func (s *Store) Current() (*State, *Perms) {
 			s.lg.WithError(err).Error("cannot decode the auth state; keeping the last one")
 		}
 		s.broken = err
-		return s.cur, s.perms
+		return c.state, c.perms
 	}
-	prev := s.cur
-	s.raw, s.cur, s.perms, s.broken = raw, st, NewPerms(st), nil
-	s.invalidate(prev, st)
-	return s.cur, s.perms
+	s.broken = nil
+	n := &decoded{raw: raw, lsn: lsn, state: st, perms: NewPerms(st)}
+	s.cache.Store(n)
+	s.invalidate(c.state, st)
+	return n.state, n.perms
 }
 
 // invalidate drops the simple tokens that a change from prev to next voids,

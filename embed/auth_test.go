@@ -11,7 +11,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/zketcd/zketcd/auth"
 	"github.com/zketcd/zketcd/embed"
+	"github.com/zketcd/zketcd/grpcsrv"
 
 	"github.com/zketcd/zketcd/internal/testcerts"
 	"github.com/zketcd/zketcd/internal/zketcdtest"
@@ -235,4 +237,9 @@ func TestAuthClientCertificateCommonNameIsTheUser(t *testing.T) {
 	if _, err := c.Put(ctx, "/other", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("put outside the user's permission: %v", err)
 	}
+}
+
+// grpcAuth is the auth configuration with tokens from tp and bcrypt cost 5.
+func grpcAuth(tp auth.TokenProvider) grpcsrv.AuthConfig {
+	return grpcsrv.AuthConfig{Tokens: tp, BcryptCost: 5}
 }
