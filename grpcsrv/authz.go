@@ -77,16 +77,37 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	return handler(ctx, req)
 }
 
-// stream checks the streaming RPCs that etcd checks when they open
-// (Snapshot is root-only); Watch and LeaseKeepAlive check each request in
-// their handlers.
+// stream checks the streaming RPCs: Snapshot is root-only, RangeStream's
+// request is checked as a Range when it arrives; Watch and LeaseKeepAlive
+// check each request in their handlers.
 func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod == "/etcdserverpb.Maintenance/Snapshot" && a.st.Enabled() {
+	if !a.st.Enabled() {
+		return handler(srv, ss)
+	}
+	switch info.FullMethod {
+	case "/etcdserverpb.Maintenance/Snapshot":
 		if err := a.admin(ss.Context()); err != nil {
 			return err
 		}
+	case "/etcdserverpb.KV/RangeStream":
+		return handler(srv, &checkedStream{ServerStream: ss, a: a, method: info.FullMethod})
 	}
 	return handler(srv, ss)
+}
+
+// checkedStream checks every request a client stream delivers before the
+// handler sees it.
+type checkedStream struct {
+	grpc.ServerStream
+	a      *authorizer
+	method string
+}
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.a.check(s.Context(), s.method, m)
 }
 
 func (a *authorizer) check(ctx context.Context, method string, req any) error {

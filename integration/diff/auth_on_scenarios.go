@@ -102,6 +102,27 @@ func RawAs(user, password string, req proto.Message) Step {
 	return st
 }
 
+// RangeStreamAs sends req through RangeStream as user and records every
+// chunk.
+func RangeStreamAs(user, password string, req *pb.RangeRequest) Step {
+	st := AsUser(user, password, func(ctx context.Context, c *clientv3.Client) Result {
+		res := Result{Request: req}
+		s, err := pb.NewKVClient(c.ActiveConnection()).RangeStream(ctx, req)
+		for err == nil {
+			var resp *pb.RangeStreamResponse
+			if resp, err = s.Recv(); err == nil {
+				res.Responses = append(res.Responses, resp)
+			}
+		}
+		if err != io.EOF {
+			res.Err = err
+		}
+		return res
+	})
+	st.kind = "as " + user + ": RangeStream"
+	return st
+}
+
 // RawNoAuth sends req without credentials on the scenario's own client.
 func RawNoAuth(req proto.Message) Step {
 	return Step{kind: "no user: " + string(req.ProtoReflect().Descriptor().Name()), exec: func(ctx context.Context, e *endpoint) Result {
@@ -218,6 +239,8 @@ func AuthOnScenarios() []Scenario {
 			RawAs(a, apw, &pb.RangeRequest{Key: []byte("/foo/"), RangeEnd: []byte("\x00")}).WantErr(denied),
 			RawAs(a, apw, &pb.RangeRequest{Key: []byte("/zzz")}).WantErr(denied),
 			RawAs(a, apw, &pb.RangeRequest{Key: []byte("/bar")}).WantOK(),
+			RangeStreamAs(a, apw, &pb.RangeRequest{Key: []byte("/foo/"), RangeEnd: []byte("/foo0")}).WantOK(),
+			RangeStreamAs(a, apw, &pb.RangeRequest{Key: []byte("/"), RangeEnd: []byte("0")}).WantErr(denied),
 			RawAs(a, apw, &pb.PutRequest{Key: []byte("/bar"), Value: []byte("v"), PrevKv: true}).WantOK(),
 			RawAs(a, apw, &pb.PutRequest{Key: []byte("/foo/a"), Value: []byte("v")}).WantErr(denied),
 			RawAs(a, apw, &pb.PutRequest{Key: []byte("/w/x"), Value: []byte("v")}).WantOK(),
