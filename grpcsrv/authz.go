@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -111,6 +112,9 @@ func (s *checkedStream) RecvMsg(m any) error {
 }
 
 func (a *authorizer) check(ctx context.Context, method string, req any) error {
+	if strings.HasPrefix(method, "/grpc.health.v1.") {
+		return nil // probes never carry credentials
+	}
 	switch method {
 	case "/etcdserverpb.Auth/Authenticate":
 		return nil // no credentials needed
@@ -210,7 +214,8 @@ func (a *authorizer) check(ctx context.Context, method string, req any) error {
 		return nil
 	}
 	// Everything else (Compact, the Auth admin RPCs, Maintenance and
-	// membership changes) is root-only, as in etcd.
+	// membership changes) is root-only, as in etcd; so is any service
+	// without checks of its own here.
 	return a.admin(ctx)
 }
 
