@@ -3,6 +3,7 @@ package embed_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -242,4 +243,43 @@ func TestAuthClientCertificateCommonNameIsTheUser(t *testing.T) {
 // grpcAuth is the auth configuration with tokens from tp and bcrypt cost 5.
 func grpcAuth(tp auth.TokenProvider) grpcsrv.AuthConfig {
 	return grpcsrv.AuthConfig{Tokens: tp, BcryptCost: 5}
+}
+
+func TestConcurrentAuthChangesThroughTwoInstancesAreAllKept(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	a := zketcdtest.Start(t, []string{zk}, fastBcrypt(zketcdtest.Options{}))
+	b := zketcdtest.Start(t, []string{zk}, fastBcrypt(zketcdtest.Options{Root: a.Root()}))
+	clients := []*clientv3.Client{a.Client(t), b.Client(t)}
+	ctx := ctx30s(t)
+	const n = 20
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, err := clients[i%2].UserAdd(ctx, fmt.Sprintf("user-%02d", i), "pw")
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var revs []int64
+	for _, c := range clients {
+		l, err := c.UserList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Users) != n {
+			t.Fatalf("%d users listed, want %d: %v", len(l.Users), n, l.Users)
+		}
+		s, err := c.AuthStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, int64(s.AuthRevision))
+	}
+	if revs[0] != n+1 || revs[1] != n+1 {
+		t.Fatalf("auth revisions %v, want %d on both", revs, n+1)
+	}
 }
