@@ -37,3 +37,18 @@ func (b *Backend) AuthWrite(ctx context.Context, req proto.Message, eval AuthEva
 		return resp, nil
 	})
 }
+
+// LeaseKeys returns the keys attached to lease id in the view, sorted, and
+// whether the lease exists (for permission checks). Safe for concurrent use.
+func (b *Backend) LeaseKeys(id int64) (keys [][]byte, ok bool) {
+	_ = b.view.Read(func(r revision.Reader) error {
+		if l := r.Lease(id); l != nil {
+			keys, ok = l.Keys(), true
+		}
+		return nil
+	})
+	return keys, ok
+}
+
+// LeaseIDs returns the IDs of every lease in the view, ascending.
+func (b *Backend) LeaseIDs() []int64 { return b.view.LeaseIDs() }

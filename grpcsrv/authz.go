@@ -13,7 +13,6 @@ import (
 
 	"github.com/zketcd/zketcd/auth"
 	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/revision"
 )
 
 // authorizer checks every request against the auth store as etcd 3.7 does
@@ -348,17 +347,6 @@ func (a *authorizer) watchCreate(ctx context.Context, creq *pb.WatchCreateReques
 	return rpctypes.ErrGRPCPermissionDenied.Error()
 }
 
-// leaseKeysOf reads the keys attached to a lease from a view.
-func leaseKeysOf(v *revision.View, id int64) (keys [][]byte, ok bool) {
-	_ = v.Read(func(r revision.Reader) error {
-		if l := r.Lease(id); l != nil {
-			keys, ok = l.Keys(), true
-		}
-		return nil
-	})
-	return keys, ok
-}
-
 // AuthConfig configures authentication.
 type AuthConfig struct {
 	// Tokens issues and verifies tokens (etcd's --auth-token; nil: simple
@@ -385,8 +373,8 @@ func newAuthorizer(ctx context.Context, cfg Config, be *backend.Backend) *author
 	return &authorizer{
 		st:        st,
 		linearize: be.Linearize,
-		leaseKeys: func(id int64) ([][]byte, bool) { return leaseKeysOf(be.View(), id) },
-		leaseIDs:  be.View().LeaseIDs,
+		leaseKeys: be.LeaseKeys,
+		leaseIDs:  be.LeaseIDs,
 	}
 }
 
