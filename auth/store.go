@@ -145,7 +145,9 @@ func (s *Store) Enabled() bool {
 // Prepare returns the request to put in the log for a changing Auth
 // request: UserAdd and UserChangePassword get their password replaced by
 // its bcrypt hash (base64, in HashedPassword); other requests are returned
-// as they are.
+// as they are. As in etcd, UserAdd always hashes Password (a client's
+// HashedPassword is ignored) and UserChangePassword without a Password
+// takes the client's HashedPassword.
 func (s *Store) Prepare(req proto.Message) (proto.Message, error) {
 	hash := func(pw string) (string, error) {
 		h, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)
@@ -159,9 +161,6 @@ func (s *Store) Prepare(req proto.Message) (proto.Message, error) {
 	case *pb.AuthUserAddRequest:
 		if r.Options != nil && r.Options.NoPassword {
 			return &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options}, nil
-		}
-		if r.HashedPassword != "" && r.Password == "" {
-			return r, nil
 		}
 		h, err := hash(r.Password)
 		if err != nil {

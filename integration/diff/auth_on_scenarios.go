@@ -123,6 +123,17 @@ func RangeStreamAs(user, password string, req *pb.RangeRequest) Step {
 	return st
 }
 
+// keepAliveAs sends one LeaseKeepAlive as user; only the error is
+// compared (the TTL depends on timing).
+func keepAliveAs(user, password string, id clientv3.LeaseID) Step {
+	st := AsUser(user, password, func(ctx context.Context, c *clientv3.Client) Result {
+		_, err := c.KeepAliveOnce(ctx, id)
+		return Result{Err: err}
+	})
+	st.kind = "as " + user + ": LeaseKeepAlive"
+	return st
+}
+
 // RawNoAuth sends req without credentials on the scenario's own client.
 func RawNoAuth(req proto.Message) Step {
 	return Step{kind: "no user: " + string(req.ProtoReflect().Descriptor().Name()), exec: func(ctx context.Context, e *endpoint) Result {
@@ -286,6 +297,9 @@ func AuthOnScenarios() []Scenario {
 			ErrOnly(RawAs("bob", "bobpw", &pb.LeaseTimeToLiveRequest{ID: 0x9999, Keys: true})),
 			RawNoAuth(&pb.LeaseTimeToLiveRequest{ID: 0x3001}).WantErr(rpctypes.ErrGRPCUserEmpty),
 			RawNoAuth(&pb.LeaseRevokeRequest{ID: 0x3001}).WantErr(rpctypes.ErrGRPCUserEmpty),
+			keepAliveAs(a, apw, 0x1001).WantErr(denied),
+			keepAliveAs(a, apw, 0x3001).WantOK(),
+			keepAliveAs("root", "rootpw", 0x1001).WantOK(),
 			RawAs(a, apw, &pb.LeaseLeasesRequest{}).WantErr(denied),
 			RawAs("root", "rootpw", &pb.LeaseLeasesRequest{}).WantOK(),
 			RawAs(a, apw, &pb.LeaseRevokeRequest{ID: 0x1001}).WantErr(denied),
