@@ -107,6 +107,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshot -fuzztime $(FUZZTIME) ./zkstore/
 	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./translate/
 	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./translate/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeNeverPanics -fuzztime $(FUZZTIME) ./auth/
 
 # bench measures zketcd (on a standalone ZooKeeper and on a 3-member
 # ensemble) against etcd 3.7.3 and kine 0.17.5 side by side (quick profile,
