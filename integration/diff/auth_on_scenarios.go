@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -318,6 +319,48 @@ func AuthOnScenarios() []Scenario {
 			ErrOnly(RawAs(a, apw, &pb.StatusRequest{})).WantOK(),
 			ErrOnly(RawAs(a, apw, &pb.MemberListRequest{})).WantOK(),
 			RawAs(a, apw, &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:1"}}).WantErr(denied),
+		)},
+		{Name: "auth-on/token-after-an-auth-change", Steps: Steps(authSetup(),
+			// A token issued before a change of the auth store: a JWT
+			// carries its auth revision and is now old; a simple token
+			// takes the current one and stays valid.
+			Step{kind: "stale token: Range", exec: func(ctx context.Context, e *endpoint) Result {
+				tok, err := pb.NewAuthClient(e.client.ActiveConnection()).Authenticate(ctx, &pb.AuthenticateRequest{Name: a, Password: apw})
+				if err != nil {
+					return Result{Err: err}
+				}
+				if r := AsUser("root", "rootpw", func(ctx context.Context, c *clientv3.Client) Result {
+					return rawCall(ctx, c.ActiveConnection(), &pb.AuthRoleAddRequest{Name: "later"})
+				}).exec(ctx, e); r.Err != nil {
+					return r
+				}
+				req := &pb.RangeRequest{Key: []byte("/foo/a")}
+				resp, err := pb.NewKVClient(e.client.ActiveConnection()).Range(metadata.AppendToOutgoingContext(ctx, "token", tok.Token), req)
+				res := Result{Request: req, Err: err}
+				if err == nil {
+					res.Responses = []proto.Message{resp}
+				}
+				return res
+			}},
+			// clientv3 renews an old token by itself.
+			Step{kind: "long-lived client across an auth change", exec: func(ctx context.Context, e *endpoint) Result {
+				return AsUser(a, apw, func(ctx context.Context, c *clientv3.Client) Result {
+					if _, err := c.Get(ctx, "/foo/a"); err != nil {
+						return Result{Err: err}
+					}
+					if r := AsUser("root", "rootpw", func(ctx context.Context, rc *clientv3.Client) Result {
+						return rawCall(ctx, rc.ActiveConnection(), &pb.AuthRoleAddRequest{Name: "later2"})
+					}).exec(ctx, e); r.Err != nil {
+						return r
+					}
+					resp, err := c.Get(ctx, "/foo/a")
+					if err != nil {
+						return Result{Err: err}
+					}
+					return Result{Responses: []proto.Message{(*pb.RangeResponse)(resp)}}
+				}).exec(ctx, e)
+			}}.WantOK(),
+			RawAs(a, apw, &pb.AuthStatusRequest{}).WantOK(),
 		)},
 		{Name: "auth-on/auth-admin", Steps: Steps(authSetup(),
 			RawAs(a, apw, &pb.AuthUserListRequest{}).WantErr(denied),
