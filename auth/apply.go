@@ -24,17 +24,20 @@ var errNoPasswordUser = status.Error(codes.Unknown, "auth: authentication failed
 // granted) and the response, without its header. Passwords must already be
 // hashed: UserAdd and UserChangePassword carry the base64 bcrypt hash in
 // HashedPassword (see Store.Prepare), so that what goes into the log never
-// holds a password. Errors are etcd's rpctypes errors.
-func (s *State) Apply(req proto.Message) (*State, proto.Message, error) {
+// holds a password. Errors are etcd's rpctypes errors. entropy is random
+// bytes chosen once per request before it enters the log (the same on
+// every evaluation): AuthEnable takes it as the new simple-token secret.
+func (s *State) Apply(req proto.Message, entropy []byte) (*State, proto.Message, error) {
 	switch r := req.(type) {
 	case *pb.AuthEnableRequest:
-		return s.authEnable()
+		return s.authEnable(entropy)
 	case *pb.AuthDisableRequest:
 		if !s.Enabled {
 			return s, &pb.AuthDisableResponse{}, nil
 		}
 		n := s.clone()
 		n.Enabled = false
+		n.secret = nil
 		n.Revision++
 		return n, &pb.AuthDisableResponse{}, nil
 	case *pb.AuthUserAddRequest:
@@ -59,7 +62,7 @@ func (s *State) Apply(req proto.Message) (*State, proto.Message, error) {
 	return nil, nil, fmt.Errorf("auth: %T is not a changing request", req)
 }
 
-func (s *State) authEnable() (*State, proto.Message, error) {
+func (s *State) authEnable(entropy []byte) (*State, proto.Message, error) {
 	if s.Enabled {
 		return s, &pb.AuthEnableResponse{}, nil
 	}
@@ -70,8 +73,12 @@ func (s *State) authEnable() (*State, proto.Message, error) {
 	if !slices.Contains(u.Roles, RootRole) {
 		return nil, nil, rpctypes.ErrGRPCRootRoleNotExist
 	}
+	if len(entropy) < 16 {
+		return nil, nil, fmt.Errorf("auth: AuthEnable needs at least 16 bytes of entropy, got %d", len(entropy))
+	}
 	n := s.clone()
 	n.Enabled = true // etcd does not change the auth revision here
+	n.secret = append([]byte(nil), entropy...)
 	return n, &pb.AuthEnableResponse{}, nil
 }
 

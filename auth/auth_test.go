@@ -7,10 +7,12 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +48,7 @@ func newTestStore(t *testing.T, tp TokenProvider) (*Store, func(proto.Message) e
 		if err != nil {
 			return err
 		}
-		next, _, err := cur.Apply(prepared)
+		next, _, err := cur.Apply(prepared, testEntropy)
 		if err != nil {
 			return err
 		}
@@ -57,6 +59,9 @@ func newTestStore(t *testing.T, tp TokenProvider) (*Store, func(proto.Message) e
 	}
 	return st, apply
 }
+
+// testEntropy stands for the random bytes the server draws per request.
+var testEntropy = bytes.Repeat([]byte{7}, 32)
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -183,7 +188,7 @@ func TestPermissionsMergeIntervalsAsEtcd(t *testing.T) {
 	var err error
 	step := func(req proto.Message) {
 		t.Helper()
-		if s, _, err = s.Apply(req); err != nil {
+		if s, _, err = s.Apply(req, testEntropy); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,7 +251,7 @@ func TestStateEncodingRoundTripsAndRejectsGarbage(t *testing.T) {
 		&pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: &authpb.Permission{Key: []byte("k"), RangeEnd: []byte("\x00")}},
 	} {
 		var err error
-		if s, _, err = s.Apply(req); err != nil {
+		if s, _, err = s.Apply(req, testEntropy); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -312,17 +317,77 @@ func TestNoPasswordUserCannotAuthenticate(t *testing.T) {
 	}
 }
 
-func TestSimpleTokenExpiresAfterTTL(t *testing.T) {
-	tp := newSimpleTokens(50 * time.Millisecond)
-	defer tp.Close()
-	tok, err := tp.Assign("u", 3, 9)
-	must(t, err)
-	if _, ok := tp.Info(tok, 3); !ok {
-		t.Fatal("fresh token invalid")
+// enabledState is a state with root and alice (password hash "h1"),
+// enabled.
+func enabledState(t *testing.T) *State {
+	t.Helper()
+	s := Initial()
+	for _, req := range []proto.Message{
+		&pb.AuthUserAddRequest{Name: "root", HashedPassword: "aDE="},
+		&pb.AuthUserGrantRoleRequest{User: "root", Role: "root"},
+		&pb.AuthUserAddRequest{Name: "alice", HashedPassword: "aDE="},
+		&pb.AuthEnableRequest{},
+	} {
+		var err error
+		if s, _, err = s.Apply(req, testEntropy); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(120 * time.Millisecond)
-	if _, ok := tp.Info(tok, 3); ok {
+	return s
+}
+
+func TestSimpleTokenExpiresAfterTTL(t *testing.T) {
+	st := enabledState(t)
+	tp := newSimpleTokens(300 * time.Millisecond)
+	defer tp.Close()
+	tok, err := tp.Assign("alice", st, 9)
+	must(t, err)
+	for i := 0; i < 4; i++ { // each use extends the lifetime
+		time.Sleep(150 * time.Millisecond)
+		if _, ok := tp.Info(tok, st); !ok {
+			t.Fatalf("token invalid %d uses in", i)
+		}
+	}
+	time.Sleep(450 * time.Millisecond)
+	if _, ok := tp.Info(tok, st); ok {
 		t.Fatal("token valid after its TTL")
+	}
+}
+
+func TestSimpleTokenIsValidOnEveryInstanceAndVoidedByChanges(t *testing.T) {
+	st := enabledState(t)
+	a, b := newSimpleTokens(time.Minute), newSimpleTokens(time.Minute)
+	defer a.Close()
+	defer b.Close()
+	tok, err := a.Assign("alice", st, 1)
+	must(t, err)
+	if info, ok := b.Info(tok, st); !ok || info.Username != "alice" || info.Revision != st.Revision {
+		t.Fatalf("another instance: %+v %v", info, ok)
+	}
+	// Tampering: another user's name with alice's signature, a cut token.
+	parts := strings.Split(tok, ".")
+	other := base64.RawURLEncoding.EncodeToString([]byte("root")) + "." + parts[1] + "." + parts[2]
+	for _, bad := range []string{other, parts[0] + "." + parts[1], tok + "x", ""} {
+		if _, ok := b.Info(bad, st); ok {
+			t.Errorf("tampered token %q accepted", bad)
+		}
+	}
+	changed, _, err := st.Apply(&pb.AuthUserChangePasswordRequest{Name: "alice", HashedPassword: "aDI="}, nil)
+	must(t, err)
+	if _, ok := b.Info(tok, changed); ok {
+		t.Error("token valid after its user's password changed")
+	}
+	deleted, _, err := st.Apply(&pb.AuthUserDeleteRequest{Name: "alice"}, nil)
+	must(t, err)
+	if _, ok := b.Info(tok, deleted); ok {
+		t.Error("token valid after its user was deleted")
+	}
+	disabled, _, err := st.Apply(&pb.AuthDisableRequest{}, nil)
+	must(t, err)
+	reenabled, _, err := disabled.Apply(&pb.AuthEnableRequest{}, bytes.Repeat([]byte{9}, 32))
+	must(t, err)
+	if _, ok := b.Info(tok, reenabled); ok {
+		t.Error("token from before a disable valid after enabling again")
 	}
 }
 
@@ -375,7 +440,7 @@ func TestJWTForgedExpiredAndOldTokensAreRefused(t *testing.T) {
 	// Expired, though correctly signed.
 	expTP, err := NewTokenProvider("jwt,pub-key="+pub+",priv-key="+priv+",sign-method=ES256,ttl=-1m", 0)
 	must(t, err)
-	old, err := expTP.Assign("alice", 100, 0)
+	old, err := expTP.Assign("alice", &State{Revision: 100}, 0)
 	must(t, err)
 	_, err = st.AuthInfo(withToken(old))
 	wantErr(t, err, rpctypes.ErrGRPCInvalidAuthToken)
@@ -401,7 +466,7 @@ func TestTokenOptionsAsEtcd(t *testing.T) {
 	// Public key only: verifies but cannot sign.
 	tp, err := NewTokenProvider("jwt,pub-key="+pub+",sign-method=ES256", 0)
 	must(t, err)
-	if _, err := tp.Assign("u", 1, 0); !errors.Is(err, errVerifyOnly) {
+	if _, err := tp.Assign("u", Initial(), 0); !errors.Is(err, errVerifyOnly) {
 		t.Fatalf("verify-only assign: %v", err)
 	}
 	// Mismatched pair.
@@ -413,8 +478,8 @@ func TestTokenOptionsAsEtcd(t *testing.T) {
 
 func FuzzDecodeNeverPanics(f *testing.F) {
 	s := Initial()
-	s, _, _ = s.Apply(&pb.AuthRoleAddRequest{Name: "r"})
-	s, _, _ = s.Apply(&pb.AuthUserAddRequest{Name: "u", HashedPassword: "aGFzaA=="})
+	s, _, _ = s.Apply(&pb.AuthRoleAddRequest{Name: "r"}, nil)
+	s, _, _ = s.Apply(&pb.AuthUserAddRequest{Name: "u", HashedPassword: "aGFzaA=="}, nil)
 	f.Add(s.Encode())
 	f.Add([]byte{1, 1, 5, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -26,8 +26,11 @@ type State struct {
 	// Revision is etcd's auth revision: 1 on a fresh store, incremented by
 	// every change of a user or role and by AuthDisable.
 	Revision uint64
-	users    map[string]*authpb.User
-	roles    map[string]*authpb.Role
+	// secret signs simple tokens; chosen at every AuthEnable, so that
+	// tokens from before a disable never come back.
+	secret []byte
+	users  map[string]*authpb.User
+	roles  map[string]*authpb.Role
 }
 
 // Initial is the state of a fresh store: disabled, auth revision 1, no users
@@ -59,7 +62,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // clone returns a shallow copy whose maps may be changed.
 func (s *State) clone() *State {
-	n := &State{Enabled: s.Enabled, Revision: s.Revision,
+	n := &State{Enabled: s.Enabled, Revision: s.Revision, secret: s.secret,
 		users: make(map[string]*authpb.User, len(s.users)+1), roles: make(map[string]*authpb.Role, len(s.roles)+1)}
 	for k, v := range s.users {
 		n.users[k] = v
@@ -75,6 +78,7 @@ func (s *State) clone() *State {
 //	byte    format (stateFormat)
 //	byte    enabled (0 or 1)
 //	uvarint auth revision
+//	bytes   simple-token secret
 //	uvarint users; per user: bytes (authpb.User, protobuf)
 //	uvarint roles; per role: bytes (authpb.Role, protobuf)
 //
@@ -92,6 +96,8 @@ func (s *State) Encode() []byte {
 		b[1] = 1
 	}
 	b = binary.AppendUvarint(b, s.Revision)
+	b = binary.AppendUvarint(b, uint64(len(s.secret)))
+	b = append(b, s.secret...)
 	b = binary.AppendUvarint(b, uint64(len(s.users)))
 	for _, name := range s.UserNames() {
 		b = appendMsg(b, s.users[name])
@@ -135,6 +141,12 @@ func Decode(data []byte) (*State, error) {
 	s.Enabled = en == 1
 	if s.Revision, err = binary.ReadUvarint(r); err != nil {
 		return fail("bad revision")
+	}
+	if n, err := binary.ReadUvarint(r); err != nil || n > uint64(r.Len()) {
+		return fail("bad secret")
+	} else if n > 0 {
+		s.secret = make([]byte, n)
+		_, _ = r.Read(s.secret)
 	}
 	readMsgs := func(what string, each func([]byte) error) error {
 		n, err := binary.ReadUvarint(r)

@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -118,22 +117,7 @@ func (s *Store) Current() (*State, *Perms) {
 	s.broken = nil
 	n := &decoded{raw: raw, lsn: lsn, state: st, perms: NewPerms(st)}
 	s.cache.Store(n)
-	s.invalidate(c.state, st)
 	return n.state, n.perms
-}
-
-// invalidate drops the simple tokens that a change from prev to next voids,
-// as etcd does: every token when auth is disabled, those of a deleted user
-// or of a user whose password changed.
-func (s *Store) invalidate(prev, next *State) {
-	if !next.Enabled {
-		s.cfg.Tokens.Invalidate(func(string) bool { return true })
-		return
-	}
-	s.cfg.Tokens.Invalidate(func(user string) bool {
-		a, b := prev.User(user), next.User(user)
-		return b == nil || (a != nil && !bytes.Equal(a.Password, b.Password))
-	})
 }
 
 // Enabled reports whether authentication is on.
@@ -202,7 +186,7 @@ func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, e
 		s.lg.WithField("user", name).Info("authentication failed")
 		return nil, rpctypes.ErrGRPCAuthFailed
 	}
-	tok, err := s.cfg.Tokens.Assign(name, st.Revision, lsn)
+	tok, err := s.cfg.Tokens.Assign(name, st, lsn)
 	if err != nil {
 		return nil, fmt.Errorf("assign token: %w", err)
 	}
@@ -225,7 +209,7 @@ func (s *Store) AuthInfo(ctx context.Context) (*Info, error) {
 		ts, ok = md[rpctypes.TokenFieldNameSwagger]
 	}
 	if ok && len(ts) > 0 {
-		info, valid := s.cfg.Tokens.Info(strings.TrimPrefix(ts[0], "Bearer "), st.Revision)
+		info, valid := s.cfg.Tokens.Info(strings.TrimPrefix(ts[0], "Bearer "), st)
 		if !valid {
 			return nil, rpctypes.ErrGRPCInvalidAuthToken
 		}

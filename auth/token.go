@@ -2,10 +2,12 @@ package auth
 
 import (
 	"crypto"
-	"crypto/rand"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"strconv"
 	"strings"
@@ -29,13 +31,11 @@ type Info struct {
 // TokenProvider issues and verifies tokens. Implementations are safe for
 // concurrent use.
 type TokenProvider interface {
-	// Assign returns a new token for user, issued at auth revision rev;
-	// index is the log position the state was read at.
-	Assign(user string, rev uint64, index int64) (string, error)
-	// Info verifies token; cur is the current auth revision.
-	Info(token string, cur uint64) (Info, bool)
-	// Invalidate drops the tokens for which drop(user) is true.
-	Invalidate(drop func(user string) bool)
+	// Assign returns a new token for user, issued on state st; index is
+	// the log position st was read at.
+	Assign(user string, st *State, index int64) (string, error)
+	// Info verifies token against the current state st.
+	Info(token string, st *State) (Info, bool)
 	// Close stops background work.
 	Close()
 }
@@ -69,30 +69,29 @@ func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
 	return nil, fmt.Errorf("%w: unknown token type %q", ErrInvalidAuthOpts, parts[0])
 }
 
-// simpleTokens are etcd's simple tokens: 16 random letters, a dot and the
-// log index. They live in this instance's memory only (another instance
-// answers them with "invalid auth token", and clients authenticate again)
-// and expire ttl after their last use.
+// simpleTokens play etcd's simple tokens: opaque, valid until ttl after
+// their last use, void once their user is deleted or changes password, or
+// auth is disabled. etcd replicates its simple tokens through raft; zketcd
+// makes them valid on every instance instead by signing them with a secret
+// of the auth state (chosen at AuthEnable, so in the log):
+//
+//	base64url(user) "." issued-unix-ms "." base64url(HMAC-SHA256(secret, user, issued, password hash)[:16])
+//
+// Each instance tracks the last use of the tokens it has seen; a token it
+// has not seen counts from its issue time.
 type simpleTokens struct {
-	ttl    time.Duration
-	mu     sync.Mutex
-	tokens map[string]*simpleToken
-	stop   chan struct{}
-	done   chan struct{}
+	ttl     time.Duration
+	mu      sync.Mutex
+	lastUse map[string]time.Time
+	stop    chan struct{}
+	done    chan struct{}
 }
-
-type simpleToken struct {
-	user    string
-	expires time.Time
-}
-
-const tokenLetters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 func newSimpleTokens(ttl time.Duration) *simpleTokens {
 	if ttl <= 0 {
 		ttl = DefaultTokenTTL
 	}
-	t := &simpleTokens{ttl: ttl, tokens: map[string]*simpleToken{}, stop: make(chan struct{}), done: make(chan struct{})}
+	t := &simpleTokens{ttl: ttl, lastUse: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go t.expire()
 	return t
 }
@@ -107,9 +106,9 @@ func (t *simpleTokens) expire() {
 			return
 		case now := <-tick.C:
 			t.mu.Lock()
-			for tok, st := range t.tokens {
-				if now.After(st.expires) {
-					delete(t.tokens, tok)
+			for tok, last := range t.lastUse {
+				if now.Sub(last) > t.ttl {
+					delete(t.lastUse, tok)
 				}
 			}
 			t.mu.Unlock()
@@ -117,44 +116,66 @@ func (t *simpleTokens) expire() {
 	}
 }
 
-func (t *simpleTokens) Assign(user string, _ uint64, index int64) (string, error) {
-	b := make([]byte, 16)
-	for i := range b {
-		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(tokenLetters))))
-		if err != nil {
-			return "", fmt.Errorf("simple token: %w", err)
-		}
-		b[i] = tokenLetters[n.Int64()]
+// simpleMAC is the signature of a simple token.
+func simpleMAC(secret []byte, user, issued string, password []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	for _, part := range [][]byte{[]byte("zketcd simple token"), []byte(user), []byte(issued), password} {
+		var n [binary.MaxVarintLen64]byte
+		m.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		m.Write(part)
 	}
-	tok := string(b) + "." + strconv.FormatInt(index, 10)
+	return m.Sum(nil)[:16]
+}
+
+func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
+	u := st.User(user)
+	if u == nil || len(st.secret) == 0 {
+		return "", errors.New("simple token: no such user or auth disabled")
+	}
+	now := time.Now()
+	issued := strconv.FormatInt(now.UnixMilli(), 10)
+	tok := base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + issued + "." +
+		base64.RawURLEncoding.EncodeToString(simpleMAC(st.secret, user, issued, u.Password))
 	t.mu.Lock()
-	t.tokens[tok] = &simpleToken{user: user, expires: time.Now().Add(t.ttl)}
+	t.lastUse[tok] = now
 	t.mu.Unlock()
 	return tok, nil
 }
 
-// Info finds a live token and extends its life; a simple token always
-// carries the current auth revision (etcd's: changes to its user delete it
-// instead).
-func (t *simpleTokens) Info(token string, cur uint64) (Info, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	st, ok := t.tokens[token]
-	if !ok || time.Now().After(st.expires) {
+// Info checks the signature against the current state and the lifetime,
+// and extends it; a simple token always carries the current auth revision
+// (as etcd's: changes to its user void it instead).
+func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(st.secret) == 0 {
 		return Info{}, false
 	}
-	st.expires = time.Now().Add(t.ttl)
-	return Info{Username: st.user, Revision: cur}, true
-}
-
-func (t *simpleTokens) Invalidate(drop func(string) bool) {
+	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return Info{}, false
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return Info{}, false
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
+	u := st.User(string(name))
+	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(st.secret, string(name), parts[1], u.Password)) {
+		return Info{}, false
+	}
+	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for tok, st := range t.tokens {
-		if drop(st.user) {
-			delete(t.tokens, tok)
-		}
+	last, seen := t.lastUse[token]
+	if !seen {
+		last = time.UnixMilli(ms)
 	}
+	if now.Sub(last) > t.ttl {
+		delete(t.lastUse, token)
+		return Info{}, false
+	}
+	t.lastUse[token] = now
+	return Info{Username: string(name), Revision: st.Revision}, true
 }
 
 func (t *simpleTokens) Close() {
@@ -262,7 +283,8 @@ func newJWTTokens(kv map[string]string) (*jwtTokens, error) {
 
 var errVerifyOnly = errors.New("auth: token signing attempted with verify-only key")
 
-func (t *jwtTokens) Assign(user string, rev uint64, _ int64) (string, error) {
+func (t *jwtTokens) Assign(user string, st *State, _ int64) (string, error) {
+	rev := st.Revision
 	if t.verifyOnly {
 		return "", errVerifyOnly
 	}
@@ -278,7 +300,7 @@ func (t *jwtTokens) Assign(user string, rev uint64, _ int64) (string, error) {
 
 // Info verifies the signature (with the configured method only) and the
 // expiry; the token carries the auth revision it was issued at.
-func (t *jwtTokens) Info(token string, _ uint64) (Info, bool) {
+func (t *jwtTokens) Info(token string, _ *State) (Info, bool) {
 	parsed, err := jwt.Parse(token, func(*jwt.Token) (any, error) { return t.verifyKey, nil },
 		jwt.WithValidMethods([]string{t.method.Alg()}))
 	if err != nil || !parsed.Valid {
@@ -299,5 +321,4 @@ func (t *jwtTokens) Info(token string, _ uint64) (Info, bool) {
 	return Info{Username: user, Revision: uint64(rev)}, true
 }
 
-func (t *jwtTokens) Invalidate(func(string) bool) {}
-func (t *jwtTokens) Close()                       {}
+func (t *jwtTokens) Close() {}

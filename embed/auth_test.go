@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -112,6 +113,16 @@ func TestAuthChangesThroughOneInstanceAreEnforcedByTheOtherAtOnce(t *testing.T) 
 	checkAlice(t, b.Endpoint())
 
 	ctx := ctx30s(t)
+	// A simple token issued by a is valid on b (tokens are signed with a
+	// secret of the auth state, which both instances hold).
+	tok, err := pb.NewAuthClient(a.Client(t).ActiveConnection()).Authenticate(ctx, &pb.AuthenticateRequest{Name: "alice", Password: "alicepw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.NewKVClient(b.Client(t).ActiveConnection()).Range(withToken(ctx, tok.Token), &pb.RangeRequest{Key: []byte("/foo/a")}); err != nil {
+		t.Fatalf("a's simple token on b: %v", err)
+	}
+
 	root, err := userClient(t, a.Endpoint(), "root", "rootpw")
 	if err != nil {
 		t.Fatal(err)

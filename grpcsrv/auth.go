@@ -2,6 +2,8 @@ package grpcsrv
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -43,12 +45,18 @@ func (s *authServer) change(ctx context.Context, req proto.Message) (proto.Messa
 	if err != nil {
 		return nil, err
 	}
+	// Drawn once, so that every evaluation of the request (another instance
+	// may take the log position first) sees the same bytes.
+	entropy := make([]byte, 32)
+	if _, err := rand.Read(entropy); err != nil {
+		return nil, toGRPCError(s.lg, fmt.Errorf("auth entropy: %w", err))
+	}
 	resp, err := s.write(ctx, prepared, func(cur []byte) ([]byte, any, error) {
 		st, err := auth.Decode(cur)
 		if err != nil {
 			return nil, nil, err
 		}
-		next, resp, err := st.Apply(prepared)
+		next, resp, err := st.Apply(prepared, entropy)
 		if err != nil {
 			return nil, nil, err
 		}

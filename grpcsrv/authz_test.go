@@ -24,7 +24,7 @@ func enabledAuthorizer(t *testing.T) *authorizer {
 		&pb.AuthEnableRequest{},
 	} {
 		var err error
-		if s, _, err = s.Apply(req); err != nil {
+		if s, _, err = s.Apply(req, make([]byte, 32)); err != nil {
 			t.Fatal(err)
 		}
 	}
