@@ -494,3 +494,18 @@ func FuzzDecodeNeverPanics(f *testing.F) {
 		}
 	})
 }
+
+func TestUnknownUserLoginComparesAHashOfTheConfiguredCost(t *testing.T) {
+	// Not a timing assertion: the login of a user that does not exist runs
+	// bcrypt against a hash of the same cost as real users' hashes.
+	st := NewStore((&memSource{}).src, Config{BcryptCost: 6})
+	defer st.Close()
+	if c, err := bcrypt.Cost(st.dummy); err != nil || c != 6 {
+		t.Fatalf("dummy hash cost %d, %v; want 6", c, err)
+	}
+	out := NewStore((&memSource{}).src, Config{BcryptCost: 99})
+	defer out.Close()
+	if out.BcryptCost() != bcrypt.DefaultCost {
+		t.Fatal("an out-of-range cost is not bcrypt's default, as in etcd")
+	}
+}
