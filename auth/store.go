@@ -199,7 +199,13 @@ func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, e
 // certificate; nil if neither, or if auth is off. Errors:
 // ErrGRPCInvalidAuthToken for a token that is not valid.
 func (s *Store) AuthInfo(ctx context.Context) (*Info, error) {
-	st, _ := s.Current()
+	return s.AuthInfoAt(ctx, s.Checker())
+}
+
+// AuthInfoAt is AuthInfo against the state of c. It reads nothing but c
+// (it never calls the Source).
+func (s *Store) AuthInfoAt(ctx context.Context, c Checker) (*Info, error) {
+	st := c.state
 	if !st.Enabled {
 		return nil, nil
 	}
@@ -242,50 +248,82 @@ func (s *Store) infoFromTLS(ctx context.Context, md metadata.MD, rev uint64) *In
 	return nil
 }
 
+// Checker answers permission checks against one auth state. Safe for
+// concurrent use.
+type Checker struct {
+	raw   []byte
+	state *State
+	perms *Perms
+}
+
+// Checker returns the checker of the current state.
+func (s *Store) Checker() Checker {
+	s.Current()
+	c := s.cache.Load()
+	return Checker{raw: c.raw, state: c.state, perms: c.perms}
+}
+
+// CheckerFor returns the checker of the encoded state raw (the current
+// one's if raw is the current slice). Errors: ErrCorruptState.
+func (s *Store) CheckerFor(raw []byte) (Checker, error) {
+	if c := s.cache.Load(); sameSlice(raw, c.raw) {
+		return Checker{raw: c.raw, state: c.state, perms: c.perms}, nil
+	}
+	st, err := Decode(raw)
+	if err != nil {
+		return Checker{}, err
+	}
+	return Checker{raw: raw, state: st, perms: NewPerms(st)}, nil
+}
+
+// Same reports whether raw is the encoded state this checker checks.
+func (c Checker) Same(raw []byte) bool { return sameSlice(raw, c.raw) }
+
+// Enabled reports whether authentication is on in the checker's state.
+func (c Checker) Enabled() bool { return c.state.Enabled }
+
 // checkOp is etcd's permission check of one key or range operation.
-func (s *Store) checkOp(ai *Info, key, end []byte, typ authpb.Permission_Type) error {
-	st, perms := s.Current()
-	if !st.Enabled {
+func (c Checker) checkOp(ai *Info, key, end []byte, typ authpb.Permission_Type) error {
+	if !c.state.Enabled {
 		return nil
 	}
 	if ai == nil || ai.Revision == 0 {
 		return rpctypes.ErrGRPCUserEmpty
 	}
-	if ai.Revision < st.Revision {
+	if ai.Revision < c.state.Revision {
 		return rpctypes.ErrGRPCAuthOldRevision
 	}
-	if !perms.Permitted(ai.Username, key, end, typ) {
+	if !c.perms.Permitted(ai.Username, key, end, typ) {
 		return rpctypes.ErrGRPCPermissionDenied
 	}
 	return nil
 }
 
 // CheckRange checks READ permission on [key, end).
-func (s *Store) CheckRange(ai *Info, key, end []byte) error {
-	return s.checkOp(ai, key, end, authpb.Permission_READ)
+func (c Checker) CheckRange(ai *Info, key, end []byte) error {
+	return c.checkOp(ai, key, end, authpb.Permission_READ)
 }
 
 // CheckPut checks WRITE permission on key.
-func (s *Store) CheckPut(ai *Info, key []byte) error {
-	return s.checkOp(ai, key, nil, authpb.Permission_WRITE)
+func (c Checker) CheckPut(ai *Info, key []byte) error {
+	return c.checkOp(ai, key, nil, authpb.Permission_WRITE)
 }
 
 // CheckDelete checks WRITE permission on [key, end).
-func (s *Store) CheckDelete(ai *Info, key, end []byte) error {
-	return s.checkOp(ai, key, end, authpb.Permission_WRITE)
+func (c Checker) CheckDelete(ai *Info, key, end []byte) error {
+	return c.checkOp(ai, key, end, authpb.Permission_WRITE)
 }
 
 // CheckAdmin checks that ai is a user with the root role. Errors:
 // ErrGRPCUserEmpty, ErrGRPCUserNotFound, ErrGRPCPermissionDenied.
-func (s *Store) CheckAdmin(ai *Info) error {
-	st, _ := s.Current()
-	if !st.Enabled {
+func (c Checker) CheckAdmin(ai *Info) error {
+	if !c.state.Enabled {
 		return nil
 	}
 	if ai == nil || ai.Username == "" {
 		return rpctypes.ErrGRPCUserEmpty
 	}
-	u := st.User(ai.Username)
+	u := c.state.User(ai.Username)
 	if u == nil {
 		return rpctypes.ErrGRPCUserNotFound
 	}
@@ -296,11 +334,29 @@ func (s *Store) CheckAdmin(ai *Info) error {
 }
 
 // HasRole reports whether user has role.
-func (s *Store) HasRole(user, role string) bool {
-	st, _ := s.Current()
-	u := st.User(user)
+func (c Checker) HasRole(user, role string) bool {
+	u := c.state.User(user)
 	return u != nil && hasRole(u, role)
 }
+
+// CheckRange checks READ permission on [key, end) in the current state.
+func (s *Store) CheckRange(ai *Info, key, end []byte) error {
+	return s.Checker().CheckRange(ai, key, end)
+}
+
+// CheckPut checks WRITE permission on key in the current state.
+func (s *Store) CheckPut(ai *Info, key []byte) error { return s.Checker().CheckPut(ai, key) }
+
+// CheckDelete checks WRITE permission on [key, end) in the current state.
+func (s *Store) CheckDelete(ai *Info, key, end []byte) error {
+	return s.Checker().CheckDelete(ai, key, end)
+}
+
+// CheckAdmin checks, in the current state, that ai has the root role.
+func (s *Store) CheckAdmin(ai *Info) error { return s.Checker().CheckAdmin(ai) }
+
+// HasRole reports whether user has role in the current state.
+func (s *Store) HasRole(user, role string) bool { return s.Checker().HasRole(user, role) }
 
 func hasRole(u *authpb.User, role string) bool {
 	for _, r := range u.Roles {
@@ -346,3 +402,6 @@ func (s *Store) Read(req proto.Message) (proto.Message, error) {
 	}
 	return nil, fmt.Errorf("auth: %T is not a read request", req)
 }
+
+// Revision is the auth revision of the checker's state.
+func (c Checker) Revision() uint64 { return c.state.Revision }

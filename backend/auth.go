@@ -52,3 +52,27 @@ func (b *Backend) LeaseKeys(id int64) (keys [][]byte, ok bool) {
 
 // LeaseIDs returns the IDs of every lease in the view, ascending.
 func (b *Backend) LeaseIDs() []int64 { return b.view.LeaseIDs() }
+
+// AuthCheck checks a write against the auth state it is about to be
+// committed on (encoded; see AuthState) and returns the error to answer
+// instead, or nil.
+type AuthCheck func(state []byte) error
+
+type authCheckKey struct{}
+
+// WithAuthCheck returns a context whose writes run check inside the batch,
+// right before their evaluation, on the auth state as staged there: a
+// permission revoked by an entry committed before the write's is enforced,
+// as etcd checks writes when it applies them.
+func WithAuthCheck(ctx context.Context, check AuthCheck) context.Context {
+	return context.WithValue(ctx, authCheckKey{}, check)
+}
+
+// checkAuth runs the context's auth check, if any, on bt's auth state.
+func checkAuth(ctx context.Context, bt *revision.Batch) error {
+	check, _ := ctx.Value(authCheckKey{}).(AuthCheck)
+	if check == nil {
+		return nil
+	}
+	return check(bt.AuthState())
+}

@@ -28,16 +28,21 @@ type authorizer struct {
 	leaseIDs func() []int64
 }
 
-// info returns who the request comes from. When its token was issued at a
-// newer auth revision than this instance has applied (it logged in through
-// another instance), the view catches up first, so that a user created
-// elsewhere is known here.
-func (a *authorizer) info(ctx context.Context) (*auth.Info, error) {
-	ai, err := a.st.AuthInfo(ctx)
-	if err != nil || ai == nil {
+// recheckKey marks the context of a check made inside the committer's
+// batch (see unary): it must not wait for the log or read the view, whose
+// read lock the committer holds.
+type recheckKey struct{}
+
+// info returns who the request comes from, by the state of c. When its
+// token was issued at a newer auth revision than this instance has applied
+// (it logged in through another instance), the view catches up first, so
+// that a user created elsewhere is known here.
+func (a *authorizer) info(ctx context.Context, c auth.Checker) (*auth.Info, error) {
+	ai, err := a.st.AuthInfoAt(ctx, c)
+	if err != nil || ai == nil || ctx.Value(recheckKey{}) != nil {
 		return ai, err
 	}
-	if st, _ := a.st.Current(); ai.Revision > st.Revision {
+	if ai.Revision > c.Revision() {
 		if err := a.linearize(ctx); err != nil {
 			return nil, err
 		}
@@ -46,17 +51,17 @@ func (a *authorizer) info(ctx context.Context) (*auth.Info, error) {
 }
 
 // admin is etcd's check for root-only RPCs.
-func (a *authorizer) admin(ctx context.Context) error {
-	ai, err := a.info(ctx)
+func (a *authorizer) admin(ctx context.Context, c auth.Checker) error {
+	ai, err := a.info(ctx, c)
 	if err != nil {
 		return err
 	}
-	return a.st.CheckAdmin(ai)
+	return c.CheckAdmin(ai)
 }
 
 // requireInfo is etcd's check for RPCs any authenticated user may call.
-func (a *authorizer) requireInfo(ctx context.Context) error {
-	ai, err := a.info(ctx)
+func (a *authorizer) requireInfo(ctx context.Context, c auth.Checker) error {
+	ai, err := a.info(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -68,25 +73,39 @@ func (a *authorizer) requireInfo(ctx context.Context) error {
 
 // unary checks the unary RPCs.
 func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !a.st.Enabled() {
-		return handler(ctx, req)
+	c := a.st.Checker()
+	if c.Enabled() {
+		if err := a.check(ctx, info.FullMethod, req, c); err != nil {
+			return nil, err
+		}
 	}
-	if err := a.check(ctx, info.FullMethod, req); err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
+	// A write is checked again inside its batch if the auth state changed
+	// since (a revocation, or auth enabled, committed in between), as etcd
+	// checks writes when it applies them.
+	recheck := backend.AuthCheck(func(state []byte) error {
+		if c.Same(state) {
+			return nil
+		}
+		at, err := a.st.CheckerFor(state)
+		if err != nil || !at.Enabled() {
+			return err
+		}
+		return a.check(context.WithValue(ctx, recheckKey{}, true), info.FullMethod, req, at)
+	})
+	return handler(backend.WithAuthCheck(ctx, recheck), req)
 }
 
 // stream checks the streaming RPCs: Snapshot is root-only, RangeStream's
 // request is checked as a Range when it arrives; Watch and LeaseKeepAlive
 // check each request in their handlers.
 func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if !a.st.Enabled() {
+	c := a.st.Checker()
+	if !c.Enabled() {
 		return handler(srv, ss)
 	}
 	switch info.FullMethod {
 	case "/etcdserverpb.Maintenance/Snapshot":
-		if err := a.admin(ss.Context()); err != nil {
+		if err := a.admin(ss.Context(), c); err != nil {
 			return err
 		}
 	case "/etcdserverpb.KV/RangeStream":
@@ -107,10 +126,10 @@ func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.a.check(s.Context(), s.method, m)
+	return s.a.check(s.Context(), s.method, m, s.a.st.Checker())
 }
 
-func (a *authorizer) check(ctx context.Context, method string, req any) error {
+func (a *authorizer) check(ctx context.Context, method string, req any, c auth.Checker) error {
 	if strings.HasPrefix(method, "/grpc.health.v1.") {
 		return nil // probes never carry credentials
 	}
@@ -118,72 +137,72 @@ func (a *authorizer) check(ctx context.Context, method string, req any) error {
 	case "/etcdserverpb.Auth/Authenticate":
 		return nil // no credentials needed
 	case "/etcdserverpb.Auth/AuthStatus":
-		_, err := a.info(ctx) // only a bad token is refused
+		_, err := a.info(ctx, c) // only a bad token is refused
 		return err
 	case "/etcdserverpb.Cluster/MemberList", "/etcdserverpb.Lease/LeaseGrant":
-		return a.requireInfo(ctx)
+		return a.requireInfo(ctx, c)
 	case "/etcdserverpb.Auth/UserGet":
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
-		if err := a.st.CheckAdmin(ai); err != nil && (ai == nil || ai.Username != req.(*pb.AuthUserGetRequest).Name) {
+		if err := c.CheckAdmin(ai); err != nil && (ai == nil || ai.Username != req.(*pb.AuthUserGetRequest).Name) {
 			return err
 		}
 		return nil
 	case "/etcdserverpb.Auth/RoleGet":
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
-		if err := a.st.CheckAdmin(ai); err != nil && (ai == nil || !a.st.HasRole(ai.Username, req.(*pb.AuthRoleGetRequest).Role)) {
+		if err := c.CheckAdmin(ai); err != nil && (ai == nil || !c.HasRole(ai.Username, req.(*pb.AuthRoleGetRequest).Role)) {
 			return err
 		}
 		return nil
 	case "/etcdserverpb.Maintenance/Status":
-		return a.requireInfo(ctx)
+		return a.requireInfo(ctx, c)
 	case "/etcdserverpb.Maintenance/Alarm":
 		if req.(*pb.AlarmRequest).Action == pb.AlarmRequest_GET {
-			return a.requireInfo(ctx)
+			return a.requireInfo(ctx, c)
 		}
-		return a.admin(ctx)
+		return a.admin(ctx, c)
 	}
 	switch r := req.(type) {
 	case *pb.RangeRequest:
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
-		return a.st.CheckRange(ai, r.Key, r.RangeEnd)
+		return c.CheckRange(ai, r.Key, r.RangeEnd)
 	case *pb.PutRequest:
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
-		return a.checkPut(ai, r)
+		return a.checkPut(ctx, c, ai, r)
 	case *pb.DeleteRangeRequest:
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
-		return a.checkDelete(ai, r)
+		return a.checkDelete(c, ai, r)
 	case *pb.TxnRequest:
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
-		return a.checkTxn(ai, r)
+		return a.checkTxn(ctx, c, ai, r)
 	case *pb.LeaseRevokeRequest:
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
 		if ai == nil {
 			return rpctypes.ErrGRPCUserEmpty
 		}
-		return a.checkLeaseKeys(ai, r.ID, false)
+		return a.checkLeaseKeys(ctx, c, ai, r.ID, false)
 	case *pb.LeaseTimeToLiveRequest:
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -193,20 +212,23 @@ func (a *authorizer) check(ctx context.Context, method string, req any) error {
 		if !r.Keys {
 			return nil // as etcd: attached keys are checked only when listed
 		}
-		return a.checkLeaseKeys(ai, r.ID, true)
+		return a.checkLeaseKeys(ctx, c, ai, r.ID, true)
 	case *pb.LeaseLeasesRequest:
-		ai, err := a.info(ctx)
+		ai, err := a.info(ctx, c)
 		if err != nil {
 			return err
 		}
 		if ai == nil {
 			return rpctypes.ErrGRPCUserEmpty
 		}
-		if a.st.CheckAdmin(ai) == nil {
+		if c.CheckAdmin(ai) == nil {
 			return nil
 		}
+		if ctx.Value(recheckKey{}) != nil {
+			return nil // never inside a batch (LeaseLeases writes nothing)
+		}
 		for _, id := range a.leaseIDs() {
-			if err := a.checkLeaseKeys(ai, id, true); err != nil {
+			if err := a.checkLeaseKeys(ctx, c, ai, id, true); err != nil {
 				return err
 			}
 		}
@@ -215,37 +237,37 @@ func (a *authorizer) check(ctx context.Context, method string, req any) error {
 	// Everything else (Compact, the Auth admin RPCs, Maintenance and
 	// membership changes) is root-only, as in etcd; so is any service
 	// without checks of its own here.
-	return a.admin(ctx)
+	return a.admin(ctx, c)
 }
 
-func (a *authorizer) checkPut(ai *auth.Info, r *pb.PutRequest) error {
-	if err := a.st.CheckPut(ai, r.Key); err != nil {
+func (a *authorizer) checkPut(ctx context.Context, c auth.Checker, ai *auth.Info, r *pb.PutRequest) error {
+	if err := c.CheckPut(ai, r.Key); err != nil {
 		return err
 	}
-	if err := a.checkLeaseKeys(ai, r.Lease, false); err != nil {
+	if err := a.checkLeaseKeys(ctx, c, ai, r.Lease, false); err != nil {
 		return err
 	}
 	if r.PrevKv {
-		return a.st.CheckRange(ai, r.Key, nil)
+		return c.CheckRange(ai, r.Key, nil)
 	}
 	return nil
 }
 
-func (a *authorizer) checkDelete(ai *auth.Info, r *pb.DeleteRangeRequest) error {
-	if err := a.st.CheckDelete(ai, r.Key, r.RangeEnd); err != nil {
+func (a *authorizer) checkDelete(c auth.Checker, ai *auth.Info, r *pb.DeleteRangeRequest) error {
+	if err := c.CheckDelete(ai, r.Key, r.RangeEnd); err != nil {
 		return err
 	}
 	if r.PrevKv {
-		return a.st.CheckRange(ai, r.Key, r.RangeEnd)
+		return c.CheckRange(ai, r.Key, r.RangeEnd)
 	}
 	return nil
 }
 
 // checkTxn checks the compares, then every op of both branches, nested
 // transactions included, as etcd does.
-func (a *authorizer) checkTxn(ai *auth.Info, r *pb.TxnRequest) error {
-	for _, c := range r.Compare {
-		if err := a.st.CheckRange(ai, c.Key, c.RangeEnd); err != nil {
+func (a *authorizer) checkTxn(ctx context.Context, c auth.Checker, ai *auth.Info, r *pb.TxnRequest) error {
+	for _, cmp := range r.Compare {
+		if err := c.CheckRange(ai, cmp.Key, cmp.RangeEnd); err != nil {
 			return err
 		}
 	}
@@ -255,24 +277,24 @@ func (a *authorizer) checkTxn(ai *auth.Info, r *pb.TxnRequest) error {
 			switch v := op.Request.(type) {
 			case *pb.RequestOp_RequestRange:
 				if v.RequestRange != nil {
-					err = a.st.CheckRange(ai, v.RequestRange.Key, v.RequestRange.RangeEnd)
+					err = c.CheckRange(ai, v.RequestRange.Key, v.RequestRange.RangeEnd)
 				}
 			case *pb.RequestOp_RequestPut:
 				if v.RequestPut != nil {
-					err = a.checkPut(ai, v.RequestPut)
+					err = a.checkPut(ctx, c, ai, v.RequestPut)
 				}
 			case *pb.RequestOp_RequestDeleteRange:
 				if d := v.RequestDeleteRange; d != nil {
 					if d.PrevKv {
-						err = a.st.CheckRange(ai, d.Key, d.RangeEnd)
+						err = c.CheckRange(ai, d.Key, d.RangeEnd)
 					}
 					if err == nil {
-						err = a.st.CheckDelete(ai, d.Key, d.RangeEnd)
+						err = c.CheckDelete(ai, d.Key, d.RangeEnd)
 					}
 				}
 			case *pb.RequestOp_RequestTxn:
 				if v.RequestTxn != nil {
-					err = a.checkTxn(ai, v.RequestTxn)
+					err = a.checkTxn(ctx, c, ai, v.RequestTxn)
 				}
 			}
 			if err != nil {
@@ -286,23 +308,25 @@ func (a *authorizer) checkTxn(ai *auth.Info, r *pb.TxnRequest) error {
 // checkLeaseKeys is etcd's check of a lease's attached keys: root passes;
 // anyone else needs WRITE (read: READ) permission on each key attached to
 // lease id. A lease that does not exist (or 0) has no keys.
-func (a *authorizer) checkLeaseKeys(ai *auth.Info, id int64, read bool) error {
-	if id == 0 {
+func (a *authorizer) checkLeaseKeys(ctx context.Context, c auth.Checker, ai *auth.Info, id int64, read bool) error {
+	if id == 0 || ctx.Value(recheckKey{}) != nil {
+		// Inside the batch the view cannot be read: the lease's keys were
+		// checked before.
 		return nil
 	}
 	keys, ok := a.leaseKeys(id)
 	if !ok {
 		return nil
 	}
-	if a.st.CheckAdmin(ai) == nil {
+	if c.CheckAdmin(ai) == nil {
 		return nil
 	}
 	for _, k := range keys {
 		var err error
 		if read {
-			err = a.st.CheckRange(ai, k, nil)
+			err = c.CheckRange(ai, k, nil)
 		} else {
-			err = a.st.CheckPut(ai, k)
+			err = c.CheckPut(ai, k)
 		}
 		if err != nil {
 			return err
@@ -314,28 +338,36 @@ func (a *authorizer) checkLeaseKeys(ai *auth.Info, id int64, read bool) error {
 // leaseRenew is etcd's check of one keepalive: an authenticated user, root
 // or with WRITE permission on every key attached to the lease.
 func (a *authorizer) leaseRenew(ctx context.Context, id int64) error {
-	if a == nil || !a.st.Enabled() {
+	if a == nil {
 		return nil
 	}
-	ai, err := a.info(ctx)
+	c := a.st.Checker()
+	if !c.Enabled() {
+		return nil
+	}
+	ai, err := a.info(ctx, c)
 	if err != nil {
 		return err
 	}
 	if ai == nil {
 		return rpctypes.ErrGRPCUserEmpty
 	}
-	return a.checkLeaseKeys(ai, id, false)
+	return a.checkLeaseKeys(ctx, c, ai, id, false)
 }
 
 // watchCreate checks READ permission on a watch's range; it returns the
 // cancel reason etcd sends, or "".
 func (a *authorizer) watchCreate(ctx context.Context, creq *pb.WatchCreateRequest) string {
-	if a == nil || !a.st.Enabled() {
+	if a == nil {
 		return ""
 	}
-	ai, err := a.info(ctx)
+	c := a.st.Checker()
+	if !c.Enabled() {
+		return ""
+	}
+	ai, err := a.info(ctx, c)
 	if err == nil {
-		err = a.st.CheckRange(ai, creq.Key, creq.RangeEnd)
+		err = c.CheckRange(ai, creq.Key, creq.RangeEnd)
 	}
 	switch {
 	case err == nil:

@@ -41,13 +41,13 @@ func enabledAuthorizer(t *testing.T) *authorizer {
 func TestAuthorizerExemptsHealthAndDefaultsOtherServicesToRoot(t *testing.T) {
 	a := enabledAuthorizer(t)
 	ctx := context.Background()
-	if err := a.check(ctx, "/grpc.health.v1.Health/Check", &healthpb.HealthCheckRequest{}); err != nil {
+	if err := a.check(ctx, "/grpc.health.v1.Health/Check", &healthpb.HealthCheckRequest{}, a.st.Checker()); err != nil {
 		t.Fatalf("health check refused: %v", err)
 	}
-	if err := a.check(ctx, "/v3lockpb.Lock/Lock", &healthpb.HealthCheckRequest{}); err == nil {
+	if err := a.check(ctx, "/v3lockpb.Lock/Lock", &healthpb.HealthCheckRequest{}, a.st.Checker()); err == nil {
 		t.Fatal("unchecked service served without credentials")
 	}
-	if err := a.check(ctx, "/etcdserverpb.KV/Compact", &pb.CompactionRequest{}); err != rpctypes.ErrGRPCUserEmpty {
+	if err := a.check(ctx, "/etcdserverpb.KV/Compact", &pb.CompactionRequest{}, a.st.Checker()); err != rpctypes.ErrGRPCUserEmpty {
 		t.Fatalf("compact without a user: %v", err)
 	}
 }
