@@ -500,7 +500,7 @@ func TestUnknownUserLoginComparesAHashOfTheConfiguredCost(t *testing.T) {
 	// bcrypt against a hash of the same cost as real users' hashes.
 	st := NewStore((&memSource{}).src, Config{BcryptCost: 6})
 	defer st.Close()
-	if c, err := bcrypt.Cost(st.dummy); err != nil || c != 6 {
+	if c, err := bcrypt.Cost(st.dummyHash()); err != nil || c != 6 {
 		t.Fatalf("dummy hash cost %d, %v; want 6", c, err)
 	}
 	out := NewStore((&memSource{}).src, Config{BcryptCost: 99})

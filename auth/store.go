@@ -47,7 +47,8 @@ type Store struct {
 	src    Source
 	cfg    Config
 	lg     *logrus.Entry
-	dummy  []byte // a hash compared against when the user does not exist
+	dummyOnce sync.Once
+	dummy     []byte // a hash compared against when the user does not exist (see dummyHash)
 	cache  atomic.Pointer[decoded]
 	mu     sync.Mutex // serialises decoding a new state
 	broken error      // under mu
@@ -75,8 +76,17 @@ func NewStore(src Source, cfg Config) *Store {
 	s := &Store{src: src, cfg: cfg, lg: cfg.Logger.WithField("component", "auth")}
 	init := Initial()
 	s.cache.Store(&decoded{state: init, perms: NewPerms(init)})
-	s.dummy, _ = bcrypt.GenerateFromPassword([]byte("zketcd: no such user"), cfg.BcryptCost)
 	return s
+}
+
+// dummyHash returns a hash of the configured cost to compare a password
+// with when the user does not exist (made at the first such login, so that
+// starting an instance costs no bcrypt run).
+func (s *Store) dummyHash() []byte {
+	s.dummyOnce.Do(func() {
+		s.dummy, _ = bcrypt.GenerateFromPassword([]byte("zketcd: no such user"), s.cfg.BcryptCost)
+	})
+	return s.dummy
 }
 
 // Close stops the token provider.
@@ -178,7 +188,7 @@ func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, e
 	if u != nil && u.Options != nil && u.Options.NoPassword {
 		return nil, errNoPasswordUser
 	}
-	hash := s.dummy
+	hash := s.dummyHash()
 	if u != nil {
 		hash = u.Password
 	}
