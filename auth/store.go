@@ -44,14 +44,14 @@ type Config struct {
 // Store answers authentication and permission checks on the state Source
 // returns. Safe for concurrent use.
 type Store struct {
-	src    Source
-	cfg    Config
-	lg     *logrus.Entry
+	src       Source
+	cfg       Config
+	lg        *logrus.Entry
 	dummyOnce sync.Once
 	dummy     []byte // a hash compared against when the user does not exist (see dummyHash)
-	cache  atomic.Pointer[decoded]
-	mu     sync.Mutex // serialises decoding a new state
-	broken error      // under mu
+	cache     atomic.Pointer[decoded]
+	mu        sync.Mutex // serialises decoding a new state
+	broken    error      // under mu
 }
 
 // decoded is the state decoded from one slice the Source returned.
