@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -393,6 +394,38 @@ func AuthOnScenarios() []Scenario {
 			RawAs("root", "rootpw", &pb.AuthDisableRequest{}).WantOK(),
 			RawNoAuth(&pb.RangeRequest{Key: []byte("/zzz")}).WantOK(),
 			RawNoAuth(&pb.AuthStatusRequest{}).WantOK(),
+		)},
+	}
+}
+
+// AuthTokenTTLScenarios need servers whose simple tokens live 1 s after
+// their last use (etcd's --auth-token-ttl=1): a token used within its TTL
+// lives on, one left idle longer is refused.
+func AuthTokenTTLScenarios() []Scenario {
+	useAfter := func(waits ...time.Duration) Step {
+		return Step{kind: "token used after idle periods", exec: func(ctx context.Context, e *endpoint) Result {
+			tok, err := pb.NewAuthClient(e.client.ActiveConnection()).Authenticate(ctx, &pb.AuthenticateRequest{Name: "alice", Password: "alicepw"})
+			if err != nil {
+				return Result{Err: err}
+			}
+			req := &pb.RangeRequest{Key: []byte("/foo/a")}
+			var res Result
+			for _, w := range waits {
+				time.Sleep(w)
+				resp, err := pb.NewKVClient(e.client.ActiveConnection()).Range(metadata.AppendToOutgoingContext(ctx, "token", tok.Token), req)
+				res = Result{Request: req, Err: err}
+				if err != nil {
+					return res
+				}
+				res.Responses = []proto.Message{resp}
+			}
+			return res
+		}}
+	}
+	return []Scenario{
+		{Name: "auth-ttl/idle-token-expires", Steps: Steps(authSetup(),
+			useAfter(300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond).WantOK(),
+			useAfter(3*time.Second).WantErr(rpctypes.ErrGRPCInvalidAuthToken),
 		)},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	etcdembed "go.etcd.io/etcd/server/v3/embed"
 
@@ -60,4 +61,20 @@ func TestDiffAuthOnJWT(t *testing.T) {
 		}}).Endpoint()
 	})
 	diff.Runner{A: etcd, B: zk, KeepGoing: true}.Run(t, diff.AuthOnScenarios())
+}
+
+// TestDiffAuthTokenTTL runs both servers with simple tokens that live 1 s
+// after their last use (etcd's --auth-token-ttl).
+func TestDiffAuthTokenTTL(t *testing.T) {
+	etcd := diff.EtcdFactory(etcdoracle.WithConfig(func(c *etcdembed.Config) { c.AuthTokenTTL = 1 }))
+	zk := diff.EndpointFactory("zketcd", func(t testing.TB) string {
+		return zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Configure: func(c *embed.Config) {
+			tp, err := auth.NewTokenProvider("simple", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.GRPC.Auth = grpcsrv.AuthConfig{Tokens: tp}
+		}}).Endpoint()
+	})
+	diff.Runner{A: etcd, B: zk, KeepGoing: true}.Run(t, diff.AuthTokenTTLScenarios())
 }
