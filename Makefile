@@ -137,6 +137,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshotDB -fuzztime $(FUZZTIME) ./etcdformat/
 	$(GO) test -run '^$$' -fuzz FuzzGatewayJSON -fuzztime $(FUZZTIME) ./httpgw/
 	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime $(FUZZTIME) ./httpgw/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeNeverPanics -fuzztime $(FUZZTIME) ./auth/
 
 # bench measures zketcd (on a standalone ZooKeeper and on a 3-member
 # ensemble) against etcd 3.7.3 and kine 0.17.5 side by side, then the

@@ -405,6 +405,11 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 				break
 			}
 			bt.Begin()
+			if err := checkAuth(p.ctx, bt); err != nil {
+				bt.Abort()
+				p.err = err
+				continue
+			}
 			err := p.eval(bt)
 			if errors.Is(err, revision.ErrBatchBoundary) && (!bt.Empty() || bt.Chained()) {
 				bt.Abort()

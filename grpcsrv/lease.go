@@ -34,6 +34,8 @@ type leaseServer struct {
 	stop <-chan struct{} // closed when the server shuts down
 	// maxRequestBytes bounds grant and revoke requests, as every write.
 	maxRequestBytes int
+	// authz checks each keepalive (nil: no checks).
+	authz *authorizer
 }
 
 var _ pb.LeaseServer = (*leaseServer)(nil)
@@ -108,6 +110,9 @@ func (s *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKee
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if err := s.authz.leaseRenew(stream.Context(), req.ID); err != nil {
 			return err
 		}
 		ttl, err := s.be.LeaseRenew(stream.Context(), req.ID)

@@ -30,6 +30,7 @@ type Engine interface {
 	Watches
 	Members
 	Maintenance
+	Auth
 }
 
 // Health reports nil while the instance can serve (a live ZooKeeper
@@ -97,6 +98,8 @@ type Config struct {
 	// connection; one not done by then is closed (0:
 	// DefaultConnectionTimeout).
 	ConnectionTimeout time.Duration
+	// Auth configures authentication (etcd's --auth-token, --bcrypt-cost).
+	Auth AuthConfig
 	// Logger receives structured logs (required; embed fills it).
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
@@ -171,11 +174,12 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 		}),
 		grpc.ConnectionTimeout(cfg.ConnectionTimeout),
 	}
+	az := newAuthorizer(ctx, cfg, be)
 	if l := newRequestLimiter(cfg.MaxConcurrentRequests, cfg.Registerer); l != nil {
 		// Metrics first, so that refused requests are counted with their code.
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, l.unary), grpc.ChainStreamInterceptor(m.stream, l.stream))
+		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, l.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, l.stream, az.stream))
 	} else {
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
+		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, az.stream))
 	}
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))
@@ -187,11 +191,11 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 	pb.RegisterKVServer(srv, &kvServer{be: be, hdr: hdr, lg: lg, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes})
 	pb.RegisterMaintenanceServer(srv, newMaintenanceServer(be, hdr, lg))
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
-	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done(), maxRequestBytes: cfg.MaxRequestBytes})
-	pb.RegisterAuthServer(srv, &authServer{})
+	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done(), maxRequestBytes: cfg.MaxRequestBytes, authz: az})
+	pb.RegisterAuthServer(srv, newAuthServer(az, be, hdr, lg))
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
 		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done(),
-		maxWatchers: cfg.MaxWatchersPerStream})
+		maxWatchers: cfg.MaxWatchersPerStream, authz: az})
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)

@@ -54,6 +54,7 @@ type watchServer struct {
 	progressInterval time.Duration
 	stop             <-chan struct{} // closed when the server shuts down
 	maxWatchers      int
+	authz            *authorizer // nil: no permission checks
 }
 
 var _ pb.WatchServer = (*watchServer)(nil)
@@ -232,6 +233,12 @@ func (sws *serverWatchStream) recvLoop() error {
 
 // create handles a create request; it returns false if the stream closed.
 func (sws *serverWatchStream) create(creq *pb.WatchCreateRequest) bool {
+	if reason := sws.srv.authz.watchCreate(sws.grpc.Context(), creq); reason != "" {
+		return sws.sendCtrl(&pb.WatchResponse{
+			Header: sws.header(sws.ws.Rev()), WatchId: watchbridge.InvalidWatchID,
+			Created: true, Canceled: true, CancelReason: reason,
+		})
+	}
 	key := creq.Key
 	if len(key) == 0 {
 		key = []byte{0} // the smallest key

@@ -27,11 +27,20 @@ type Batch struct {
 	staged    *btree.BTreeG[*KeyValue] // newest staged version of each key
 	leases    map[int64]*Lease         // staged grants; nil value: revoked
 	ops       []Op
+	auth      []byte // staged auth state, if authSet
+	authSet   bool
 
 	inTxn     bool
 	changes   []Change
 	undo      []undoRec
 	leaseUndo []leaseUndoRec
+	authUndo  *authUndoRec
+}
+
+type authUndoRec struct {
+	auth []byte
+	set  bool
+	ops  int
 }
 
 type undoRec struct {
@@ -165,7 +174,7 @@ func (b *Batch) get(key []byte) *KeyValue {
 // Begin opens a transaction.
 func (b *Batch) Begin() {
 	b.inTxn = true
-	b.changes, b.undo, b.leaseUndo = nil, nil, nil
+	b.changes, b.undo, b.leaseUndo, b.authUndo = nil, nil, nil, nil
 }
 
 // InTxn reports whether a transaction is open.
@@ -218,12 +227,12 @@ func (b *Batch) DeleteRange(key, end []byte) ([]*KeyValue, error) {
 func (b *Batch) Commit() (rev int64, changed bool) {
 	b.inTxn = false
 	if len(b.changes) == 0 {
-		b.undo, b.leaseUndo = nil, nil
+		b.undo, b.leaseUndo, b.authUndo = nil, nil, nil
 		return b.rev, false
 	}
 	b.rev++
 	b.ops = append(b.ops, Op{Kind: OpTxn, Rev: b.rev, Changes: b.changes})
-	b.changes, b.undo, b.leaseUndo = nil, nil, nil
+	b.changes, b.undo, b.leaseUndo, b.authUndo = nil, nil, nil, nil
 	return b.rev, true
 }
 
@@ -245,8 +254,29 @@ func (b *Batch) Abort() {
 			delete(b.leases, u.id)
 		}
 	}
+	if u := b.authUndo; u != nil {
+		b.auth, b.authSet, b.ops = u.auth, u.set, b.ops[:u.ops]
+	}
 	b.inTxn = false
-	b.changes, b.undo, b.leaseUndo = nil, nil, nil
+	b.changes, b.undo, b.leaseUndo, b.authUndo = nil, nil, nil, nil
+}
+
+// AuthState returns the auth state as staged, or as in the base.
+func (b *Batch) AuthState() []byte {
+	if b.authSet {
+		return b.auth
+	}
+	return b.base.AuthState()
+}
+
+// SetAuthState stages an OpAuth replacing the auth state with state (which
+// the batch keeps: the caller must not modify it). It takes no revision.
+func (b *Batch) SetAuthState(state []byte) {
+	if b.inTxn && b.authUndo == nil {
+		b.authUndo = &authUndoRec{auth: b.auth, set: b.authSet, ops: len(b.ops)}
+	}
+	b.auth, b.authSet = state, true
+	b.ops = append(b.ops, Op{Kind: OpAuth, Auth: state})
 }
 
 // Compact stages a compaction to rev. The caller has checked

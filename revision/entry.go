@@ -16,6 +16,10 @@ const (
 	OpLeaseRevoke
 	// OpLeaseCheckpoint records Op.TTL as the remaining TTL of Op.Lease.
 	OpLeaseCheckpoint
+	// OpAuth replaces the auth store with Op.Auth, the encoded state of
+	// package auth (opaque here). It changes no key and no revision: as in
+	// etcd, the auth store has a revision of its own.
+	OpAuth
 )
 
 // Change is one key change of a transaction, in execution order.
@@ -33,6 +37,7 @@ type Op struct {
 	Changes []Change // OpTxn
 	Lease   int64    // lease ops
 	TTL     int64    // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
+	Auth    []byte   // OpAuth: the new encoded auth state
 }
 
 // WriterTag identifies the batch that produced an entry: a random nonce

@@ -14,6 +14,7 @@ type Snapshot struct {
 	State  State
 	Keys   []KeyHistory // ascending by key
 	Leases []Lease      // ascending by ID; Lease.keys is not set (derived from the keys)
+	Auth   []byte       // the encoded auth state (see OpAuth); nil if never set
 }
 
 // KeyHistory is one key's retained versions, oldest first; a version with
@@ -35,7 +36,7 @@ func (v *View) Snapshot() *Snapshot {
 
 // snapshotLocked is Snapshot for a caller holding v.mu.
 func (v *View) snapshotLocked() *Snapshot {
-	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len())}
+	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len()), Auth: v.auth}
 	v.tree.Ascend(func(ki *keyIndex) bool {
 		// The view only ever appends to a key's versions or replaces the
 		// slice (compaction), so the snapshot can share the array; the
@@ -57,6 +58,7 @@ func (v *View) snapshotLocked() *Snapshot {
 func FromSnapshot(s *Snapshot) (*View, error) {
 	v := NewView(s.State.LSN, s.State.Rev)
 	v.state = s.State
+	v.auth = s.Auth
 	for _, l := range s.Leases {
 		v.leases[l.ID] = &Lease{ID: l.ID, TTL: l.TTL, RemainingTTL: l.RemainingTTL, keys: map[string]struct{}{}}
 	}
@@ -118,7 +120,7 @@ func (v *View) Reset(other *View) {
 	defer v.mu.Unlock()
 	other.mu.Lock()
 	defer other.mu.Unlock()
-	v.tree, v.state, v.leases, v.history = other.tree, other.state, other.leases, other.history
+	v.tree, v.state, v.leases, v.history, v.auth = other.tree, other.state, other.leases, other.history, other.auth
 	close(v.applied)
 	v.applied = make(chan struct{})
 }

@@ -24,6 +24,8 @@ type Reader interface {
 	Range(key, end []byte, atRev int64, visit func(*KeyValue) bool) error
 	// Lease returns the lease with the given ID, or nil.
 	Lease(id int64) *Lease
+	// AuthState returns the encoded auth state (nil: never set; see OpAuth).
+	AuthState() []byte
 }
 
 // State is the position of a view: the last applied log entry and the
@@ -48,6 +50,7 @@ type View struct {
 	state   State
 	leases  map[int64]*Lease
 	history []Event       // every change with ModRevision >= the compacted revision, in order
+	auth    []byte        // the encoded auth state of the last OpAuth (nil: none)
 	applied chan struct{} // closed and replaced after every Apply
 	broken  error         // set when an entry could not be applied
 	// onCompact, if set, sees the state right before each compaction.
@@ -171,6 +174,8 @@ func (v *View) Apply(e *Entry) ([]Event, error) {
 			if l := v.leases[op.Lease]; l != nil {
 				l.RemainingTTL = op.TTL
 			}
+		case OpAuth:
+			v.auth = op.Auth
 		}
 	}
 	v.state.LSN = e.LSN
@@ -242,7 +247,7 @@ func (v *View) validate(e *Entry) error {
 				return fmt.Errorf("op %d: revoke of missing lease %x", i, op.Lease)
 			}
 			leases[op.Lease] = false
-		case OpLeaseCheckpoint:
+		case OpLeaseCheckpoint, OpAuth:
 		default:
 			return fmt.Errorf("op %d: unknown kind %d", i, op.Kind)
 		}
@@ -355,6 +360,17 @@ func (r viewReader) Rev() int64        { return r.v.state.Rev }
 func (r viewReader) CompactRev() int64 { return r.v.state.CompactRev }
 func (r viewReader) Lease(id int64) *Lease {
 	return r.v.leases[id]
+}
+
+func (r viewReader) AuthState() []byte { return r.v.auth }
+
+// AuthState returns the encoded auth state and the log position it was read
+// at (see OpAuth). The slice is never modified: a new OpAuth replaces it.
+// Safe for concurrent use.
+func (v *View) AuthState() ([]byte, int64) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.auth, v.state.LSN
 }
 
 func (r viewReader) Range(key, end []byte, atRev int64, visit func(*KeyValue) bool) error {

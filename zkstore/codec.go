@@ -18,6 +18,7 @@ import (
 //	  txn:        varint rev, uvarint n, n × (byte flags, bytes key, [bytes value, varint lease])
 //	  compact:    varint rev
 //	  lease ops:  varint lease, [varint ttl]
+//	  auth:       bytes state (package auth's encoding, opaque here)
 //	uint32  CRC-32C of everything before it (big endian)
 //
 // bytes = uvarint length + raw bytes. Decoding copies keys and values so an
@@ -36,7 +37,7 @@ const flagDelete = 1
 func EncodeEntry(e *revision.Entry) []byte {
 	size := 1 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64 + 4
 	for _, op := range e.Ops {
-		size += 1 + 3*binary.MaxVarintLen64
+		size += 1 + 3*binary.MaxVarintLen64 + len(op.Auth)
 		for _, c := range op.Changes {
 			size += 1 + 2*binary.MaxVarintLen64 + len(c.Key) + len(c.Value) + binary.MaxVarintLen64
 		}
@@ -70,6 +71,8 @@ func EncodeEntry(e *revision.Entry) []byte {
 			b = binary.AppendVarint(b, op.TTL)
 		case revision.OpLeaseRevoke:
 			b = binary.AppendVarint(b, op.Lease)
+		case revision.OpAuth:
+			b = appendBytes(b, op.Auth)
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
@@ -137,6 +140,8 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 			op.TTL = d.varint()
 		case revision.OpLeaseRevoke:
 			op.Lease = d.varint()
+		case revision.OpAuth:
+			op.Auth = d.bytes()
 		default:
 			// The checksum held: a newer zketcd wrote an op this build
 			// does not know.

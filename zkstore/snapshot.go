@@ -17,6 +17,7 @@ import (
 //	uvarint keys; per key: bytes key, uvarint versions; per version:
 //	        byte deleted, varint mod rev, sub, mod zxid,
 //	        [varint create rev, version, lease, create zxid, bytes value]
+//	[bytes  auth state, if the store has one (a base without it has none)]
 //	uint32  CRC-32C of everything before it
 const snapshotFormat = 1
 
@@ -64,6 +65,9 @@ func EncodeSnapshot(s *revision.Snapshot) []byte {
 			b = binary.AppendVarint(b, kv.CreateZxid)
 			b = appendBytes(b, kv.Value)
 		}
+	}
+	if s.Auth != nil {
+		b = appendBytes(b, s.Auth)
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
@@ -116,6 +120,9 @@ func DecodeSnapshot(data []byte) (*revision.Snapshot, error) {
 			kh.Versions = append(kh.Versions, kv)
 		}
 		s.Keys = append(s.Keys, kh)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		s.Auth = d.bytes()
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))

@@ -57,6 +57,10 @@ type serveFlags struct {
 	maxConcurrentRequests int
 	handshakeTimeout      time.Duration
 
+	authToken    string
+	authTokenTTL uint
+	bcryptCost   uint
+
 	keepaliveMinTime  time.Duration
 	keepaliveInterval time.Duration
 	keepaliveTimeout  time.Duration
@@ -102,6 +106,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.IntVar(&f.maxWatchersPerStream, "max-watchers-per-stream", 100000, "most watchers on one watch stream (0: no bound); a create beyond it is canceled with a reason")
 	fs.UintVar(&f.maxConcurrentStreams, "max-concurrent-streams", 0, "most concurrent gRPC streams per client connection (0: unbounded, as etcd's default)")
 	fs.IntVar(&f.maxConcurrentRequests, "max-concurrent-requests", grpcsrv.DefaultMaxConcurrentRequests, "most requests (unary RPCs and RangeStream) in flight across all clients; one more fails at once with \"too many requests\" (0: unbounded)")
+	f.registerAuth(fs)
 	fs.DurationVar(&f.handshakeTimeout, "grpc-handshake-timeout", grpcsrv.DefaultConnectionTimeout, "time a new client connection has to finish its TLS and HTTP/2 handshakes before it is closed")
 	fs.DurationVar(&f.watchProgressInterval, "watch-progress-notify-interval", grpcsrv.DefaultWatchProgressNotifyInterval, "period of progress notifications to watchers that ask for them")
 	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", grpcsrv.DefaultKeepaliveMinTime, "shortest keepalive interval a client may use")

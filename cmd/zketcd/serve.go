@@ -86,6 +86,10 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
+	authCfg, err := f.authConfig()
+	if err != nil {
+		return err
+	}
 	cfg := embed.Config{
 		Backend: backend.Config{
 			Store:              storeCfg,
@@ -108,6 +112,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			MaxConcurrentStreams:        uint32(min(f.maxConcurrentStreams, 1<<32-1)),
 			MaxConcurrentRequests:       f.maxConcurrentRequests,
 			ConnectionTimeout:           f.handshakeTimeout,
+			Auth:                        authCfg,
 		},
 		ClientAddrs:  listen,
 		TLS:          tlsCfg,

@@ -387,5 +387,6 @@ func TestEtcdctl(t *testing.T) {
 	)
 	t.Run("endpoint", func(t *testing.T) { testEndpoint(ctx, t, z, e, run) })
 	t.Run("member", func(t *testing.T) { testMember(ctx, t, z, e, run) })
+	t.Run("auth", func(t *testing.T) { testAuth(t, run) }) // last: it leaves users in the store
 	t.Logf("all steps in %s", time.Since(start).Round(time.Millisecond))
 }

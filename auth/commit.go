@@ -1,0 +1,29 @@
+package auth
+
+import "context"
+
+// Eval evaluates one auth change against the current encoded auth state
+// (as staged in the commit batch) and returns the next state (nil: nothing
+// changes) and the response. The engine may call it again if another
+// instance took the log position, so it must not keep state.
+type Eval func(cur []byte) (next []byte, resp any, err error)
+
+// Check checks a write against the encoded auth state it is about to be
+// committed on and returns the error to answer instead, or nil.
+type Check func(state []byte) error
+
+type checkKey struct{}
+
+// WithCheck returns a context whose writes run check inside their commit
+// batch, right before their evaluation, on the auth state as staged there:
+// a permission revoked by an entry committed before the write's is
+// enforced, as etcd checks writes when it applies them.
+func WithCheck(ctx context.Context, check Check) context.Context {
+	return context.WithValue(ctx, checkKey{}, check)
+}
+
+// CheckFrom returns the check WithCheck attached to ctx, or nil.
+func CheckFrom(ctx context.Context) Check {
+	c, _ := ctx.Value(checkKey{}).(Check)
+	return c
+}

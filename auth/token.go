@@ -1,0 +1,324 @@
+package auth
+
+import (
+	"crypto"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// DefaultTokenTTL is the lifetime of a simple token after its last use
+// (etcd's --auth-token-ttl, 300 s) and of a JWT without a ttl option.
+const DefaultTokenTTL = 300 * time.Second
+
+// Info is who a request comes from: the user and the auth revision the
+// credential was issued at (0: no credential).
+type Info struct {
+	Username string
+	Revision uint64
+}
+
+// TokenProvider issues and verifies tokens. Implementations are safe for
+// concurrent use.
+type TokenProvider interface {
+	// Assign returns a new token for user, issued on state st; index is
+	// the log position st was read at.
+	Assign(user string, st *State, index int64) (string, error)
+	// Info verifies token against the current state st.
+	Info(token string, st *State) (Info, bool)
+	// Close stops background work.
+	Close()
+}
+
+// ErrInvalidAuthOpts is returned by NewTokenProvider for a malformed
+// --auth-token value.
+var ErrInvalidAuthOpts = errors.New("auth: invalid auth options")
+
+// NewTokenProvider parses etcd's --auth-token value: "simple" or
+// "jwt,pub-key=<file>,priv-key=<file>,sign-method=<alg>[,ttl=<duration>]".
+// ttl is the simple tokens' idle lifetime (--auth-token-ttl).
+func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
+	parts := strings.Split(opts, ",")
+	kv := map[string]string{}
+	for _, p := range parts[1:] {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || strings.Contains(v, "=") {
+			return nil, fmt.Errorf("%w: %q", ErrInvalidAuthOpts, p)
+		}
+		if _, dup := kv[k]; dup {
+			return nil, fmt.Errorf("%w: %s given twice", ErrInvalidAuthOpts, k)
+		}
+		kv[k] = v
+	}
+	switch parts[0] {
+	case "simple", "":
+		return newSimpleTokens(ttl), nil
+	case "jwt":
+		return newJWTTokens(kv)
+	}
+	return nil, fmt.Errorf("%w: unknown token type %q", ErrInvalidAuthOpts, parts[0])
+}
+
+// simpleTokens play etcd's simple tokens: opaque, valid until ttl after
+// their last use, void once their user is deleted or changes password, or
+// auth is disabled. etcd replicates its simple tokens through raft; zketcd
+// makes them valid on every instance instead by signing them with a secret
+// of the auth state (chosen at AuthEnable, so in the log):
+//
+//	base64url(user) "." issued-unix-ms "." base64url(HMAC-SHA256(secret, user, issued, password hash)[:16])
+//
+// Each instance tracks the last use of the tokens it has seen; a token it
+// has not seen counts from its issue time.
+type simpleTokens struct {
+	ttl     time.Duration
+	mu      sync.Mutex
+	lastUse map[string]time.Time
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newSimpleTokens(ttl time.Duration) *simpleTokens {
+	if ttl <= 0 {
+		ttl = DefaultTokenTTL
+	}
+	t := &simpleTokens{ttl: ttl, lastUse: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go t.expire()
+	return t
+}
+
+func (t *simpleTokens) expire() {
+	defer close(t.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case now := <-tick.C:
+			t.mu.Lock()
+			for tok, last := range t.lastUse {
+				if now.Sub(last) > t.ttl {
+					delete(t.lastUse, tok)
+				}
+			}
+			t.mu.Unlock()
+		}
+	}
+}
+
+// simpleMAC is the signature of a simple token.
+func simpleMAC(secret []byte, user, issued string, password []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	for _, part := range [][]byte{[]byte("zketcd simple token"), []byte(user), []byte(issued), password} {
+		var n [binary.MaxVarintLen64]byte
+		m.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		m.Write(part)
+	}
+	return m.Sum(nil)[:16]
+}
+
+func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
+	u := st.User(user)
+	if u == nil || len(st.secret) == 0 {
+		return "", errors.New("simple token: no such user or auth disabled")
+	}
+	now := time.Now()
+	issued := strconv.FormatInt(now.UnixMilli(), 10)
+	tok := base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + issued + "." +
+		base64.RawURLEncoding.EncodeToString(simpleMAC(st.secret, user, issued, u.Password))
+	t.mu.Lock()
+	t.lastUse[tok] = now
+	t.mu.Unlock()
+	return tok, nil
+}
+
+// Info checks the signature against the current state and the lifetime,
+// and extends it; a simple token always carries the current auth revision
+// (as etcd's: changes to its user void it instead).
+func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(st.secret) == 0 {
+		return Info{}, false
+	}
+	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return Info{}, false
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return Info{}, false
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
+	u := st.User(string(name))
+	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(st.secret, string(name), parts[1], u.Password)) {
+		return Info{}, false
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last, seen := t.lastUse[token]
+	if !seen {
+		last = time.UnixMilli(ms)
+	}
+	if now.Sub(last) > t.ttl {
+		delete(t.lastUse, token)
+		return Info{}, false
+	}
+	t.lastUse[token] = now
+	return Info{Username: string(name), Revision: st.Revision}, true
+}
+
+func (t *simpleTokens) Close() {
+	select {
+	case <-t.done:
+	default:
+		close(t.stop)
+		<-t.done
+	}
+}
+
+// jwtTokens are signed JWTs with etcd's claims (username, revision, exp):
+// any instance with the same keys verifies them.
+type jwtTokens struct {
+	method     jwt.SigningMethod
+	key        any // private key (or HMAC secret); a public key when verify-only
+	verifyKey  any
+	ttl        time.Duration
+	verifyOnly bool
+}
+
+func newJWTTokens(kv map[string]string) (*jwtTokens, error) {
+	t := &jwtTokens{ttl: 5 * time.Minute}
+	if s := kv["ttl"]; s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ttl: %v", ErrInvalidAuthOpts, err)
+		}
+		t.ttl = d
+	}
+	var pub, priv []byte
+	var err error
+	if f := kv["pub-key"]; f != "" {
+		if pub, err = os.ReadFile(f); err != nil {
+			return nil, fmt.Errorf("%w: pub-key: %v", ErrInvalidAuthOpts, err)
+		}
+	}
+	if f := kv["priv-key"]; f != "" {
+		if priv, err = os.ReadFile(f); err != nil {
+			return nil, fmt.Errorf("%w: priv-key: %v", ErrInvalidAuthOpts, err)
+		}
+	}
+	t.method = jwt.GetSigningMethod(kv["sign-method"])
+	if t.method == nil {
+		return nil, fmt.Errorf("%w: invalid auth signature method %q", ErrInvalidAuthOpts, kv["sign-method"])
+	}
+	var privKey, pubKey crypto.PublicKey
+	switch t.method.(type) {
+	case *jwt.SigningMethodHMAC:
+		if len(priv) == 0 {
+			return nil, fmt.Errorf("%w: sign-method %s needs priv-key", ErrInvalidAuthOpts, t.method.Alg())
+		}
+		t.key, t.verifyKey = priv, priv
+		return t, nil
+	case *jwt.SigningMethodRSA, *jwt.SigningMethodRSAPSS:
+		if len(priv) > 0 {
+			if privKey, err = jwt.ParseRSAPrivateKeyFromPEM(priv); err != nil {
+				return nil, fmt.Errorf("%w: priv-key: %v", ErrInvalidAuthOpts, err)
+			}
+		}
+		if len(pub) > 0 {
+			if pubKey, err = jwt.ParseRSAPublicKeyFromPEM(pub); err != nil {
+				return nil, fmt.Errorf("%w: pub-key: %v", ErrInvalidAuthOpts, err)
+			}
+		}
+	case *jwt.SigningMethodECDSA:
+		if len(priv) > 0 {
+			if privKey, err = jwt.ParseECPrivateKeyFromPEM(priv); err != nil {
+				return nil, fmt.Errorf("%w: priv-key: %v", ErrInvalidAuthOpts, err)
+			}
+		}
+		if len(pub) > 0 {
+			if pubKey, err = jwt.ParseECPublicKeyFromPEM(pub); err != nil {
+				return nil, fmt.Errorf("%w: pub-key: %v", ErrInvalidAuthOpts, err)
+			}
+		}
+	case *jwt.SigningMethodEd25519:
+		if len(priv) > 0 {
+			if privKey, err = jwt.ParseEdPrivateKeyFromPEM(priv); err != nil {
+				return nil, fmt.Errorf("%w: priv-key: %v", ErrInvalidAuthOpts, err)
+			}
+		}
+		if len(pub) > 0 {
+			if pubKey, err = jwt.ParseEdPublicKeyFromPEM(pub); err != nil {
+				return nil, fmt.Errorf("%w: pub-key: %v", ErrInvalidAuthOpts, err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: unsupported signing method %s", ErrInvalidAuthOpts, t.method.Alg())
+	}
+	if privKey == nil {
+		if pubKey == nil {
+			return nil, fmt.Errorf("%w: missing key data", ErrInvalidAuthOpts)
+		}
+		t.verifyKey, t.verifyOnly = pubKey, true
+		return t, nil
+	}
+	pubOfPriv := privKey.(interface{ Public() crypto.PublicKey }).Public()
+	if pubKey != nil && !pubKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(pubOfPriv) {
+		return nil, fmt.Errorf("%w: public and private keys don't match", ErrInvalidAuthOpts)
+	}
+	t.key, t.verifyKey = privKey, pubOfPriv
+	return t, nil
+}
+
+var errVerifyOnly = errors.New("auth: token signing attempted with verify-only key")
+
+func (t *jwtTokens) Assign(user string, st *State, _ int64) (string, error) {
+	rev := st.Revision
+	if t.verifyOnly {
+		return "", errVerifyOnly
+	}
+	tok := jwt.NewWithClaims(t.method, jwt.MapClaims{
+		"username": user, "revision": rev, "exp": time.Now().Add(t.ttl).Unix(),
+	})
+	s, err := tok.SignedString(t.key)
+	if err != nil {
+		return "", fmt.Errorf("sign jwt: %w", err)
+	}
+	return s, nil
+}
+
+// Info verifies the signature (with the configured method only) and the
+// expiry; the token carries the auth revision it was issued at.
+func (t *jwtTokens) Info(token string, _ *State) (Info, bool) {
+	parsed, err := jwt.Parse(token, func(*jwt.Token) (any, error) { return t.verifyKey, nil },
+		jwt.WithValidMethods([]string{t.method.Alg()}))
+	if err != nil || !parsed.Valid {
+		return Info{}, false
+	}
+	claims, ok := parsed.Claims.(jwt.MapClaims)
+	if !ok {
+		return Info{}, false
+	}
+	user, ok := claims["username"].(string)
+	if !ok {
+		return Info{}, false
+	}
+	rev, ok := claims["revision"].(float64)
+	if !ok || rev < 0 {
+		return Info{}, false
+	}
+	return Info{Username: user, Revision: uint64(rev)}, true
+}
+
+func (t *jwtTokens) Close() {}

@@ -1,0 +1,57 @@
+package backend
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/auth"
+	"github.com/zketcd/zketcd/revision"
+)
+
+// AuthState returns the encoded auth state of the view (package auth's
+// encoding; nil on a root whose auth store never changed) and the log
+// position it was read at. Safe for concurrent use.
+func (b *Backend) AuthState() ([]byte, int64) { return b.view.AuthState() }
+
+// AuthWrite commits an auth change as an OpAuth op of the log, in log
+// order with every other write, so that every instance applies it at the
+// same position. It does not take an etcd revision. req is the request as
+// it goes into the log (its size is checked against --max-request-bytes).
+// When AuthWrite returns without error the change is applied to this
+// instance's view.
+func (b *Backend) AuthWrite(ctx context.Context, req proto.Message, eval auth.Eval) (any, error) {
+	return write(ctx, b, req, func(bt *revision.Batch) (any, error) {
+		next, resp, err := eval(bt.AuthState())
+		if err != nil {
+			return nil, err
+		}
+		if next != nil {
+			bt.SetAuthState(next)
+		}
+		return resp, nil
+	})
+}
+
+// LeaseKeys returns the keys attached to lease id in the view, sorted, and
+// whether the lease exists (for permission checks). Safe for concurrent use.
+func (b *Backend) LeaseKeys(id int64) (keys [][]byte, ok bool) {
+	_ = b.view.Read(func(r revision.Reader) error {
+		if l := r.Lease(id); l != nil {
+			keys, ok = l.Keys(), true
+		}
+		return nil
+	})
+	return keys, ok
+}
+
+// LeaseIDs returns the IDs of every lease in the view, ascending.
+func (b *Backend) LeaseIDs() []int64 { return b.view.LeaseIDs() }
+
+func checkAuth(ctx context.Context, bt *revision.Batch) error {
+	check := auth.CheckFrom(ctx)
+	if check == nil {
+		return nil
+	}
+	return check(bt.AuthState())
+}
