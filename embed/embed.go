@@ -56,8 +56,9 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	cfg.GRPC.Registerer = reg
 	if cfg.TLS != nil {
 		// The client listeners' TLS handshake is httpgw's (gRPC and HTTP
-		// share the port).
-		cfg.GRPC.Creds = httpgw.Creds()
+		// share the port); grpcsrv still reads the TLS settings (client
+		// certificate authentication).
+		cfg.GRPC.Creds, cfg.GRPC.TLS = httpgw.Creds(), cfg.TLS
 	}
 	// The gateway shares the gRPC server's limits.
 	cfg.GRPC = cfg.GRPC.WithDefaults()

@@ -68,7 +68,9 @@ type Config struct {
 	MaxRequestBytes int
 	// MaxTxnOps is etcd's --max-txn-ops (0: translate.DefaultMaxTxnOps).
 	MaxTxnOps int
-	// TLS, if not nil, serves TLS (client certificates per its ClientAuth).
+	// TLS, if not nil, serves TLS (client certificates per its ClientAuth)
+	// unless Creds is set; its ClientAuth also tells whether a verified
+	// client certificate authenticates (etcd's --client-cert-auth).
 	TLS *tls.Config
 	// Creds, if not nil, are the transport credentials instead of TLS
 	// (httpgw.Creds: connections arrive already past their TLS handshake).
