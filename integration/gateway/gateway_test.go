@@ -238,7 +238,10 @@ func (tg *target) normalise(path, field string, v any) any {
 			tg.ids[x] = n
 			return n
 		}
-		return x
+		// protobuf's error texts put a non-breaking space in place of a
+		// space in some builds, on purpose (so nobody compares them): the
+		// two servers are different builds.
+		return strings.ReplaceAll(x, "\u00a0", " ")
 	}
 	return v
 }
