@@ -47,6 +47,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Seed makes the random choices repeatable (with the timing).
 	Seed uint64
+	// WatchChurn, if not 0, opens kube-like watches (from the current
+	// revision, through each client in turn) and closes them after
+	// WatchChurn, over and over, as kube-apiserver's watchers come and go;
+	// the closed watches are checked up to what they observed.
+	WatchChurn time.Duration
 }
 
 // Workload runs the workers and records everything.
@@ -64,7 +69,8 @@ type Workload struct {
 	recs     []*watchcheck.Recorder
 	archiveB *watchcheck.Recorder
 	kubeRecs []*watchcheck.Recorder
-	leases   atomic.Int64 // live lease goroutines
+	closed   []*watchcheck.Watch // churned watches, closed
+	leases   atomic.Int64        // live lease goroutines
 }
 
 // History is everything a run recorded.
@@ -140,6 +146,10 @@ func Start(cfg Config) (*Workload, error) {
 	if cfg.CompactEvery > 0 {
 		id := newID()
 		w.spawn(func() { w.compactor(id) })
+	}
+	if cfg.WatchChurn > 0 {
+		id := newID()
+		w.spawn(func() { w.watchChurn(id) })
 	}
 	w.spawn(w.askProgress)
 	return w, nil
@@ -528,6 +538,40 @@ func (w *Workload) compactor(id int) {
 	}
 }
 
+// watchChurn opens two watches at a time on the kube prefix, through the
+// clients in turn, from the revision after a read, and closes them after
+// WatchChurn.
+func (w *Workload) watchChurn(id int) {
+	names := sortedNames(w.cfg.Clients)
+	b := w.cfg.Clients["B"]
+	for n := 0; ; n++ {
+		op := &Op{Worker: id, Client: "B", Kind: KindRange, Key: Prefix + "churn"}
+		w.do(op, func(ctx context.Context) error { return w.rangeReq(ctx, b, op) })
+		if !op.OK() {
+			if !w.pause(time.Second) {
+				return
+			}
+			continue
+		}
+		var recs []*watchcheck.Recorder
+		for i := range 2 {
+			name := names[(2*n+i)%len(names)]
+			s := watchcheck.Spec{Name: fmt.Sprintf("churn-%d-%s", 2*n+i, name), Key: KubePrefix,
+				End: clientv3.GetPrefixRangeEnd(KubePrefix), PrevKV: true}
+			recs = append(recs, watchcheck.Record(w.cfg.Clients[name], s, op.Header+1, watchcheck.RecordOptions{RequireLeader: true}))
+		}
+		more := w.pause(w.cfg.WatchChurn)
+		w.mu.Lock()
+		for _, r := range recs {
+			w.closed = append(w.closed, r.Stop())
+		}
+		w.mu.Unlock()
+		if !more {
+			return
+		}
+	}
+}
+
 // askProgress asks the kube watches for progress notifications, so that
 // they interleave with events (the bookmarkable guarantee is checked on
 // them).
@@ -639,6 +683,7 @@ func (w *Workload) Stop() *History {
 	w.mu.Lock()
 	h.Ops = append([]*Op(nil), w.ops...)
 	h.Faults = append([]Fault(nil), w.faults...)
+	h.Watches = append(h.Watches, w.closed...)
 	w.mu.Unlock()
 	return h
 }
