@@ -77,7 +77,7 @@ func TestMain(m *testing.M) {
 		fmt.Println()
 		fmt.Print(textTable(rows))
 		if path := os.Getenv("FAULTS_REPORT"); path != "" {
-			if err := os.WriteFile(path, []byte(markdown(rows, durationSetting())), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(markdown(rows, durationSetting())+keptSections(path)), 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, "write report:", err)
 				code = 1
 			} else {
@@ -207,9 +207,9 @@ type scenario struct {
 	hold   time.Duration
 	// zk, if not nil, adjusts the ensemble's options (slowDisk).
 	zk func(t *testing.T, o *zkserver.Options)
-	// moreWriters adds etcd-like workers (through A and B in turn), so that
-	// enough writes are concurrent for batches to grow.
-	moreWriters int
+	// putRate adds open-loop blind puts at this rate (Config.PutRate), so
+	// that how many writes wait on a commit follows its latency.
+	putRate float64
 }
 
 func killZKMember(leader bool) func(t *testing.T, cl *cluster) (string, func()) {
@@ -294,7 +294,7 @@ var scenarios = []scenario{
 	}},
 	{name: "ZKRollingRestart", inject: rollingRestart},
 	{name: "ZKConnectStringChange", hold: 2 * time.Second, inject: changeConnectString},
-	{name: "ZKSlowDisk", hold: slowHold, zk: slowDisk, inject: slowFsync, moreWriters: 12},
+	{name: "ZKSlowDisk", hold: slowHold, zk: slowDisk, inject: slowFsync, putRate: 30},
 }
 
 func TestFaults(t *testing.T) {
@@ -319,14 +319,11 @@ func TestFaults(t *testing.T) {
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	cl := newCluster(t, sc.zk)
-	etcdWorkers := []string{"A", "B"}
-	for i := range sc.moreWriters {
-		etcdWorkers = append(etcdWorkers, etcdWorkers[i%2])
-	}
 	w, err := Start(Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},
-		EtcdWorkers:    etcdWorkers,
+		EtcdWorkers:    []string{"A", "B"},
+		PutRate:        sc.putRate,
 		LeaseClient:    "AB",
 		CompactEvery:   time.Second,
 		RequestTimeout: 4 * time.Second,

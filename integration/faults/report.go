@@ -126,6 +126,24 @@ func machine() string {
 }
 
 // markdown renders docs/reliability.md.
+// keptMarker starts the part of the report file that make faults keeps as
+// it is (sections written by hand or by other targets, such as make soak's
+// figures).
+const keptMarker = "<!-- Below: not written by make faults, kept as is. -->"
+
+// keptSections returns the part of the file at path from keptMarker on
+// ("" if none), to be appended to a new report.
+func keptSections(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if i := strings.Index(string(b), keptMarker); i >= 0 {
+		return "\n" + string(b[i:])
+	}
+	return ""
+}
+
 func markdown(rows []row, duration string) string {
 	var b strings.Builder
 	b.WriteString("# Reliability under faults\n\n")

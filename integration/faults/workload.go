@@ -39,6 +39,11 @@ type Config struct {
 	Clients map[string]*clientv3.Client
 	// KubeWorkers and EtcdWorkers name the client of each worker.
 	KubeWorkers, EtcdWorkers []string
+	// PutRate, if not 0, adds blind puts of etcd-like keys sent at this
+	// rate (per second) through A and B in turn, each without waiting for
+	// the ones before it (an open-loop load: how many wait on a commit
+	// grows with its latency). Each is recorded as a worker of its own.
+	PutRate float64
 	// LeaseClient makes the lease requests ("" for none).
 	LeaseClient string
 	// CompactEvery is the compactor's interval (0: no compaction).
@@ -138,6 +143,9 @@ func Start(cfg Config) (*Workload, error) {
 	for _, name := range cfg.EtcdWorkers {
 		id := newID()
 		w.spawn(func() { w.etcdWorker(id, name) })
+	}
+	if cfg.PutRate > 0 {
+		w.spawn(w.openLoopPuts)
 	}
 	if cfg.LeaseClient != "" {
 		id := newID()
@@ -371,6 +379,33 @@ func (w *Workload) list(id int, name string, c *clientv3.Client) {
 			return // compacted (kube-apiserver relists) or unavailable
 		}
 		more, last = next.More, next.KVs
+	}
+}
+
+// openLoopPuts sends PutRate blind puts a second, each from a goroutine
+// (and a worker ID) of its own.
+func (w *Workload) openLoopPuts() {
+	r := rand.New(rand.NewPCG(w.cfg.Seed, 1<<20))
+	tick := time.NewTicker(time.Duration(float64(time.Second) / w.cfg.PutRate))
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+		id, name := 1<<20+n, []string{"A", "B"}[n%2]
+		c := w.cfg.Clients[name]
+		op := &Op{Worker: id, Client: name, Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
+		w.spawn(func() {
+			w.do(op, func(ctx context.Context) error {
+				resp, err := c.Put(ctx, op.Key, op.Value)
+				if err == nil {
+					op.Header = resp.Header.Revision
+				}
+				return err
+			})
+		})
 	}
 }
 
