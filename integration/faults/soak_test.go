@@ -19,6 +19,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/zketcd/zketcd/internal/zkserver"
 )
 
 // Environment of TestSoak (make soak):
@@ -85,7 +87,13 @@ func TestSoak(t *testing.T) {
 		byName[sc.name] = sc
 	}
 
-	cl := newCluster(t, nil)
+	// ZooKeeper keeps every transaction log and snapshot unless told to
+	// purge them, as an operator's ensemble would be (hourly, the
+	// shortest interval ZooKeeper has).
+	cl := newCluster(t, func(_ *testing.T, o *zkserver.Options) {
+		o.ExtraConfig["autopurge.purgeInterval"] = "1"
+		o.ExtraConfig["autopurge.snapRetainCount"] = "3"
+	})
 	w, err := Start(Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},
