@@ -15,7 +15,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-unit test-integration e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults upgrade-test deps-zookeeper deps-postgresql clean
+.PHONY: all build run test test-unit test-integration e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long faults upgrade-test soak deps-zookeeper deps-postgresql clean
 
 all: build
 
@@ -164,7 +164,8 @@ bench-long: deps-zookeeper deps-postgresql build
 # faults runs every fault-injection scenario of integration/faults (a real
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1; leaders
 # and followers killed, the ensemble restarted, zketcd SIGSTOPped, killed and
-# partitioned from ZooKeeper) for FAULTS_DURATION of workload each (~6 min
+# partitioned from ZooKeeper, a rolling restart of the ensemble, zketcd
+# restarted onto another --zk list, a slow disk) for FAULTS_DURATION of workload each (~6 min
 # in all at 30s), checks linearizability, watch guarantees, lost and
 # duplicated writes and lease expiry, prints the summary table and writes it
 # to docs/reliability.md. make test runs a short variant (two scenarios).
@@ -182,6 +183,21 @@ faults: deps-zookeeper build
 # entries naming both versions, and nothing is lost. Builds zketcd twice.
 upgrade-test: deps-zookeeper
 	cd integration && ZKETCD_UPGRADE_TEST=1 $(GO) test -count=1 -timeout 20m -v ./upgrade/
+
+# soak (not in CI) runs kube-apiserver-like load (integration/faults'
+# workload: creates, updates and deletes, lists, leases granted and expired,
+# watchers opened and closed, compaction every minute) against a 3-member
+# ensemble and two zketcd processes for SOAK_DURATION, with one fault every
+# SOAK_FAULT_EVERY (the make faults injectors in turn); it samples RSS, Go
+# heap, goroutines, znodes and ZooKeeper's data size into SOAK_OUT/soak.csv
+# and soak.png and checks the whole history with the faults checker.
+# SOAK_DURATION=5m makes a quick check.
+SOAK_DURATION ?= 2h
+SOAK_FAULT_EVERY ?= 3m
+SOAK_OUT ?= $(abspath docs/soak)
+soak: deps-zookeeper build
+	cd integration/faults && SOAK_DURATION=$(SOAK_DURATION) SOAK_FAULT_EVERY=$(SOAK_FAULT_EVERY) SOAK_OUT=$(SOAK_OUT) \
+		ZKETCD_BINARY=$(abspath $(BIN))/zketcd $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v
 
 clean:
 	rm -rf $(BIN)

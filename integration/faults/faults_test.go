@@ -77,7 +77,7 @@ func TestMain(m *testing.M) {
 		fmt.Println()
 		fmt.Print(textTable(rows))
 		if path := os.Getenv("FAULTS_REPORT"); path != "" {
-			if err := os.WriteFile(path, []byte(markdown(rows, durationSetting())+keptPart(path)), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(markdown(rows, durationSetting())+keptSections(path)), 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, "write report:", err)
 				code = 1
 			} else {
@@ -104,9 +104,15 @@ type cluster struct {
 	proxies []*faultproxy.Proxy
 	a, b    *Zketcd
 	clients map[string]*clientv3.Client
+	// zkOpts are the ensemble's options; notes are measurements a
+	// scenario adds to its report.
+	zkOpts zkserver.Options
+	notes  []string
 }
 
-func newCluster(t *testing.T) *cluster {
+// newCluster starts the cluster; zk, if not nil, adjusts the ensemble's
+// options first.
+func newCluster(t *testing.T, zk func(*testing.T, *zkserver.Options)) *cluster {
 	dir := t.TempDir()
 	if a := os.Getenv("FAULTS_ARTIFACTS"); a != "" {
 		// Keep the zketcd processes' logs with the scenario's artifacts.
@@ -119,7 +125,10 @@ func newCluster(t *testing.T) *cluster {
 	opts.Ports = ports
 	opts.TickTime = 500 * time.Millisecond // session timeouts from 1 s
 	opts.ExtraConfig = map[string]string{"forceSync": "no"}
-	cl := &cluster{t: t, dir: dir, ens: zkservertest.EnsembleWith(t, 3, opts), clients: map[string]*clientv3.Client{}}
+	if zk != nil {
+		zk(t, &opts)
+	}
+	cl := &cluster{t: t, dir: dir, ens: zkservertest.EnsembleWith(t, 3, opts), clients: map[string]*clientv3.Client{}, zkOpts: opts}
 	for _, addr := range cl.ens.Addrs() {
 		p, err := faultproxy.Start(addr)
 		if err != nil {
@@ -196,6 +205,11 @@ type scenario struct {
 	// it; hold is how long the fault lasts before heal is called.
 	inject func(t *testing.T, cl *cluster) (what string, heal func())
 	hold   time.Duration
+	// zk, if not nil, adjusts the ensemble's options (slowDisk).
+	zk func(t *testing.T, o *zkserver.Options)
+	// putRate adds open-loop blind puts at this rate (Config.PutRate), so
+	// that how many writes wait on a commit follows its latency.
+	putRate float64
 }
 
 func killZKMember(leader bool) func(t *testing.T, cl *cluster) (string, func()) {
@@ -278,6 +292,9 @@ var scenarios = []scenario{
 			}
 		}
 	}},
+	{name: "ZKRollingRestart", inject: rollingRestart},
+	{name: "ZKConnectStringChange", hold: 2 * time.Second, inject: changeConnectString},
+	{name: "ZKSlowDisk", hold: slowHold, zk: slowDisk, inject: slowFsync, putRate: 30},
 }
 
 func TestFaults(t *testing.T) {
@@ -301,11 +318,12 @@ func TestFaults(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
-	cl := newCluster(t)
+	cl := newCluster(t, sc.zk)
 	w, err := Start(Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},
 		EtcdWorkers:    []string{"A", "B"},
+		PutRate:        sc.putRate,
 		LeaseClient:    "AB",
 		CompactEvery:   time.Second,
 		RequestTimeout: 4 * time.Second,
@@ -357,7 +375,7 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	if sc.expiresSession && expired < len(h.Faults) {
 		t.Errorf("zketcd A's session expired %d times in %d faults meant to expire it", expired, len(h.Faults))
 	}
-	report(t, sc, h, res, whats)
+	report(t, sc, h, res, whats, cl.notes)
 	if len(res.Violations) > 0 {
 		keep := artifacts
 		if os.Getenv("FAULTS_ARTIFACTS") == "" {
@@ -396,7 +414,7 @@ func allBefore(fs []FaultStats) bool {
 	return len(fs) > 0
 }
 
-func report(t *testing.T, sc scenario, h *History, res *Result, whats []string) {
+func report(t *testing.T, sc scenario, h *History, res *Result, whats, notes []string) {
 	t.Logf("operations: %d (%d ok, %d failed: %v, %d refused as compacted); %d successful writes, %d reads, %d compactions",
 		res.Ops, res.OK, res.Failed, res.ErrorsByClassCount, res.Compacted, res.Writes, res.Reads, res.Compactions)
 	t.Logf("unknown-outcome writes: %d found applied, %d not applied; %d revisions, %d external (lease keys); %d watch events",
@@ -419,6 +437,7 @@ func report(t *testing.T, sc scenario, h *History, res *Result, whats []string) 
 		details = append(details, d)
 		t.Logf("fault %d: %s", i+1, d)
 	}
+	details = append(details, notes...)
 	if os.Getenv("FAULTS_DURATION") != "" {
 		// Streamed by make faults (go test in local directory mode).
 		fmt.Printf("%s: %d operations, %d faults, %d violations, linearizable: %s\n", sc.name, res.Ops, len(h.Faults), len(res.Violations), res.Linearizable)

@@ -61,6 +61,19 @@ func NewZketcd(c ZketcdConfig) *Zketcd {
 		logPath: filepath.Join(c.Dir, "zketcd-"+c.Name+".log")}
 }
 
+// SetZK replaces the --zk connect string of the next Start (a running
+// process keeps its own until restarted).
+func (z *Zketcd) SetZK(addrs []string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for i := 0; i+1 < len(z.args); i++ {
+		if z.args[i] == "--zk" {
+			z.args[i+1] = strings.Join(addrs, ",")
+			return
+		}
+	}
+}
+
 // LogPath is the file holding the output of every run.
 func (z *Zketcd) LogPath() string { return z.logPath }
 
@@ -90,7 +103,7 @@ func (z *Zketcd) start(ctx context.Context) error {
 	z.starts++
 	fmt.Fprintf(lf, "---- faults: start %d at %s ----\n", z.starts, time.Now().Format(time.RFC3339Nano))
 	off, _ := lf.Seek(0, io.SeekCurrent)
-	cmd := exec.Command(z.bin, z.args...)
+	cmd := exec.Command(z.bin, append([]string(nil), z.args...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	done := make(chan struct{})

@@ -125,31 +125,28 @@ func machine() string {
 	return fmt.Sprintf("%s, %d CPUs%s, %s, %s, %s", cpu, runtime.NumCPU(), mem, kernel, runtime.Version(), zk)
 }
 
-// operatorMarker starts the hand-written part of docs/reliability.md: the
-// operator faults (ZooKeeper restored from a backup, disk full, newer
-// formats, clock steps), measured by their own tests, which make faults
-// keeps as it is.
-const operatorMarker = "<!-- operator faults: written from their tests' output; make faults keeps everything from here on -->"
+// keptMarker starts the part of the report file that make faults keeps as
+// it is (sections written by hand or by other targets, such as make soak's
+// figures).
+const keptMarker = "<!-- Below: not written by make faults, kept as is. -->"
 
-// keptPart returns the part of the report at path that make faults keeps
-// (from operatorMarker to the end), or "".
-func keptPart(path string) string {
-	data, err := os.ReadFile(path)
+// keptSections returns the part of the file at path from keptMarker on
+// ("" if none), to be appended to a new report.
+func keptSections(path string) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	i := strings.Index(string(data), operatorMarker)
-	if i < 0 {
-		return ""
+	if i := strings.Index(string(b), keptMarker); i >= 0 {
+		return "\n" + string(b[i:])
 	}
-	return "\n" + string(data[i:])
+	return ""
 }
 
-// markdown renders docs/reliability.md.
 func markdown(rows []row, duration string) string {
 	var b strings.Builder
 	b.WriteString("# Reliability under faults\n\n")
-	b.WriteString("Written by `make faults` (`integration/faults`) down to the operator faults section, which it keeps: do not edit the part above it by hand.\n\n")
+	b.WriteString("Written by `make faults` (`integration/faults`) down to the marker line before the operator faults section; it keeps everything from there on: do not edit the part above it by hand.\n\n")
 	fmt.Fprintf(&b, "Run on %s on %s; workload time per scenario %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), machine(), duration)
 	b.WriteString(markdownTable(rows))
 	b.WriteString("\n## Faults, one by one\n")

@@ -39,6 +39,11 @@ type Config struct {
 	Clients map[string]*clientv3.Client
 	// KubeWorkers and EtcdWorkers name the client of each worker.
 	KubeWorkers, EtcdWorkers []string
+	// PutRate, if not 0, adds blind puts of etcd-like keys sent at this
+	// rate (per second) through A and B in turn, each without waiting for
+	// the ones before it (an open-loop load: how many wait on a commit
+	// grows with its latency). Each is recorded as a worker of its own.
+	PutRate float64
 	// LeaseClient makes the lease requests ("" for none).
 	LeaseClient string
 	// CompactEvery is the compactor's interval (0: no compaction).
@@ -47,6 +52,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Seed makes the random choices repeatable (with the timing).
 	Seed uint64
+	// WatchChurn, if not 0, opens kube-like watches (from the current
+	// revision, through each client in turn) and closes them after
+	// WatchChurn, over and over, as kube-apiserver's watchers come and go;
+	// the closed watches are checked up to what they observed.
+	WatchChurn time.Duration
 }
 
 // Workload runs the workers and records everything.
@@ -64,7 +74,8 @@ type Workload struct {
 	recs     []*watchcheck.Recorder
 	archiveB *watchcheck.Recorder
 	kubeRecs []*watchcheck.Recorder
-	leases   atomic.Int64 // live lease goroutines
+	closed   []*watchcheck.Watch // churned watches, closed
+	leases   atomic.Int64        // live lease goroutines
 }
 
 // History is everything a run recorded.
@@ -133,6 +144,9 @@ func Start(cfg Config) (*Workload, error) {
 		id := newID()
 		w.spawn(func() { w.etcdWorker(id, name) })
 	}
+	if cfg.PutRate > 0 {
+		w.spawn(w.openLoopPuts)
+	}
 	if cfg.LeaseClient != "" {
 		id := newID()
 		w.spawn(func() { w.leaseWorker(id, cfg.LeaseClient) })
@@ -140,6 +154,10 @@ func Start(cfg Config) (*Workload, error) {
 	if cfg.CompactEvery > 0 {
 		id := newID()
 		w.spawn(func() { w.compactor(id) })
+	}
+	if cfg.WatchChurn > 0 {
+		id := newID()
+		w.spawn(func() { w.watchChurn(id) })
 	}
 	w.spawn(w.askProgress)
 	return w, nil
@@ -364,6 +382,33 @@ func (w *Workload) list(id int, name string, c *clientv3.Client) {
 	}
 }
 
+// openLoopPuts sends PutRate blind puts a second, each from a goroutine
+// (and a worker ID) of its own.
+func (w *Workload) openLoopPuts() {
+	r := rand.New(rand.NewPCG(w.cfg.Seed, 1<<20))
+	tick := time.NewTicker(time.Duration(float64(time.Second) / w.cfg.PutRate))
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+		id, name := 1<<20+n, []string{"A", "B"}[n%2]
+		c := w.cfg.Clients[name]
+		op := &Op{Worker: id, Client: name, Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
+		w.spawn(func() {
+			w.do(op, func(ctx context.Context) error {
+				resp, err := c.Put(ctx, op.Key, op.Value)
+				if err == nil {
+					op.Header = resp.Header.Revision
+				}
+				return err
+			})
+		})
+	}
+}
+
 // etcdWorker makes etcd-style requests: blind puts, multi-key
 // transactions, a conditional transaction with a delete, and range reads.
 func (w *Workload) etcdWorker(id int, name string) {
@@ -528,6 +573,40 @@ func (w *Workload) compactor(id int) {
 	}
 }
 
+// watchChurn opens two watches at a time on the kube prefix, through the
+// clients in turn, from the revision after a read, and closes them after
+// WatchChurn.
+func (w *Workload) watchChurn(id int) {
+	names := sortedNames(w.cfg.Clients)
+	b := w.cfg.Clients["B"]
+	for n := 0; ; n++ {
+		op := &Op{Worker: id, Client: "B", Kind: KindRange, Key: Prefix + "churn"}
+		w.do(op, func(ctx context.Context) error { return w.rangeReq(ctx, b, op) })
+		if !op.OK() {
+			if !w.pause(time.Second) {
+				return
+			}
+			continue
+		}
+		var recs []*watchcheck.Recorder
+		for i := range 2 {
+			name := names[(2*n+i)%len(names)]
+			s := watchcheck.Spec{Name: fmt.Sprintf("churn-%d-%s", 2*n+i, name), Key: KubePrefix,
+				End: clientv3.GetPrefixRangeEnd(KubePrefix), PrevKV: true}
+			recs = append(recs, watchcheck.Record(w.cfg.Clients[name], s, op.Header+1, watchcheck.RecordOptions{RequireLeader: true}))
+		}
+		more := w.pause(w.cfg.WatchChurn)
+		w.mu.Lock()
+		for _, r := range recs {
+			w.closed = append(w.closed, r.Stop())
+		}
+		w.mu.Unlock()
+		if !more {
+			return
+		}
+	}
+}
+
 // askProgress asks the kube watches for progress notifications, so that
 // they interleave with events (the bookmarkable guarantee is checked on
 // them).
@@ -639,6 +718,7 @@ func (w *Workload) Stop() *History {
 	w.mu.Lock()
 	h.Ops = append([]*Op(nil), w.ops...)
 	h.Faults = append([]Fault(nil), w.faults...)
+	h.Watches = append(h.Watches, w.closed...)
 	w.mu.Unlock()
 	return h
 }

@@ -122,6 +122,18 @@ func (z *Zketcd) Restart(ctx context.Context) (stopped, down time.Duration, err 
 	return stopped, time.Since(start), err
 }
 
+// RestartOnto restarts zketcd as Restart does, with --zk set to zk (the
+// operator's change of connect string).
+func (z *Zketcd) RestartOnto(ctx context.Context, zk []string) (stopped, down time.Duration, err error) {
+	for i, a := range z.args {
+		if strings.HasPrefix(a, "--zk=") {
+			z.args[i] = "--zk=" + strings.Join(zk, ",")
+		}
+	}
+	z.ZK = append([]string(nil), zk...)
+	return z.Restart(ctx)
+}
+
 // Grep returns zketcd's log lines matching re (the last max).
 func (z *Zketcd) Grep(re *regexp.Regexp, max int) []string { return grepFile(z.logPath, re, max) }
 

@@ -96,3 +96,34 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// Monitor asks the server with the "mntr" four-letter word for its
+// monitoring values (zk_server_state, zk_znode_count,
+// zk_approximate_data_size, zk_avg_latency, ...), keyed by name. It fails
+// like [Server.Mode] does when the server cannot be reached, and with
+// [ErrNotServing] when it does not serve.
+func (s *Server) Monitor(ctx context.Context) (map[string]string, error) {
+	out, err := fourLetterWord(ctx, s.addr, "mntr")
+	if err != nil {
+		return nil, err
+	}
+	return parseMntr(s.addr, out)
+}
+
+// parseMntr splits a mntr answer (lines of "name<TAB>value").
+func parseMntr(addr, out string) (map[string]string, error) {
+	m := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "\t"); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	if len(m) > 0 {
+		return m, nil
+	}
+	if out == "" || strings.Contains(out, "not currently serving") {
+		return nil, fmt.Errorf("zkserver: mntr %s: %w", addr, ErrNotServing)
+	}
+	return nil, fmt.Errorf("zkserver: mntr %s: no values in answer %q", addr, truncate(out, 200))
+}

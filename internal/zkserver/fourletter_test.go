@@ -36,3 +36,19 @@ func TestConfigHasLoopbackAndExtras(t *testing.T) {
 		t.Error("newline in ExtraConfig value accepted")
 	}
 }
+
+func TestParseMntrSplitsNamesAndValues(t *testing.T) {
+	m, err := parseMntr("a", "zk_version\t3.8.0-1\nzk_server_state\tleader\nzk_znode_count\t42\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["zk_server_state"] != "leader" || m["zk_znode_count"] != "42" || m["zk_version"] != "3.8.0-1" {
+		t.Fatalf("parseMntr = %v", m)
+	}
+	if _, err := parseMntr("a", ""); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("empty answer: err = %v, want ErrNotServing", err)
+	}
+	if _, err := parseMntr("a", "This ZooKeeper instance is not currently serving requests\n"); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("not serving: err = %v, want ErrNotServing", err)
+	}
+}

@@ -136,6 +136,11 @@ type Options struct {
 	// sends SIGKILL; 0 means [DefaultStopTimeout].
 	StopTimeout time.Duration
 
+	// Env holds extra environment variables (KEY=value) for the JVM,
+	// appended to this process's environment; for example LD_PRELOAD of a
+	// shim that slows fsync down (integration/faults' slow-disk scenario).
+	Env []string
+
 	// Logger receives this package's log entries; nil means the logrus
 	// standard logger. Entries carry the field component=zkserver.
 	Logger *logrus.Entry

@@ -278,6 +278,9 @@ func (s *Server) Launch() error {
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
+	if len(s.opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.opts.Env...)
+	}
 	p := &process{logOffset: fi.Size(), done: make(chan struct{})}
 	type startResult struct {
 		pid int
