@@ -30,10 +30,7 @@ import (
 // resourceVersions. It needs $KUBE_APISERVER (make e2e) and etcdutl
 // ($ETCDUTL or build-peers.sh's cache); $ZKETCD_BINARY as TestKubeAPIServer.
 func TestKubeAPIServerMovesBetweenEtcdAndZketcd(t *testing.T) {
-	bin := os.Getenv("KUBE_APISERVER")
-	if bin == "" {
-		t.Skip("KUBE_APISERVER is not set; run `make e2e`")
-	}
+	bin := kubeAPIServerOrSkip(t)
 	utl := os.Getenv("ETCDUTL")
 	if utl == "" {
 		home, _ := os.UserHomeDir()
@@ -43,25 +40,8 @@ func TestKubeAPIServerMovesBetweenEtcdAndZketcd(t *testing.T) {
 		t.Skip("etcdutl v3.7.3 not found: integration/bench/build-peers.sh etcdutl")
 	}
 	ctx := t.Context()
-	dir := t.TempDir()
-	zketcd := os.Getenv("ZKETCD_BINARY")
-	if zketcd == "" {
-		var err error
-		if zketcd, err = kubelab.BuildZketcd(ctx, dir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lab, err := kubelab.New(dir, bin, zketcd, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Close)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	lab := newLab(t, bin)
+	must := fatalOn(t)
 	startAPI := func(name, etcdURL string, extra ...string) *kubelab.APIServer {
 		t.Helper()
 		a, err := lab.StartAPIServer(kubelab.APIServerOptions{Name: name, EtcdServers: etcdURL, Extra: extra})
@@ -115,7 +95,7 @@ func TestKubeAPIServerMovesBetweenEtcdAndZketcd(t *testing.T) {
 	}
 	api.Stop()
 
-	file := filepath.Join(dir, "etcd.snapshot")
+	file := filepath.Join(lab.Dir, "etcd.snapshot")
 	ec, err := etcd.Client()
 	must(err)
 	saveSnapshot(t, ctx, ec, file)
@@ -124,7 +104,7 @@ func TestKubeAPIServerMovesBetweenEtcdAndZketcd(t *testing.T) {
 	// etcd → zketcd.
 	zk, err := lab.ZooKeeper(ctx)
 	must(err)
-	out, err := exec.CommandContext(ctx, zketcd, "snapshot", "restore", file, "--zk", zk.Addr(), "--zk-root", "/moved", "--log-level", "warn").CombinedOutput()
+	out, err := exec.CommandContext(ctx, lab.Zketcd, "snapshot", "restore", file, "--zk", zk.Addr(), "--zk-root", "/moved", "--log-level", "warn").CombinedOutput()
 	if err != nil {
 		t.Fatalf("zketcd snapshot restore: %v\n%s", err, out)
 	}
@@ -168,12 +148,12 @@ func TestKubeAPIServerMovesBetweenEtcdAndZketcd(t *testing.T) {
 	api.Stop()
 
 	// zketcd → etcd.
-	back := filepath.Join(dir, "zketcd.snapshot")
+	back := filepath.Join(lab.Dir, "zketcd.snapshot")
 	zc, err := z.Client()
 	must(err)
 	saveSnapshot(t, ctx, zc, back)
 	z.Stop()
-	restored := filepath.Join(dir, "restored.etcd")
+	restored := filepath.Join(lab.Dir, "restored.etcd")
 	const peer = "http://127.0.0.1:2380"
 	if out, err := exec.CommandContext(ctx, utl, "snapshot", "restore", back, "--data-dir", restored, "--name", "back",
 		"--initial-cluster", "back="+peer, "--initial-advertise-peer-urls", peer).CombinedOutput(); err != nil {

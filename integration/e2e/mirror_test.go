@@ -25,30 +25,10 @@ import (
 // key space has etcd's revisions, and writes continue. Needs
 // $KUBE_APISERVER; $ZKETCD_BINARY as TestKubeAPIServer.
 func TestKubeAPIServerMovesToZketcdThroughTheMirror(t *testing.T) {
-	bin := os.Getenv("KUBE_APISERVER")
-	if bin == "" {
-		t.Skip("KUBE_APISERVER is not set; run `make e2e`")
-	}
+	bin := kubeAPIServerOrSkip(t)
 	ctx := t.Context()
-	dir := t.TempDir()
-	zketcd := os.Getenv("ZKETCD_BINARY")
-	if zketcd == "" {
-		var err error
-		if zketcd, err = kubelab.BuildZketcd(ctx, dir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lab, err := kubelab.New(dir, bin, zketcd, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Close)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	lab := newLab(t, bin)
+	must := fatalOn(t)
 	const ns = "mirrored"
 	cmPath := "/api/v1/namespaces/" + ns + "/configmaps"
 	etcd, err := lab.StartEtcd(ctx)
@@ -66,11 +46,11 @@ func TestKubeAPIServerMovesToZketcdThroughTheMirror(t *testing.T) {
 
 	zk, err := lab.ZooKeeper(ctx)
 	must(err)
-	logPath := filepath.Join(dir, "mirror.log")
+	logPath := filepath.Join(lab.Dir, "mirror.log")
 	logf, err := os.Create(logPath)
 	must(err)
 	defer logf.Close()
-	mirror := exec.Command(zketcd, "mirror", "--from", etcd.URL(), "--zk", zk.Addr(), "--zk-root", "/mirrored", "--status-interval", "300ms")
+	mirror := exec.Command(lab.Zketcd, "mirror", "--from", etcd.URL(), "--zk", zk.Addr(), "--zk-root", "/mirrored", "--status-interval", "300ms")
 	mirror.Stdout, mirror.Stderr = logf, logf
 	must(mirror.Start())
 	exited := make(chan error, 1)

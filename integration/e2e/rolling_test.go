@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,30 +103,10 @@ func TestKubeAPIServerStaysReadyThroughARollingRestart(t *testing.T) {
 // a /readyz probe (every 200 ms). It skips the test without
 // $KUBE_APISERVER.
 func startKubeOnEnsemble(t *testing.T, n int) (*kubelab.APIServer, *zkserver.Ensemble, []*kubelab.Zketcd, *writerProbe) {
-	bin := os.Getenv("KUBE_APISERVER")
-	if bin == "" {
-		t.Skip("KUBE_APISERVER is not set; run `make e2e`")
-	}
+	bin := kubeAPIServerOrSkip(t)
 	ctx := t.Context()
-	dir := t.TempDir()
-	zketcd := os.Getenv("ZKETCD_BINARY")
-	if zketcd == "" {
-		var err error
-		if zketcd, err = kubelab.BuildZketcd(ctx, dir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lab, err := kubelab.New(dir, bin, zketcd, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Close)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	lab := newLab(t, bin)
+	must := fatalOn(t)
 	ens, err := lab.Ensemble(ctx, 3)
 	must(err)
 	var zs []*kubelab.Zketcd
