@@ -74,18 +74,31 @@ type serveFlags struct {
 	rollbackCheckAfter time.Duration
 }
 
-func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
-	zkHelp := "ZooKeeper servers, comma separated host:port"
-	if !zkRequired {
-		zkHelp += " (empty: start a local ZooKeeper)"
-	}
+// registerZK registers the flags that reach ZooKeeper (servers, root,
+// session, credentials, TLS), shared by serve, dev and the commands that
+// write a root (snapshot restore, mirror).
+func (f *serveFlags) registerZK(fs *flag.FlagSet, zkHelp, rootHelp string) {
 	fs.StringVar(&f.zk, "zk", "", zkHelp)
-	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", "znode under which zketcd keeps everything")
+	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", rootHelp)
 	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout")
 	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential, e.g. digest:user:password (znodes then get an ACL for that identity only)")
 	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper (its secureClientPort)")
 	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
 	fs.StringVar(&f.zkTLSCA, "zk-tls-ca-file", "", "CA bundle to verify ZooKeeper's certificate; setting it turns TLS to ZooKeeper on")
+}
+
+// registerLog registers --log-level and --log-format.
+func (f *serveFlags) registerLog(fs *flag.FlagSet) {
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
+	zkHelp := "ZooKeeper servers, comma separated host:port"
+	if !zkRequired {
+		zkHelp += " (empty: start a local ZooKeeper)"
+	}
+	f.registerZK(fs, zkHelp, "znode under which zketcd keeps everything")
 	fs.StringVar(&f.name, "name", "", "member name (default: host name and client port); the member ID derives from it")
 	fs.StringVar(&f.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "URLs to serve the etcd API on, comma separated")
 	fs.StringVar(&f.advertiseClientURLs, "advertise-client-urls", "", "URLs advertised in the member list (default: the listen URLs)")
@@ -112,8 +125,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.DurationVar(&f.keepaliveMinTime, "grpc-keepalive-min-time", grpcsrv.DefaultKeepaliveMinTime, "shortest keepalive interval a client may use")
 	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", grpcsrv.DefaultKeepaliveInterval, "interval of server-to-client pings")
 	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", grpcsrv.DefaultKeepaliveTimeout, "time to wait for a ping answer before closing")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	f.registerLog(fs)
 	fs.StringVar(&f.lossDir, "rollback-loss-dir", "", "directory where the instance writes what ZooKeeper lost if ZooKeeper's data goes back to an older state, e.g. a restored backup (default: the system's temporary directory); see zketcd replay-loss")
 	fs.DurationVar(&f.rollbackCheckAfter, "rollback-check-after", backend.DefaultRollbackCheck, "time without a ZooKeeper session after which the instance checks, on a fresh session, whether ZooKeeper's data went back to an older state (ZooKeeper then refuses its session for good)")
 	fs.StringVar(&f.configFile, "config-file", "", "etcd's YAML configuration file: the keys zketcd has (etcd's names, and zketcd's own flag names); flags and environment override it")

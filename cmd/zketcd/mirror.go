@@ -27,15 +27,8 @@ func runMirror(args []string) error {
 	from := fs.String("from", "", "client URLs of the etcd to copy, comma separated")
 	untilCaughtUp := fs.Bool("until-caught-up", false, "exit once every revision the source has is copied")
 	interval := fs.Duration("status-interval", 5*time.Second, "how often to log the position and sync leases")
-	fs.StringVar(&f.zk, "zk", "", "ZooKeeper servers, comma separated host:port")
-	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", "root znode to create; it must not exist or be empty")
-	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout")
-	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential")
-	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper")
-	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
-	fs.StringVar(&f.zkTLSCA, "zk-tls-ca-file", "", "CA bundle to verify ZooKeeper's certificate; setting it turns TLS to ZooKeeper on")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "root znode to create; it must not exist or be empty")
+	f.registerLog(fs)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}

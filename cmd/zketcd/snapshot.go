@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -26,16 +25,9 @@ func runSnapshot(args []string) error {
 	}
 	fs := flag.NewFlagSet("zketcd snapshot restore", flag.ContinueOnError)
 	var f serveFlags
-	fs.StringVar(&f.zk, "zk", "", "ZooKeeper servers, comma separated host:port")
-	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", "root znode to create; it must not exist or be empty")
-	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout")
-	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential (znodes then get an ACL for that identity only)")
-	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper")
-	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
-	fs.StringVar(&f.zkTLSCA, "zk-tls-ca-file", "", "CA bundle to verify ZooKeeper's certificate; setting it turns TLS to ZooKeeper on")
+	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "root znode to create; it must not exist or be empty")
 	skipHash := fs.Bool("skip-hash-check", false, "accept a file without etcd's SHA-256 trailer (a database copied from a data directory)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	f.registerLog(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: zketcd snapshot restore FILE --zk HOST:PORT[,...] --zk-root /ROOT [flags]")
 		fs.PrintDefaults()
