@@ -176,13 +176,7 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 
 func TestLostCASIsEvaluatedAgainOnTheNewerView(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	var calls atomic.Int32
-	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
-		if calls.Add(1) == 1 {
-			return memlog.LoseCAS
-		}
-		return memlog.NoFault
-	})
+	faultFirstCommit(st, memlog.LoseCAS)
 	b, _ := engine(t, st, "a", nil)
 	ctx := context.Background()
 	// A compare on the foreign key: evaluated again after the lost CAS, it
@@ -207,13 +201,7 @@ func TestLostCASIsEvaluatedAgainOnTheNewerView(t *testing.T) {
 
 func TestUnknownOutcomeThatLandedIsAppliedOnce(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	var calls atomic.Int32
-	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
-		if calls.Add(1) == 1 {
-			return memlog.UnknownApplied
-		}
-		return memlog.NoFault
-	})
+	faultFirstCommit(st, memlog.UnknownApplied)
 	b, _ := engine(t, st, "a", nil)
 	_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v1")})
 	if !errors.Is(err, rpctypes.ErrGRPCTimeoutDueToConnectionLost) {
@@ -236,13 +224,7 @@ func TestUnknownOutcomeThatLandedIsAppliedOnce(t *testing.T) {
 
 func TestUnknownOutcomeThatWasLostWritesNothing(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	var calls atomic.Int32
-	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
-		if calls.Add(1) == 1 {
-			return memlog.UnknownLost
-		}
-		return memlog.NoFault
-	})
+	faultFirstCommit(st, memlog.UnknownLost)
 	b, _ := engine(t, st, "a", nil)
 	_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("lost")})
 	if !errors.Is(err, rpctypes.ErrGRPCTimeoutDueToConnectionLost) {
@@ -544,4 +526,16 @@ func TestTailerBehindATruncatedLogReloadsTheView(t *testing.T) {
 	if kv := get(t, b, "k", true).Kvs; len(kv) != 1 || string(kv[0].Value) != "9" {
 		t.Fatalf("b reads %v", kv)
 	}
+}
+
+// faultFirstCommit makes st's first commit from now on end with f; the
+// others go through.
+func faultFirstCommit(st *memlog.Store, f memlog.Fault) {
+	var calls atomic.Int32
+	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
+		if calls.Add(1) == 1 {
+			return f
+		}
+		return memlog.NoFault
+	})
 }

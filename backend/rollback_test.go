@@ -227,21 +227,12 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 		t.Errorf("the rollback was logged %d times, want once; logs:\n%s", n, logs.String())
 	}
 
-	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
-	if len(files) != 1 {
-		t.Fatalf("loss files %v, want one", files)
-	}
-	if !strings.Contains(in.Backend().Health().Error(), files[0]) {
-		t.Errorf("the error does not name the loss file %s", files[0])
-	}
-	f, err := os.Open(files[0])
+	path, hdr, recs, err := readLossFile(t, lossDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr, recs, err := lossfile.Read(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
+	if !strings.Contains(in.Backend().Health().Error(), path) {
+		t.Errorf("the error does not name the loss file %s", path)
 	}
 	if hdr.AppliedRev != 41 || hdr.ZooKeeperRev != 21 || hdr.ForkRev != 21 || hdr.Diverged || hdr.Compacted {
 		t.Fatalf("loss header %+v", hdr)
@@ -372,13 +363,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 		putRetry(t, cb, fmt.Sprintf("n%02d", i), "b")
 	}
 	wrote := time.Now()
-	deadline := time.Now().Add(60 * time.Second)
-	for !lossWritten(a.Backend().Health()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("A did not notice B's history: %v", a.Backend().Health())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitLossWritten(t, a, "A did not notice B's history")
 	select {
 	case m := <-mixed:
 		t.Fatalf("A served a mixed read: %s", m)
@@ -393,16 +378,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 	if got := a.Backend().State().Rev; got != 41 {
 		t.Fatalf("A's view moved to revision %d", got)
 	}
-	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
-	if len(files) != 1 {
-		t.Fatalf("loss files %v", files)
-	}
-	f, err := os.Open(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	hdr, recs, err := lossfile.Read(f)
+	_, hdr, recs, err := readLossFile(t, lossDir)
 	if err != nil || !hdr.Diverged || hdr.ForkRev != 21 || len(recs) != 20 || recs[0].Rev != 22 || recs[19].Rev != 41 {
 		t.Fatalf("loss file %+v, %d records, %v", hdr, len(recs), err)
 	}
@@ -431,13 +407,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 func TestZooKeeperWipedUnderAnInstanceHaltsItAndRecordsEverything(t *testing.T) {
 	srv := zkservertest.Standalone(t)
 	lossDir := t.TempDir()
-	in := zketcdtest.Start(t, []string{srv.Addr()}, zketcdtest.Options{
-		SessionTimeout: 4 * time.Second,
-		Configure: func(cfg *embed.Config) {
-			cfg.Backend.LossDir = lossDir
-			cfg.Backend.RollbackCheckAfter = time.Second
-		},
-	})
+	in := startWithLossDir(t, srv.Addr(), lossDir)
 	c := in.Client(t)
 	for i := 0; i < 10; i++ {
 		putRetry(t, c, fmt.Sprintf("k%02d", i), "v")
@@ -448,29 +418,14 @@ func TestZooKeeperWipedUnderAnInstanceHaltsItAndRecordsEverything(t *testing.T) 
 		}
 	})
 	wiped := time.Now()
-	deadline := time.Now().Add(60 * time.Second)
-	for !lossWritten(in.Backend().Health()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no rollback declared: %v", in.Backend().Health())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitLossWritten(t, in, "no rollback declared")
 	err := in.Backend().Health()
 	t.Logf("declared %v after ZooKeeper served the empty data: %v", time.Since(wiped).Round(time.Millisecond), err)
 	if !strings.Contains(err.Error(), "ZooKeeper holds none of this instance's data: revision 11 applied") ||
 		!strings.Contains(err.Error(), "acknowledged revisions 2–11 are not in ZooKeeper") {
 		t.Fatalf("health: %v", err)
 	}
-	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
-	if len(files) != 1 {
-		t.Fatalf("loss files %v", files)
-	}
-	f, err := os.Open(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	hdr, recs, err := lossfile.Read(f)
+	_, hdr, recs, err := readLossFile(t, lossDir)
 	if err != nil || hdr.ForkRev != 1 || len(recs) != 10 || recs[0].Rev != 2 || recs[9].Rev != 11 {
 		t.Fatalf("loss file %+v, %d records, %v", hdr, len(recs), err)
 	}
@@ -484,13 +439,7 @@ func TestZooKeeperWipedUnderAnInstanceHaltsItAndRecordsEverything(t *testing.T) 
 func TestLossFileOfACompactedHistoryListsFinalValuesAndDeletes(t *testing.T) {
 	srv := zkservertest.Standalone(t)
 	lossDir := t.TempDir()
-	in := zketcdtest.Start(t, []string{srv.Addr()}, zketcdtest.Options{
-		SessionTimeout: 4 * time.Second,
-		Configure: func(cfg *embed.Config) {
-			cfg.Backend.LossDir = lossDir
-			cfg.Backend.RollbackCheckAfter = time.Second
-		},
-	})
+	in := startWithLossDir(t, srv.Addr(), lossDir)
 	c := in.Client(t)
 	for i := 0; i < 20; i++ {
 		putRetry(t, c, fmt.Sprintf("k%02d", i), "v")
@@ -520,23 +469,8 @@ func TestLossFileOfACompactedHistoryListsFinalValuesAndDeletes(t *testing.T) {
 		}
 		copyDir(t, backup, dataDir)
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for !lossWritten(in.Backend().Health()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no rollback declared: %v", in.Backend().Health())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
-	if len(files) != 1 {
-		t.Fatalf("loss files %v", files)
-	}
-	f, err := os.Open(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	hdr, recs, err := lossfile.Read(f)
+	waitLossWritten(t, in, "no rollback declared")
+	_, hdr, recs, err := readLossFile(t, lossDir)
 	if err != nil || !hdr.Compacted || hdr.DeletesUnknown || hdr.ForkRev != 21 {
 		t.Fatalf("loss header %+v (%v)", hdr, err)
 	}
@@ -567,4 +501,46 @@ func TestLossFileOfACompactedHistoryListsFinalValuesAndDeletes(t *testing.T) {
 	if str(after) != str(want) {
 		t.Fatalf("after the replay:\n%s\nwant (the instance's state before the restore):\n%s", str(after), str(want))
 	}
+}
+
+// startWithLossDir starts an instance on zk that writes loss files to
+// lossDir and checks for a rollback after 1 s without a session.
+func startWithLossDir(t *testing.T, zk, lossDir string) *zketcdtest.Instance {
+	return zketcdtest.Start(t, []string{zk}, zketcdtest.Options{
+		SessionTimeout: 4 * time.Second,
+		Configure: func(cfg *embed.Config) {
+			cfg.Backend.LossDir = lossDir
+			cfg.Backend.RollbackCheckAfter = time.Second
+		},
+	})
+}
+
+// waitLossWritten waits up to 60 s for in to have halted and written its
+// loss file; it fails t with what, and in's health, if it does not.
+func waitLossWritten(t *testing.T, in *zketcdtest.Instance, what string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !lossWritten(in.Backend().Health()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, in.Backend().Health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readLossFile reads the one loss file in lossDir (failing t if there is
+// not exactly one) and returns its path and its contents.
+func readLossFile(t *testing.T, lossDir string) (string, lossfile.Header, []lossfile.Record, error) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(lossDir, "zketcd-lost-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("loss files %v, want one", files)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hdr, recs, err := lossfile.Read(f)
+	return files[0], hdr, recs, err
 }
