@@ -8,64 +8,74 @@ import (
 	"strings"
 )
 
-// writeThroughput writes the throughput table of servers over cells with
-// the ratio columns pairs.
-func (r *Report) writeThroughput(b *strings.Builder, servers []string, cells [][2]string, pairs []ratioPair) {
-	head := []string{"workload", "clients"}
+// cellTable is one markdown table of servers over cells: a row per cell,
+// starting with first(cell), then value(result) of each server (or the
+// cell's status when it did not run), then a ratio column per pair.
+type cellTable struct {
+	head   []string // the leading columns
+	prefix string   // before each ratio column's header
+	first  func(c [2]string) []string
+	find   func(server string, c [2]string) *Result
+	value  func(x *Result) string
+	ratio  func(a, b *Result) float64
+}
+
+func (r *Report) writeCellTable(b *strings.Builder, t cellTable, servers []string, cells [][2]string, pairs []ratioPair) {
+	head := append([]string{}, t.head...)
 	for _, s := range servers {
 		head = append(head, ServerLabel(s))
 	}
 	for _, p := range pairs {
-		head = append(head, p.header())
+		head = append(head, t.prefix+p.header())
 	}
 	mdHeader(b, head...)
 	for _, c := range cells {
-		n, _ := strconv.Atoi(c[1])
-		row := []string{c[0], c[1]}
+		row := t.first(c)
 		for _, s := range servers {
-			x := r.find(s, c[0], n)
+			x := t.find(s, c)
 			if st := cellStatus(x); st != "" {
 				row = append(row, st)
 			} else {
-				row = append(row, fmtNum(x.Throughput))
+				row = append(row, t.value(x))
 			}
 		}
 		for _, p := range pairs {
-			row = append(row, fmtRatio(throughputRatio(r.find(p.num, c[0], n), r.find(p.den, c[0], n))))
+			row = append(row, fmtRatio(t.ratio(t.find(p.num, c), t.find(p.den, c))))
 		}
 		mdRow(b, row...)
 	}
 	b.WriteString("\n")
 }
 
+// workloadCells is the cellTable layout of (workload, clients) cells.
+func (r *Report) workloadCells(prefix string, value func(*Result) string, ratio func(a, b *Result) float64) cellTable {
+	return cellTable{
+		head:   []string{"workload", "clients"},
+		prefix: prefix,
+		first:  func(c [2]string) []string { return []string{c[0], c[1]} },
+		find: func(server string, c [2]string) *Result {
+			n, _ := strconv.Atoi(c[1])
+			return r.find(server, c[0], n)
+		},
+		value: value,
+		ratio: ratio,
+	}
+}
+
+// writeThroughput writes the throughput table of servers over cells with
+// the ratio columns pairs.
+func (r *Report) writeThroughput(b *strings.Builder, servers []string, cells [][2]string, pairs []ratioPair) {
+	t := r.workloadCells("", func(x *Result) string { return fmtNum(x.Throughput) }, throughputRatio)
+	r.writeCellTable(b, t, servers, cells, pairs)
+}
+
 // writeLatency writes the p50 / p99 / p99.9 table of servers over cells
 // with p99 ratio columns.
 func (r *Report) writeLatency(b *strings.Builder, servers []string, cells [][2]string, pairs []ratioPair) {
-	head := []string{"workload", "clients"}
-	for _, s := range servers {
-		head = append(head, ServerLabel(s))
-	}
-	for _, p := range pairs {
-		head = append(head, "p99 "+p.header())
-	}
-	mdHeader(b, head...)
-	for _, c := range cells {
-		n, _ := strconv.Atoi(c[1])
-		row := []string{c[0], c[1]}
-		for _, s := range servers {
-			x := r.find(s, c[0], n)
-			if st := cellStatus(x); st != "" {
-				row = append(row, st)
-			} else {
-				row = append(row, fmt.Sprintf("%s / %s / %s", fmtMs(x.P50Ms), fmtMs(x.P99Ms), fmtMs(x.P999Ms)))
-			}
-		}
-		for _, p := range pairs {
-			row = append(row, fmtRatio(p99Ratio(r.find(p.num, c[0], n), r.find(p.den, c[0], n))))
-		}
-		mdRow(b, row...)
-	}
-	b.WriteString("\n")
+	t := r.workloadCells("p99 ", func(x *Result) string {
+		return fmt.Sprintf("%s / %s / %s", fmtMs(x.P50Ms), fmtMs(x.P99Ms), fmtMs(x.P999Ms))
+	}, p99Ratio)
+	r.writeCellTable(b, t, servers, cells, pairs)
 }
 
 // documentedWorkloads are the workloads of the report's workload table:

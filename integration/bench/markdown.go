@@ -249,35 +249,23 @@ func (r *Report) writeWatch(b *strings.Builder, servers []string, pairs []ratioP
 	b.WriteString("## Watch: commit-to-event latency\n\np50 / p99 / p99.9 in milliseconds from the start of the writer's `Put` call " +
 		"to a watcher receiving the event; every (put, watcher) pair is a sample. With 100 watchers the client side " +
 		"(100 streams decoding on the same 2 cores) is part of what is measured. Ratios compare p99 (below 1 zketcd is faster).\n\n")
-	head := []string{"watchers", "puts/s"}
-	for _, s := range servers {
-		head = append(head, ServerLabel(s))
-	}
-	for _, p := range pairs {
-		head = append(head, "p99 "+p.header())
-	}
-	mdHeader(b, head...)
-	for _, c := range cells {
-		n, _ := strconv.Atoi(c[1])
-		row := []string{c[1], strconv.Itoa(r.Profile.WatchRate)}
-		for _, s := range servers {
-			x := r.find(s, WWatch, n)
-			if st := cellStatus(x); st != "" {
-				row = append(row, st)
-			} else {
-				v := fmt.Sprintf("%s / %s / %s", fmtMs(x.P50Ms), fmtMs(x.P99Ms), fmtMs(x.P999Ms))
-				if x.Errors > 0 {
-					v += fmt.Sprintf(" (%d missed)", x.Errors)
-				}
-				row = append(row, v)
+	r.writeCellTable(b, cellTable{
+		head:   []string{"watchers", "puts/s"},
+		prefix: "p99 ",
+		first:  func(c [2]string) []string { return []string{c[1], strconv.Itoa(r.Profile.WatchRate)} },
+		find: func(server string, c [2]string) *Result {
+			n, _ := strconv.Atoi(c[1])
+			return r.find(server, WWatch, n)
+		},
+		value: func(x *Result) string {
+			v := fmt.Sprintf("%s / %s / %s", fmtMs(x.P50Ms), fmtMs(x.P99Ms), fmtMs(x.P999Ms))
+			if x.Errors > 0 {
+				v += fmt.Sprintf(" (%d missed)", x.Errors)
 			}
-		}
-		for _, p := range pairs {
-			row = append(row, fmtRatio(p99Ratio(r.find(p.num, WWatch, n), r.find(p.den, WWatch, n))))
-		}
-		mdRow(b, row...)
-	}
-	b.WriteString("\n")
+			return v
+		},
+		ratio: p99Ratio,
+	}, servers, cells, pairs)
 }
 
 func (r *Report) writeRecovery(b *strings.Builder) {
