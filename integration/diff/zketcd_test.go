@@ -1,16 +1,12 @@
 package diff_test
 
 import (
-	"context"
-	"os"
 	"testing"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/integration/diff"
 	"github.com/zketcd/zketcd/internal/zketcdtest"
 	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 // zkAddr is one ZooKeeper shared by the package's tests: every scenario
@@ -18,24 +14,7 @@ import (
 var zkAddr string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zketcd-diff-")
-	if err != nil {
-		panic(err)
-	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := zkserver.StartStandalone(ctx, zkserver.Options{Dir: dir, Logger: logrus.NewEntry(lg),
-		ExtraConfig: map[string]string{"forceSync": "no"}})
-	cancel()
-	if err != nil {
-		panic("start zookeeper: " + err.Error())
-	}
-	zkAddr = srv.Addr()
-	code := m.Run()
-	_ = srv.Stop()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	zkservertest.Main(m, "diff", zkserver.Options{}, &zkAddr)
 }
 
 // zketcdFactory starts a fresh zketcd (a new root) per scenario.

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,34 +21,19 @@ import (
 
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 var zkAddr string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zketcd-snapshot-")
-	if err != nil {
-		panic(err)
-	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	opts := zkserver.Options{Dir: dir, Logger: logrus.NewEntry(lg), ExtraConfig: map[string]string{"forceSync": "no"}}
+	var opts zkserver.Options
 	if os.Getenv("SNAPSHOT_MEASURE_KEYS") != "" {
 		// TestMeasureSnapshot: a million keys' log entries and a base
 		// generation of the same size do not fit the default 512 MiB heap.
 		opts.JVMFlags = []string{"-Xmx6g"}
 	}
-	srv, err := zkserver.StartStandalone(ctx, opts)
-	cancel()
-	if err != nil {
-		panic("start zookeeper: " + err.Error())
-	}
-	zkAddr = srv.Addr()
-	code := m.Run()
-	_ = srv.Stop()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	zkservertest.Main(m, "snapshot", opts, &zkAddr)
 }
 
 // tool returns the path of etcdctl or etcdutl v3.7.3, or skips the test.

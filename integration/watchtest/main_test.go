@@ -6,15 +6,10 @@
 package watchtest
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"testing"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 // zkAddr is one standalone ZooKeeper shared by the tests that do not break
@@ -23,24 +18,5 @@ import (
 var zkAddr string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zketcd-watchtest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := zkserver.StartStandalone(ctx, zkserver.Options{Dir: dir, Logger: logrus.NewEntry(lg),
-		ExtraConfig: map[string]string{"forceSync": "no"}})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start zookeeper:", err)
-		os.Exit(1)
-	}
-	zkAddr = srv.Addr()
-	code := m.Run()
-	_ = srv.Stop()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	zkservertest.Main(m, "watchtest", zkserver.Options{}, &zkAddr)
 }
