@@ -354,6 +354,17 @@ func (f *serveFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// loggedStoreConfig is storeConfig logging through the logger the flags
+// describe, for the commands that only write a root (snapshot restore,
+// mirror).
+func (f *serveFlags) loggedStoreConfig() (zkstore.Config, error) {
+	logger, err := f.logger()
+	if err != nil {
+		return zkstore.Config{}, err
+	}
+	return f.storeConfig(logrus.NewEntry(logger))
+}
+
 func (f *serveFlags) storeConfig(lg *logrus.Entry) (zkstore.Config, error) {
 	var auth []string
 	if f.zkAuth != "" {

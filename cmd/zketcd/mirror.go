@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -36,12 +35,7 @@ func runMirror(args []string) error {
 		fs.Usage()
 		return errors.New("--from and --zk are required")
 	}
-	logger, err := f.logger()
-	if err != nil {
-		return err
-	}
-	lg := logrus.NewEntry(logger)
-	sc, err := f.storeConfig(lg)
+	sc, err := f.loggedStoreConfig()
 	if err != nil {
 		return err
 	}

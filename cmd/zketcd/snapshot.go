@@ -9,8 +9,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/zketcd/zketcd/snaprestore"
 )
 
@@ -43,12 +41,7 @@ func runSnapshot(args []string) error {
 	if f.zk == "" {
 		return errors.New("--zk is required")
 	}
-	logger, err := f.logger()
-	if err != nil {
-		return err
-	}
-	lg := logrus.NewEntry(logger)
-	sc, err := f.storeConfig(lg)
+	sc, err := f.loggedStoreConfig()
 	if err != nil {
 		return err
 	}
