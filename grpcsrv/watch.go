@@ -260,6 +260,13 @@ func (sws *serverWatchStream) create(creq *pb.WatchCreateRequest) bool {
 		}
 	}
 	id, err := sws.ws.Watch(creq.WatchId, key, end, creq.StartRevision, filters...)
+	if errors.Is(err, watchbridge.ErrStreamClosed) {
+		// The stream is ending (shutdown, halt, lost leader): the client
+		// gets that error and re-creates the watch from where it was, on
+		// this or another endpoint. Answering the create as canceled would
+		// tell it the watch was refused.
+		return false
+	}
 	if err == nil {
 		sws.mu.Lock()
 		if creq.ProgressNotify {

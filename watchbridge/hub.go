@@ -35,6 +35,9 @@ var (
 	ErrWatcherNotExist    = errors.New("mvcc: watcher does not exist")
 	// ErrTooManyWatchers is zketcd's own: a stream reached its watcher limit.
 	ErrTooManyWatchers = errors.New("zketcd: too many watchers on this stream")
+	// ErrStreamClosed is zketcd's own: the stream was closed (its gRPC
+	// stream is ending); the create must not be answered as if refused.
+	ErrStreamClosed = errors.New("zketcd: watch stream closed")
 )
 
 // Response is what a stream's channel carries: events for one watcher, a

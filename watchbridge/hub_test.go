@@ -349,3 +349,14 @@ func TestStreamWatcherLimit(t *testing.T) {
 		t.Fatalf("after a cancel: %v", err)
 	}
 }
+
+// A create that races the stream's close gets ErrStreamClosed, not one of
+// etcd's refusals (which would tell the client its watch was invalid).
+func TestWatchOnAClosedStreamIsNotARefusal(t *testing.T) {
+	f := newFixture(t)
+	s := f.h.NewStream(0)
+	s.Close()
+	if _, err := s.Watch(AutoWatchID, []byte("a"), []byte("b"), 0); !errors.Is(err, ErrStreamClosed) {
+		t.Fatalf("watch on a closed stream: %v, want %v", err, ErrStreamClosed)
+	}
+}

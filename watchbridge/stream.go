@@ -31,7 +31,8 @@ func (s *Stream) Rev() int64 { return s.hub.Rev() }
 // Watch adds a watcher on [key, end) (end nil: key only; empty: no upper
 // bound) from startRev (0: the next revision) and returns its ID: id if not
 // AutoWatchID, else the lowest free one from a per-stream counter. Errors:
-// ErrEmptyWatcherRange for key >= end, ErrWatcherDuplicateID.
+// ErrEmptyWatcherRange for key >= end, ErrWatcherDuplicateID,
+// ErrTooManyWatchers, ErrStreamClosed once Close was called.
 func (s *Stream) Watch(id int64, key, end []byte, startRev int64, filters ...Filter) (int64, error) {
 	if len(end) != 0 && bytes.Compare(key, end) >= 0 {
 		return -1, ErrEmptyWatcherRange
@@ -40,7 +41,7 @@ func (s *Stream) Watch(id int64, key, end []byte, startRev int64, filters ...Fil
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s.closed {
-		return -1, ErrEmptyWatcherRange
+		return -1, ErrStreamClosed
 	}
 	if s.maxWatchers > 0 && len(s.watchers) >= s.maxWatchers {
 		return -1, ErrTooManyWatchers
