@@ -29,6 +29,9 @@ type Config struct {
 	ClientAddrs []string
 	// TLS serves the client addresses with TLS when not nil.
 	TLS *tls.Config
+	// CORS and HostWhitelist are etcd's --cors and --host-whitelist for
+	// the HTTP side of the client addresses (empty or "*": allow all).
+	CORS, HostWhitelist []string
 	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
 	MetricsAddrs []string
 	// Logger receives structured logs (nil: logrus's standard logger).

@@ -30,7 +30,9 @@ func gatewayConfig(cfg Config, be *backend.Backend, srv *grpc.Server, metrics ht
 			_, err := be.Range(ctx, &pb.RangeRequest{Key: []byte{0}, KeysOnly: true, Limit: 1, Serializable: serializable})
 			return err
 		},
-		Metrics: metrics,
-		Logger:  cfg.Logger,
+		Metrics:       metrics,
+		CORS:          cfg.CORS,
+		HostWhitelist: cfg.HostWhitelist,
+		Logger:        cfg.Logger,
 	}
 }

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
-	"strings"
 
+	"github.com/gorilla/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/sirupsen/logrus"
+	"github.com/tmc/grpc-websocket-proxy/wsproxy"
 	gw "go.etcd.io/etcd/api/v3/etcdserverpb/gw"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -136,20 +139,31 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
 
-// withCORS adds etcd's default CORS headers (every origin allowed) to
-// every answer, answers OPTIONS with 200 and serves /v3beta/ as /v3/.
-func withCORS(h http.Handler) http.Handler {
+// gatewayHandler serves /v3/: a WebSocket upgrade becomes one streaming
+// request to the gateway (etcd's wsproxy: each text message one JSON
+// request, each response line one message; the method is POST whatever
+// the upgrade's), anything else a request with a bounded body.
+func (s *Server) gatewayHandler(gw http.Handler) http.Handler {
+	ws := wsproxy.WebsocketProxy(gw,
+		wsproxy.WithRequestMutator(func(_ *http.Request, out *http.Request) *http.Request {
+			out.Method = http.MethodPost
+			return out
+		}),
+		wsproxy.WithMaxRespBodyBufferSize(math.MaxInt32),
+		wsproxy.WithLogger(wsLogger{s.lg.WithField("component", "websocket")}))
+	bounded := s.bounded(gw)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v3beta/") {
-			r.URL.Path = "/v3/" + strings.TrimPrefix(r.URL.Path, "/v3beta/")
-		}
-		w.Header().Add("Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE")
-		w.Header().Add("Access-Control-Allow-Origin", "*")
-		w.Header().Add("Access-Control-Allow-Headers", "accept, content-type, authorization")
-		if r.Method == http.MethodOptions {
-			w.WriteHeader(http.StatusOK)
+		if websocket.IsWebSocketUpgrade(r) {
+			ws.ServeHTTP(w, r)
 			return
 		}
-		h.ServeHTTP(w, r)
+		bounded.ServeHTTP(w, r)
 	})
 }
+
+// wsLogger is wsproxy's logger over logrus (its warnings are a client's
+// connection ending, so at debug level).
+type wsLogger struct{ lg *logrus.Entry }
+
+func (l wsLogger) Warnln(args ...any)  { l.lg.Debug(fmt.Sprint(args...)) }
+func (l wsLogger) Debugln(args ...any) { l.lg.Trace(fmt.Sprint(args...)) }

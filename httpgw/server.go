@@ -60,6 +60,12 @@ type Config struct {
 	// Gateways registers more services' gateway handlers (v3lock,
 	// v3election) next to etcd's six.
 	Gateways []RegisterFunc
+	// CORS lists the origins allowed cross-origin requests (etcd's
+	// --cors; empty or "*": every origin).
+	CORS []string
+	// HostWhitelist lists the Host names accepted on connections without
+	// TLS (etcd's --host-whitelist; empty or "*": every host).
+	HostWhitelist []string
 	// Logger receives structured logs.
 	Logger *logrus.Entry
 }
@@ -140,13 +146,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v3/", s.bounded(gw))
+	mux.Handle("/v3/", s.gatewayHandler(gw))
 	s.HandleHealth(mux)
 	mux.HandleFunc("/version", serveVersion)
 	if cfg.Metrics != nil {
 		mux.Handle("/metrics", cfg.Metrics)
 	}
-	s.handler = withCORS(mux)
+	s.handler = &accessControl{cors: newAllowList(cfg.CORS), hosts: newAllowList(cfg.HostWhitelist), lg: s.lg, next: mux}
 	quiet := log.New(io.Discard, "", 0) // client mistakes are not server errors
 	s.http1 = &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Minute, ErrorLog: quiet}
 	streams := cfg.MaxConcurrentStreams

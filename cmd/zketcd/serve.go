@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,6 +69,10 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return fmt.Errorf("--listen-metrics-urls: %w", err)
 	}
+	cors, err := corsOrigins(splitList(f.cors))
+	if err != nil {
+		return err
+	}
 	advertise := splitList(f.advertiseClientURLs)
 	if len(advertise) == 0 {
 		advertise = splitList(f.listenClientURLs)
@@ -114,10 +119,12 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			ConnectionTimeout:           f.handshakeTimeout,
 			Auth:                        authCfg,
 		},
-		ClientAddrs:  listen,
-		TLS:          tlsCfg,
-		MetricsAddrs: metricsAddrs,
-		Logger:       lg,
+		ClientAddrs:   listen,
+		TLS:           tlsCfg,
+		MetricsAddrs:  metricsAddrs,
+		CORS:          cors,
+		HostWhitelist: splitList(f.hostWhitelist),
+		Logger:        lg,
 	}
 	lg.WithFields(logrus.Fields{"zk": f.zk, "zk_root": f.zkRoot}).Info("connecting to zookeeper")
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
@@ -142,4 +149,28 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	lg.Info("shutting down")
 	z.Close(5 * time.Second)
 	return err
+}
+
+// corsOrigins checks --cors as etcd does: "*", or origins of the form
+// scheme://host:port (http or https, no path).
+func corsOrigins(values []string) ([]string, error) {
+	for _, v := range values {
+		if v == "*" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil {
+			return nil, fmt.Errorf("--cors %q: %w", v, err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return nil, fmt.Errorf("--cors %q: the scheme must be http or https", v)
+		}
+		if _, _, err := net.SplitHostPort(u.Host); err != nil {
+			return nil, fmt.Errorf("--cors %q: the origin must have the form scheme://host:port", v)
+		}
+		if u.Path != "" || u.RawQuery != "" {
+			return nil, fmt.Errorf("--cors %q: an origin has no path", v)
+		}
+	}
+	return values, nil
 }

@@ -73,3 +73,16 @@ func TestServeTLSMinVersion13RefusesTLS12Client(t *testing.T) {
 	}
 	t.Logf("TLS 1.2 handshake: %v", err)
 }
+
+func TestCORSOriginsAreCheckedAsEtcdChecksThem(t *testing.T) {
+	for _, ok := range [][]string{{"*"}, {"http://a.example:80", "https://b.example:8443"}, nil} {
+		if _, err := corsOrigins(ok); err != nil {
+			t.Errorf("corsOrigins(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"a.example:80", "ftp://a.example:21", "http://a.example", "http://a.example:80/ui"} {
+		if _, err := corsOrigins([]string{bad}); err == nil {
+			t.Errorf("corsOrigins(%q) accepted it", bad)
+		}
+	}
+}

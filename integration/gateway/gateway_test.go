@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gorilla/websocket"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/zketcd/zketcd/integration/etcdoracle"
@@ -358,4 +359,60 @@ func TestStreamingWatchAnswersAsEtcd(t *testing.T) {
 		t.Fatalf("watch stream (-etcd +zketcd):\n%s", d)
 	}
 	t.Logf("watch stream: %d equal results", len(want))
+}
+
+// wsLines is watchLines over a WebSocket (etcd's wsproxy): create is sent
+// as one text message, writes run after the first answer, and the first n
+// answers are returned, normalised.
+func wsLines(t *testing.T, tg *target, create string, n int, writes func()) []any {
+	t.Helper()
+	conn, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(tg.base, "http")+"/v3/watch", nil)
+	if err != nil {
+		t.Fatalf("%s: websocket dial: %v (%v)", tg.name, err, resp)
+	}
+	defer conn.Close()
+	if err := conn.WriteMessage(websocket.TextMessage, []byte(create)); err != nil {
+		t.Fatal(err)
+	}
+	var out []any
+	for len(out) < n {
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, b, err := conn.ReadMessage()
+		if err != nil {
+			t.Fatalf("%s: websocket ended after %d messages: %v", tg.name, len(out), err)
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: websocket message %q: %v", tg.name, b, err)
+		}
+		out = append(out, tg.normalise("/v3/watch", "", v))
+		if len(out) == 1 {
+			writes()
+		}
+	}
+	return out
+}
+
+func TestWebSocketWatchAnswersAsEtcd(t *testing.T) {
+	etcd, zketcd := startPair(t)
+	run := func(tg *target) []any {
+		writes := func() {
+			for _, s := range []step{
+				{method: "POST", path: "/v3/kv/put", body: fmt.Sprintf(`{"key":%q,"value":%q}`, b64("ws/a"), b64("1"))},
+				{method: "POST", path: "/v3/kv/put", body: fmt.Sprintf(`{"key":%q,"value":%q}`, b64("ws/b"), b64("2"))},
+				{method: "POST", path: "/v3/kv/deleterange", body: fmt.Sprintf(`{"key":%q}`, b64("ws/a"))},
+			} {
+				if a := tg.do(t, s); a.Code != 200 {
+					t.Fatalf("%s: %s: %+v", tg.name, s, a)
+				}
+			}
+		}
+		create := fmt.Sprintf(`{"create_request":{"key":%q,"range_end":%q,"prev_kv":true}}`, b64("ws/"), b64("ws0"))
+		return wsLines(t, tg, create, 4, writes)
+	}
+	want, got := run(etcd), run(zketcd)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("websocket watch (-etcd +zketcd):\n%s", d)
+	}
+	t.Logf("websocket watch: %d equal messages", len(want))
 }
