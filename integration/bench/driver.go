@@ -45,6 +45,39 @@ func newPool(endpoints []string, conns int) (*pool, error) {
 
 func (p *pool) get(i int) *clientv3.Client { return p.clients[i%len(p.clients)] }
 
+// eachIndex calls fn(c, i) for every i in [0, n) from conc workers,
+// worker w with p.get(w), until fn fails, ctx ends or every index is done.
+// It returns the first error of fn (nil if none).
+func (p *pool) eachIndex(ctx context.Context, n, conc int, fn func(c *clientv3.Client, i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, conc)
+	for w := 0; w < conc; w++ {
+		c := p.get(w)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(c, i); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
 func (p *pool) close() {
 	for _, c := range p.clients {
 		c.Close()

@@ -165,59 +165,30 @@ func runKeepalive(ctx context.Context, t *Target, p *pool, leases int, warmup, d
 // grantLeases grants n leases of keepaliveTTL from 64 workers.
 func grantLeases(ctx context.Context, p *pool, n int) ([]clientv3.LeaseID, error) {
 	ids := make([]clientv3.LeaseID, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, 64)
-	for w := 0; w < 64; w++ {
-		c := p.get(w)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				octx, cancel := context.WithTimeout(ctx, opTimeout)
-				r, err := c.Grant(octx, keepaliveTTL)
-				cancel()
-				if err != nil {
-					errc <- fmt.Errorf("grant lease %d: %w", i, err)
-					return
-				}
-				ids[i] = r.ID
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errc:
+	err := p.eachIndex(ctx, n, 64, func(c *clientv3.Client, i int) error {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		r, err := c.Grant(octx, keepaliveTTL)
+		if err != nil {
+			return fmt.Errorf("grant lease %d: %w", i, err)
+		}
+		ids[i] = r.ID
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	default:
 	}
 	return ids, ctx.Err()
 }
 
+// revokeLeases revokes ids from 64 workers, ignoring errors.
 func revokeLeases(ctx context.Context, p *pool, ids []clientv3.LeaseID) {
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for w := 0; w < 64; w++ {
-		c := p.get(w)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(ids) {
-					return
-				}
-				octx, cancel := context.WithTimeout(ctx, opTimeout)
-				_, _ = c.Revoke(octx, ids[i])
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
+	_ = p.eachIndex(ctx, len(ids), 64, func(c *clientv3.Client, i int) error {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		_, _ = c.Revoke(octx, ids[i])
+		return nil
+	})
 }
 
 // zkTxns returns the count of ZooKeeper transactions so far (the counter

@@ -262,58 +262,40 @@ func paginatedList(ctx context.Context, c *clientv3.Client, prefix string) (keys
 func preload(ctx context.Context, p *pool, n, conc int, name func(int) string) (map[string]int64, error) {
 	revs := make(map[string]int64, n)
 	var mu sync.Mutex
-	var next atomic.Int64
-	errc := make(chan error, conc)
-	var wg sync.WaitGroup
-	for w := 0; w < conc; w++ {
-		c := p.get(w)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
+	err := p.eachIndex(ctx, n, conc, func(c *clientv3.Client, i int) error {
+		k := name(i)
+		var r *clientv3.TxnResponse
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			r, err = c.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).
+				Then(clientv3.OpPut(k, string(benchValue))).Commit()
+			if err == nil && !r.Succeeded { // left by an earlier attempt
+				var g *clientv3.GetResponse
+				if g, err = c.Get(octx, k); err == nil && len(g.Kvs) == 1 {
+					r.Header.Revision = g.Kvs[0].ModRevision
+				} else if err == nil {
+					// The create failed its compare, yet the key is
+					// not there: not created, try again.
+					err = fmt.Errorf("create of %s failed (key exists) but a get finds no key", k)
 				}
-				k := name(i)
-				var r *clientv3.TxnResponse
-				var err error
-				for attempt := 0; attempt < 5; attempt++ {
-					octx, cancel := context.WithTimeout(ctx, opTimeout)
-					r, err = c.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).
-						Then(clientv3.OpPut(k, string(benchValue))).Commit()
-					if err == nil && !r.Succeeded { // left by an earlier attempt
-						var g *clientv3.GetResponse
-						if g, err = c.Get(octx, k); err == nil && len(g.Kvs) == 1 {
-							r.Header.Revision = g.Kvs[0].ModRevision
-						} else if err == nil {
-							// The create failed its compare, yet the key is
-							// not there: not created, try again.
-							err = fmt.Errorf("create of %s failed (key exists) but a get finds no key", k)
-						}
-					}
-					cancel()
-					if err == nil {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				if err != nil {
-					errc <- fmt.Errorf("preload %s: %w", k, err)
-					return
-				}
-				rev := r.Header.Revision
-				mu.Lock()
-				revs[k] = rev
-				mu.Unlock()
 			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errc:
+			cancel()
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("preload %s: %w", k, err)
+		}
+		mu.Lock()
+		revs[k] = r.Header.Revision
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	default:
 	}
 	return revs, nil
 }
