@@ -561,6 +561,7 @@ func failNotLeader(ps []*proposal) []*proposal {
 	kept := ps[:0]
 	for _, p := range ps {
 		if p.origin != nil || p.leaderOnly {
+			p.out = outcome{}
 			p.finish(ErrNotLeader)
 			continue
 		}
