@@ -95,8 +95,8 @@ func (c *Client) ready(ctx context.Context, cc *grpc.ClientConn) bool {
 			return true
 		case connectivity.Idle:
 			cc.Connect()
-		case connectivity.Shutdown:
-			return false
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return false // the peer refused or is gone: do not wait for a backoff
 		}
 		if !cc.WaitForStateChange(ctx, s) {
 			return false
@@ -152,6 +152,11 @@ func (c *Client) Forward(ctx context.Context, to backend.Peer, call backend.Forw
 			return backend.ForwardReply{}, backend.ErrAuthChanged
 		case outcomeFailed:
 			return backend.ForwardReply{}, &backend.FinalError{Err: err}
+		case outcomeBadToken:
+			// Refused before anything ran: a stale or misconfigured URL.
+			if call.Fresh {
+				return backend.ForwardReply{}, fmt.Errorf("%w: %s refused the token: %w", backend.ErrNotSent, to.URL, err)
+			}
 		}
 		return backend.ForwardReply{}, fmt.Errorf("forward to %s: %w", to.URL, err)
 	}

@@ -88,7 +88,7 @@ func (s *server) auth(ctx context.Context) (metadata.MD, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	want := s.l.InternalToken()
 	if got := first(md, mdToken); want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-		return nil, status.Error(codes.PermissionDenied, "zketcd: internal endpoint: bad token")
+		return nil, s.fail(ctx, outcomeBadToken, status.Error(codes.PermissionDenied, "zketcd: internal endpoint: bad token"))
 	}
 	return md, nil
 }

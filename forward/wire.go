@@ -29,6 +29,7 @@ const (
 	outcomeNotLeader   = "not-leader"
 	outcomeAuthChanged = "auth-changed"
 	outcomeFailed      = "failed"
+	outcomeBadToken    = "bad-token"
 )
 
 func formatTag(t revision.WriterTag) string {
