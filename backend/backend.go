@@ -33,10 +33,13 @@ type Backend struct {
 	renewals    chan *renewal
 	compactKick chan struct{}
 
-	nonce     uint64
-	proposals chan *proposal
-	barrier   barrier
-	kick      chan struct{} // wakes the tailer
+	nonce         uint64
+	internalToken string
+	proposals     chan *proposal
+	barrier       barrier
+	kick          chan struct{} // wakes the tailer
+	origins       origins       // forwarded requests in the log (origins.go)
+	fwd           forwarding    // write forwarding and ReadIndex (forward.go)
 
 	dbSize   atomic.Int64 // bytes of log entries applied (what the root holds)
 	lastHead atomic.Pointer[headSeen]

@@ -77,7 +77,8 @@ func (b *Backend) syncHead() (int64, error) {
 }
 
 // Linearize waits until the view holds every write acknowledged (by any
-// instance) before the call. Errors: ErrGRPCNoLeader when ZooKeeper cannot
+// instance) before the call: it waits for the position of a barrier, the
+// leader's (ReadIndex) when forwarding writes. Errors: ErrGRPCNoLeader when ZooKeeper cannot
 // be reached, ctx's error, ErrGRPCCorrupt for a broken view or a halted
 // instance.
 func (b *Backend) Linearize(ctx context.Context) error {
@@ -86,7 +87,7 @@ func (b *Backend) Linearize(ctx context.Context) error {
 	}
 	start := time.Now()
 	defer func() { b.metrics.barrierWait.Observe(time.Since(start).Seconds()) }()
-	lsn, err := b.barrier.wait(ctx)
+	lsn, err := b.readIndex(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -25,9 +26,32 @@ type proposal struct {
 	// guards, if not nil, makes the proposal exclusive: it is committed in
 	// an entry of its own, under the preconditions guards returns.
 	guards func() []zkstore.Guard
+	// origin, if not nil, is the tag of a request forwarded by another
+	// instance (or re-proposed by its origin after becoming the leader):
+	// it is committed only by the leader, at most once (a tag already in
+	// the log answers as a duplicate), with an OpOrigin op after its own.
+	// authFP is the fingerprint of the auth state its origin checked it on.
+	origin  *revision.WriterTag
+	authFP  uint64
+	checkFP bool // a forwarded request: check authFP in the batch
+	// leaderOnly proposals are committed only while this instance is the
+	// leader; otherwise they fail with ErrNotLeader, nothing written.
+	leaderOnly bool
 
 	err  error // of the latest evaluation, or the answer
+	out  outcome
 	done chan struct{}
+}
+
+// outcome is what a proposal's answer says beyond its error: the log
+// position whose application makes the answer visible, whether the request
+// was found committed already (dup, at revision dupRev), and whether its
+// error came from its evaluation (final: retrying it cannot change it).
+type outcome struct {
+	lsn    int64
+	dup    bool
+	dupRev int64
+	final  bool
 }
 
 // errRefused answers a guarded proposal whose preconditions did not hold.
@@ -55,18 +79,29 @@ func (b *Backend) submit(ctx context.Context, p *proposal) error {
 // committed. The response is read only after the committer answered, so it
 // never races with a re-evaluation.
 func propose[T any](ctx context.Context, b *Backend, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	resp, _, err := proposeAs(ctx, b, &proposal{size: size, guards: guards}, eval)
+	return resp, err
+}
+
+// proposeAs is propose for the proposal p describes (its size, guards,
+// origin and leadership requirement), returning its outcome too.
+func proposeAs[T any](ctx context.Context, b *Backend, p *proposal, eval func(*revision.Batch) (T, error)) (T, outcome, error) {
 	var resp T
-	p := &proposal{ctx: ctx, size: size, guards: guards, done: make(chan struct{}),
-		eval: func(bt *revision.Batch) error {
-			var err error
-			resp, err = eval(bt)
-			return err
-		}}
+	p.ctx, p.done = ctx, make(chan struct{})
+	p.eval = func(bt *revision.Batch) error {
+		var err error
+		resp, err = eval(bt)
+		return err
+	}
 	if err := b.submit(ctx, p); err != nil {
 		var zero T
-		return zero, err
+		return zero, p.out, err
 	}
-	return resp, nil
+	if p.out.dup {
+		var zero T
+		return zero, p.out, nil
+	}
+	return resp, p.out, nil
 }
 
 // commitLoop is the group committer: it takes every queued proposal (up to
@@ -92,6 +127,7 @@ type flight struct {
 	entry   *revision.Entry
 	req     zkstore.CommitRequest
 	guarded bool
+	fenced  bool // carries the leader's fence
 
 	done chan struct{}
 	res  zkstore.CommitResult
@@ -195,6 +231,13 @@ func (c *committer) launch() bool {
 		c.pending = nil
 		return true
 	}
+	leader, fence, _ := b.election.State()
+	if b.cfg.ForwardWrites && !leader {
+		c.pending = failNotLeader(c.pending)
+		if len(c.pending) == 0 {
+			return true
+		}
+	}
 	var last *flight
 	if n := len(c.flights); n > 0 {
 		last = c.flights[n-1]
@@ -221,6 +264,7 @@ func (c *committer) launch() bool {
 			last.piggy = append(last.piggy, group...)
 			return true
 		}
+		setLSN(group, st.LSN)
 		c.answerNoOps(group, st.LSN)
 		return true
 	}
@@ -243,6 +287,12 @@ func (c *committer) launch() bool {
 	if len(group) == 1 && group[0].guards != nil {
 		f.guarded = true
 		f.req.Guards = group[0].guards()
+	} else if b.cfg.ForwardWrites && leader {
+		// Only the leader commits: its fence makes a deposed leader's
+		// commit fail, so a new leader that caught up with the log has seen
+		// every forwarded request its predecessor committed.
+		f.fenced = true
+		f.req.Guards = append(f.req.Guards, fence.Guard())
 	}
 	c.token = f.req.Token
 	c.flights = append(c.flights, f)
@@ -266,6 +316,7 @@ func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 		return
 	}
 	if head == lsn {
+		setLSN(group, lsn)
 		finishAll(group, nil)
 		return
 	}
@@ -339,6 +390,8 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 			failed(rpctypes.ErrGRPCCorrupt)
 			return true
 		}
+		setLSN(f.group, f.entry.LSN)
+		setLSN(f.piggy, f.entry.LSN)
 		finishAll(f.group, nil)
 		finishAll(f.piggy, nil)
 		c.limit = 0
@@ -356,6 +409,17 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		if f.guarded {
 			failed(errRefused)
 			return false
+		}
+		if f.fenced {
+			if leader, fence, _ := b.election.State(); leader && fence.Path() == f.req.Guards[len(f.req.Guards)-1].Path() {
+				// Our election znode is gone and the election has not
+				// noticed yet: do not spin on ZooKeeper meanwhile.
+				select {
+				case <-b.election.Changed():
+				case <-time.After(50 * time.Millisecond):
+				case <-b.ctx.Done():
+				}
+			}
 		}
 		// The flight before failed, a chunk was collected, or our last
 		// token vanished with an expired session: write anew.
@@ -395,7 +459,7 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 		}
 		bt = revision.NewBatch(base)
 		for i, p := range pending[:cut] {
-			p.err = nil
+			p.err, p.out = nil, outcome{}
 			if err := p.ctx.Err(); err != nil {
 				p.err = err
 				continue
@@ -404,10 +468,23 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 				cut = i
 				break
 			}
+			if p.origin != nil {
+				if lsn, rev, ok := b.origins.lookup(*p.origin); ok {
+					// Committed before (by a leader since deposed, or
+					// before its answer was lost): never twice.
+					p.out = outcome{lsn: lsn, dup: true, dupRev: rev}
+					continue
+				}
+				if p.checkFP && authFingerprint(bt.AuthState()) != p.authFP {
+					p.err, p.out.final = ErrAuthChanged, true
+					continue
+				}
+			}
+			ops := len(bt.Ops())
 			bt.Begin()
 			if err := checkAuth(p.ctx, bt); err != nil {
 				bt.Abort()
-				p.err = err
+				p.err, p.out.final = err, true
 				continue
 			}
 			err := p.eval(bt)
@@ -421,10 +498,16 @@ func (b *Backend) evaluate(pending []*proposal, limit int, last *flight) (group,
 				if errors.Is(err, revision.ErrBatchBoundary) {
 					err = rpctypes.ErrGRPCFutureRev // cannot happen at a batch start
 				}
-				p.err = err
+				p.err, p.out.final = err, true
 				continue
 			}
-			bt.Commit()
+			rev, changed := bt.Commit()
+			if p.origin != nil && len(bt.Ops()) > ops {
+				if !changed {
+					rev = 0
+				}
+				bt.Origin(*p.origin, rev)
+			}
 			size += p.size
 			if p.guards != nil {
 				cut = i + 1
@@ -462,11 +545,37 @@ func (p *proposal) finish(err error) {
 	close(p.done)
 }
 
+// setLSN records lsn as the position that makes the answers of ps visible
+// (a duplicate keeps the position it was found committed at).
+func setLSN(ps []*proposal, lsn int64) {
+	for _, p := range ps {
+		if !p.out.dup {
+			p.out.lsn = lsn
+		}
+	}
+}
+
+// failNotLeader answers the proposals that need the leadership with
+// ErrNotLeader (nothing of them was written) and returns the others.
+func failNotLeader(ps []*proposal) []*proposal {
+	kept := ps[:0]
+	for _, p := range ps {
+		if p.origin != nil || p.leaderOnly {
+			p.out = outcome{}
+			p.finish(ErrNotLeader)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
+}
+
 // finishAll answers every proposal: with err if not nil, else with what
 // its evaluation produced.
 func finishAll(ps []*proposal, err error) {
 	for _, p := range ps {
 		if err != nil {
+			p.out.final = errors.Is(err, rpctypes.ErrGRPCRequestTooLarge)
 			p.finish(err)
 		} else {
 			p.finish(p.err)

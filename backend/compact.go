@@ -162,7 +162,16 @@ func (b *Backend) compact(ctx context.Context, req *pb.CompactionRequest, fence 
 	if fence.Valid() {
 		guards = func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} }
 	}
-	resp, err := writeGuarded(ctx, b, req, eval, guards)
+	var resp *pb.CompactionResponse
+	var err error
+	if guards == nil {
+		resp, err = writeFwd(ctx, b, req, func() *pb.CompactionResponse { return &pb.CompactionResponse{} }, eval,
+			func(int64, int64) (*pb.CompactionResponse, error) {
+				return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}}, nil
+			})
+	} else {
+		resp, err = writeGuarded(ctx, b, req, eval, guards)
+	}
 	if err != nil {
 		return nil, err
 	}

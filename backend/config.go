@@ -62,6 +62,18 @@ type Config struct {
 	// its own writes the changes ZooKeeper lost (default: the system's
 	// temporary directory).
 	LossDir string
+	// ForwardWrites makes the leader instance the only committer: another
+	// instance forwards its writes, lease grants and revokes, keepalives
+	// and ReadIndex requests through Forwarder to the internal endpoint
+	// the leader advertises in its member znode (InternalURL), and commits
+	// them itself only when no leader endpoint is known (see forward.go).
+	// False: every instance commits its own writes.
+	ForwardWrites bool
+	Forwarder     Forwarder
+	// InternalURL is this instance's internal endpoint, advertised in its
+	// member znode ("": none; another instance then commits its own writes
+	// while this one leads).
+	InternalURL string
 	// Now is the time source of lease expiry (nil: time.Now). Expiry only
 	// compares its readings with each other, on the monotonic clock, so a
 	// step of the wall clock moves no deadline. For tests.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/zketcd/zketcd/revision"
@@ -45,12 +46,15 @@ func (b *Backend) Read(fn func(revision.Reader) error) error {
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	return write(ctx, b, req, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
+	return writeFwd(ctx, b, req, func() *pb.PutResponse { return &pb.PutResponse{} },
+		func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) },
+		func(_, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) })
 }
 
 // DeleteRange commits a validated DeleteRange.
 func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	return write(ctx, b, req, func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) })
+	return writeFwd(ctx, b, req, func() *pb.DeleteRangeResponse { return &pb.DeleteRangeResponse{} },
+		func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) }, nil)
 }
 
 // Txn serves a validated Txn: read-only ones on the read path, the others
@@ -73,7 +77,33 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 		})
 		return resp, err
 	}
-	return write(ctx, b, req, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
+	return writeFwd(ctx, b, req, func() *pb.TxnResponse { return &pb.TxnResponse{} },
+		func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }, nil)
+}
+
+// rebuildPut answers a forwarded Put found committed at rev after its
+// answer was lost: the header's revision, and the previous value (as of
+// rev-1) if asked. A previous value compacted away meanwhile cannot be
+// given: etcd's "request timed out, possibly due to connection lost".
+func (b *Backend) rebuildPut(req *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
+	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	if !req.PrevKv {
+		return resp, nil
+	}
+	err := b.view.Read(func(r revision.Reader) error {
+		prev, err := translate.Range(r, &pb.RangeRequest{Key: req.Key, Revision: rev - 1})
+		if err != nil {
+			return err
+		}
+		if len(prev.Kvs) > 0 {
+			resp.PrevKv = prev.Kvs[0]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rpctypes.ErrGRPCTimeoutDueToConnectionLost
+	}
+	return resp, nil
 }
 
 // write queues a validated request (its size checked by the caller) for

@@ -33,13 +33,29 @@ func (b *Backend) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 		}
 		id = int64(binary.BigEndian.Uint64(rb[:]) >> 1)
 	}
-	return write(ctx, b, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, id) })
+	if b.forwarding() && req.ID != id {
+		// The ID is chosen here, so that a grant found committed after a
+		// lost answer can be answered.
+		req = &pb.LeaseGrantRequest{TTL: req.TTL, ID: id}
+	}
+	return writeFwd(ctx, b, req, func() *pb.LeaseGrantResponse { return &pb.LeaseGrantResponse{} },
+		func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, id) },
+		func(int64, int64) (*pb.LeaseGrantResponse, error) {
+			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: id, TTL: max(req.TTL, MinLeaseTTL)}, nil
+		})
 }
 
 // LeaseRevoke commits the removal of a lease and, in one revision, of every
 // key attached to it. Errors: ErrGRPCLeaseNotFound.
 func (b *Backend) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	return write(ctx, b, req, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
+	return writeFwd(ctx, b, req, func() *pb.LeaseRevokeResponse { return &pb.LeaseRevokeResponse{} },
+		func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) },
+		func(_, rev int64) (*pb.LeaseRevokeResponse, error) {
+			if rev == 0 {
+				rev = b.view.State().Rev
+			}
+			return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
+		})
 }
 
 // Leases lists every lease, after a barrier, soonest expiry first as etcd
@@ -99,8 +115,28 @@ func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 
 // LeaseRenew renews a lease for its TTL and returns the TTL, or 0 if the
 // lease does not exist (etcd's keepalive answer). Renewals from concurrent
-// keepalives share one ZooKeeper multi; the answer comes after it.
+// keepalives share one ZooKeeper multi; the answer comes after it. When
+// forwarding writes, the keepalive is the leader's (ServeKeepAlive), or this
+// instance's if the leader does not answer.
 func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
+	if b.forwarding() {
+		if peer, ok, _ := b.leaderPeer(); ok {
+			ttl, err := b.cfg.Forwarder.KeepAlive(ctx, peer, id)
+			if err == nil {
+				b.fwd.metrics.requests.WithLabelValues("keepalive", "ok").Inc()
+				return ttl, nil
+			}
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			b.fwd.metrics.requests.WithLabelValues("keepalive", "local").Inc()
+		}
+	}
+	return b.renewHere(ctx, id)
+}
+
+// renewHere is LeaseRenew on this instance.
+func (b *Backend) renewHere(ctx context.Context, id int64) (int64, error) {
 	var ttl int64
 	_ = b.view.Read(func(r revision.Reader) error {
 		if l := r.Lease(id); l != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -60,6 +61,11 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		st.Close()
 		return nil, fmt.Errorf("writer nonce: %w", err)
 	}
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("internal token: %w", err)
+	}
 	b := &Backend{
 		cfg:           cfg,
 		log:           cfg.Logger.WithField("component", "backend"),
@@ -74,7 +80,9 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		kick:          make(chan struct{}, 1),
 		rb:            newRollbackGuard(cfg.Registerer),
 		inspect:       inspect,
+		internalToken: hex.EncodeToString(tok[:]),
 	}
+	b.fwd.metrics = newFwdMetrics(cfg.Registerer)
 	var auto *compactor.Compactor
 	if cfg.AutoCompaction.Enabled() {
 		var err error
@@ -97,7 +105,8 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		"took": time.Since(start).Round(time.Millisecond),
 	}).Info("recovered view from the zookeeper log")
 	b.hub = watchbridge.NewHub(b.view)
-	if err := st.RegisterMember(zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs}); err != nil {
+	if err := st.RegisterMember(zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
+		InternalURL: cfg.InternalURL, InternalToken: b.internalToken}); err != nil {
 		b.hub.Close()
 		st.Close()
 		return nil, fmt.Errorf("register member: %w", err)
@@ -143,7 +152,7 @@ func memberID(cluster uint64, name string) uint64 {
 
 // recover builds the view from the sentinel up to the current head.
 func (b *Backend) recover(ctx context.Context) error {
-	view, head, size, err := Replay(ctx, b.store, b.cfg.ReadWindow, nil)
+	view, head, size, err := Replay(ctx, b.store, b.cfg.ReadWindow, b.origins.record)
 	if err != nil {
 		return err
 	}
@@ -215,7 +224,7 @@ func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Ent
 // from the new view's history or are canceled as compacted.
 func (b *Backend) reload() error {
 	start := time.Now()
-	view, head, size, err := Replay(b.ctx, b.store, b.cfg.ReadWindow, nil)
+	view, head, size, err := Replay(b.ctx, b.store, b.cfg.ReadWindow, b.origins.record)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ func (b *Backend) apply(e *revision.Entry, size int) error {
 	if err := b.rolledBack(); err != nil {
 		return err
 	}
+	b.origins.record(e) // first: the index is never behind the view
 	events, err := b.view.Apply(e)
 	if err != nil {
 		b.log.WithError(err).WithField("lsn", e.LSN).Error("cannot apply log entry; this instance stops serving")

@@ -34,9 +34,21 @@ type Config struct {
 	CORS, HostWhitelist []string
 	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
 	MetricsAddrs []string
+	// InternalAddr is the host:port of the internal endpoint (write
+	// forwarding and ReadIndex between instances, package forward; port 0
+	// picks a free one), served when Backend.ForwardWrites is set ("":
+	// DefaultInternalAddr). InternalURL is the URL advertised for it in the
+	// member znode ("": http:// and the address listened on).
+	InternalAddr string
+	InternalURL  string
 	// Logger receives structured logs (nil: logrus's standard logger).
 	Logger *logrus.Entry
 }
+
+// DefaultInternalAddr is where the internal endpoint listens by default:
+// the loopback interface only, so instances on other hosts must be given
+// an address (and an advertised URL) they can reach.
+const DefaultInternalAddr = "127.0.0.1:0"
 
 // setDefaults fills the logger, once, into every part. The parts default
 // their own settings when they start.
@@ -52,6 +64,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.GRPC.Logger == nil {
 		c.GRPC.Logger = c.Logger
+	}
+	if c.InternalAddr == "" {
+		c.InternalAddr = DefaultInternalAddr
 	}
 }
 

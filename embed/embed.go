@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/forward"
 	"github.com/zketcd/zketcd/grpcsrv"
 	"github.com/zketcd/zketcd/httpgw"
 )
@@ -35,6 +36,9 @@ type Zketcd struct {
 	http     []*http.Server
 	clients  []net.Listener
 	metrics  []net.Listener
+	internal net.Listener    // nil: no internal endpoint
+	isrv     *grpc.Server    // serves internal
+	fwd      *forward.Client // the backend's Forwarder, if forwarding
 	registry *prometheus.Registry
 	cancel   context.CancelFunc
 	errc     chan error
@@ -67,6 +71,12 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 		for _, l := range append(z.clients, z.metrics...) {
 			l.Close()
 		}
+		if z.internal != nil {
+			z.internal.Close()
+		}
+		if z.fwd != nil {
+			z.fwd.Close()
+		}
 	}
 	for _, a := range cfg.ClientAddrs {
 		l, err := net.Listen("tcp", a)
@@ -84,12 +94,31 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 		}
 		z.metrics = append(z.metrics, l)
 	}
+	if cfg.Backend.ForwardWrites {
+		l, err := net.Listen("tcp", cfg.InternalAddr)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
+		}
+		z.internal = l
+		if cfg.Backend.InternalURL = cfg.InternalURL; cfg.Backend.InternalURL == "" {
+			cfg.Backend.InternalURL = "http://" + l.Addr().String()
+		}
+		z.fwd = forward.NewClient()
+		cfg.Backend.Forwarder = z.fwd
+	}
 	be, err := backend.Open(ctx, cfg.Backend)
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
 	z.be = be
+	if z.internal != nil {
+		z.isrv = forward.NewServer(be, cfg.Logger, reg)
+		go func() { z.report(z.isrv.Serve(z.internal)) }()
+		cfg.Logger.WithFields(logrus.Fields{"addr": z.internal.Addr().String(), "advertised": cfg.Backend.InternalURL}).
+			Info("serving the internal endpoint (write forwarding to the leader instance)")
+	}
 	var srvCtx context.Context
 	srvCtx, z.cancel = context.WithCancel(context.Background())
 	if z.srv, err = grpcsrv.New(srvCtx, cfg.GRPC, be); err != nil {
@@ -156,6 +185,14 @@ func (z *Zketcd) MetricsAddrs() []string {
 	return out
 }
 
+// InternalAddr returns the address of the internal endpoint ("": none).
+func (z *Zketcd) InternalAddr() string {
+	if z.internal == nil {
+		return ""
+	}
+	return z.internal.Addr().String()
+}
+
 // Backend returns the instance's backend.
 func (z *Zketcd) Backend() *backend.Backend { return z.be }
 
@@ -181,6 +218,17 @@ func (z *Zketcd) Close(grace time.Duration) {
 		for _, hs := range z.http {
 			hs.Close()
 		}
+		if z.isrv != nil {
+			// In-flight forwarded requests end with the backend (ErrStopped):
+			// their origins resolve them through their tags.
+			go z.isrv.GracefulStop()
+		}
 		z.be.Close()
+		if z.isrv != nil {
+			z.isrv.Stop()
+		}
+		if z.fwd != nil {
+			z.fwd.Close()
+		}
 	})
 }

@@ -279,6 +279,13 @@ func (b *Batch) SetAuthState(state []byte) {
 	b.ops = append(b.ops, Op{Kind: OpAuth, Auth: state})
 }
 
+// Origin records that the request evaluated last (its transaction
+// closed) came from another instance with tag, and took revision rev (0:
+// none). It stages no change.
+func (b *Batch) Origin(tag WriterTag, rev int64) {
+	b.ops = append(b.ops, Op{Kind: OpOrigin, Origin: tag, Rev: rev})
+}
+
 // Compact stages a compaction to rev. The caller has checked
 // CompactRev() < rev <= Rev().
 func (b *Batch) Compact(rev int64) {

@@ -20,6 +20,13 @@ const (
 	// package auth (opaque here). It changes no key and no revision: as in
 	// etcd, the auth store has a revision of its own.
 	OpAuth
+	// OpOrigin records that the request evaluated right before it in the
+	// entry came from another instance, which tagged it Op.Origin (its own
+	// nonce and a per-request sequence), and that it took revision Op.Rev
+	// (0: it took none). It changes nothing in the view; it lets the
+	// request's origin (and any later leader) tell whether a forwarded
+	// request of unknown outcome was committed.
+	OpOrigin
 )
 
 // Change is one key change of a transaction, in execution order.
@@ -33,11 +40,12 @@ type Change struct {
 // Op is one operation of an entry.
 type Op struct {
 	Kind    OpKind
-	Rev     int64    // OpTxn: its revision; OpCompact: the target
-	Changes []Change // OpTxn
-	Lease   int64    // lease ops
-	TTL     int64    // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
-	Auth    []byte   // OpAuth: the new encoded auth state
+	Rev     int64     // OpTxn: its revision; OpCompact: the target
+	Changes []Change  // OpTxn
+	Lease   int64     // lease ops
+	TTL     int64     // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
+	Auth    []byte    // OpAuth: the new encoded auth state
+	Origin  WriterTag // OpOrigin: the forwarded request's tag
 }
 
 // WriterTag identifies the batch that produced an entry: a random nonce

@@ -247,7 +247,7 @@ func (v *View) validate(e *Entry) error {
 				return fmt.Errorf("op %d: revoke of missing lease %x", i, op.Lease)
 			}
 			leases[op.Lease] = false
-		case OpLeaseCheckpoint, OpAuth:
+		case OpLeaseCheckpoint, OpAuth, OpOrigin:
 		default:
 			return fmt.Errorf("op %d: unknown kind %d", i, op.Kind)
 		}

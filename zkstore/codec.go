@@ -19,6 +19,7 @@ import (
 //	  compact:    varint rev
 //	  lease ops:  varint lease, [varint ttl]
 //	  auth:       bytes state (package auth's encoding, opaque here)
+//	  origin:     uvarint nonce, uvarint seq, varint rev
 //	uint32  CRC-32C of everything before it (big endian)
 //
 // bytes = uvarint length + raw bytes. Decoding copies keys and values so an
@@ -73,6 +74,10 @@ func EncodeEntry(e *revision.Entry) []byte {
 			b = binary.AppendVarint(b, op.Lease)
 		case revision.OpAuth:
 			b = appendBytes(b, op.Auth)
+		case revision.OpOrigin:
+			b = binary.AppendUvarint(b, op.Origin.Nonce)
+			b = binary.AppendUvarint(b, op.Origin.Seq)
+			b = binary.AppendVarint(b, op.Rev)
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
@@ -142,6 +147,10 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 			op.Lease = d.varint()
 		case revision.OpAuth:
 			op.Auth = d.bytes()
+		case revision.OpOrigin:
+			op.Origin.Nonce = d.uvarint()
+			op.Origin.Seq = d.uvarint()
+			op.Rev = d.varint()
 		default:
 			// The checksum held: a newer zketcd wrote an op this build
 			// does not know.

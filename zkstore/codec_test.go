@@ -21,6 +21,7 @@ func sampleEntry() *revision.Entry {
 			{Kind: revision.OpCompact, Rev: 3},
 			{Kind: revision.OpLeaseCheckpoint, Lease: 7, TTL: 30},
 			{Kind: revision.OpLeaseRevoke, Lease: 7},
+			{Kind: revision.OpOrigin, Origin: revision.WriterTag{Nonce: 0xfeedface, Seq: 9}, Rev: 5},
 		},
 	}
 }

@@ -82,6 +82,11 @@ type Member struct {
 	Name       string   `json:"name"`
 	ClientURLs []string `json:"client_urls"`
 	PeerURLs   []string `json:"peer_urls,omitempty"`
+	// InternalURL is the instance's internal endpoint (write forwarding
+	// and ReadIndex), and InternalToken the secret a caller presents to
+	// it; both empty in member znodes of instances that serve none.
+	InternalURL   string `json:"internal_url,omitempty"`
+	InternalToken string `json:"internal_token,omitempty"`
 }
 
 func decodeJSON(p string, data []byte, v any) error {

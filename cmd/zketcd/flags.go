@@ -15,6 +15,7 @@ import (
 
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/compactor"
+	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/grpcsrv"
 	"github.com/zketcd/zketcd/translate"
 	"github.com/zketcd/zketcd/zkstore"
@@ -51,6 +52,9 @@ type serveFlags struct {
 
 	watchProgressInterval time.Duration
 	relaxedReads          bool
+	forwardWrites         bool
+	internalListenURL     string
+	advertiseInternalURL  string
 	commitPipeline        int
 	autoCompactionMode    string
 	autoCompactionRetain  string
@@ -117,6 +121,9 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.tlsMinVersion, "tls-min-version", "TLS1.2", "lowest TLS version accepted from clients: TLS1.2 or TLS1.3")
 	fs.StringVar(&f.tlsMaxVersion, "tls-max-version", "", "highest TLS version accepted from clients: TLS1.2 or TLS1.3 (empty: Go's highest)")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
+	fs.BoolVar(&f.forwardWrites, "forward-writes", true, "only the leader instance commits: other instances forward writes, lease requests, keepalives and linearizable-read positions to it over the internal endpoint (false: every instance commits its own writes)")
+	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (http only; port 0 picks a free one); serve it on an interface the other instances reach, on a private network")
+	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: http:// and the address listened on)")
 	fs.IntVar(&f.commitPipeline, "commit-pipeline", backend.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")

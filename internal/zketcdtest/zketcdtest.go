@@ -52,6 +52,9 @@ type Options struct {
 	ZKTLS *tls.Config
 	// ZKAuth is zkstore.Config.Auth ("digest:user:pass").
 	ZKAuth []string
+	// ForwardWrites is backend.Config.ForwardWrites: only the leader
+	// instance commits, the others forward to its internal endpoint.
+	ForwardWrites bool
 	// Configure, if set, edits the instance's configuration last (limits,
 	// the logger); it is called again on Restart.
 	Configure func(*embed.Config)
@@ -106,6 +109,7 @@ func (in *Instance) start() {
 			CompactionHook: in.opts.CompactionHook,
 			CommitPipeline: in.opts.CommitPipeline,
 			AutoCompaction: in.opts.AutoCompaction,
+			ForwardWrites:  in.opts.ForwardWrites,
 		},
 		ClientAddrs: []string{in.addr},
 		TLS:         in.opts.TLS,

@@ -1,0 +1,185 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/translate"
+)
+
+// The leader's side of forwarding: the internal endpoint calls these.
+
+// ServeForward commits a write another instance forwarded (call.Req, with
+// its tag and auth fingerprint; call.Resp and call.Fresh are not used) and
+// returns its response (nil for a duplicate) and the position to wait for.
+// A request whose tag is being served already joins that call; one
+// answered in the last 30 s gets the same answer again; one found in the
+// log is answered as a duplicate. Errors: ErrNotLeader (nothing done),
+// ErrAuthChanged, a *FinalError for the request's own failure (nothing
+// written); any other error leaves the outcome unknown (the origin sends
+// the request again). Safe for concurrent use.
+func (b *Backend) ServeForward(ctx context.Context, call ForwardCall) (proto.Message, ForwardReply, error) {
+	if err := b.servable(); err != nil {
+		return nil, ForwardReply{}, err
+	}
+	if leader, _, _ := b.election.State(); !leader || !b.cfg.ForwardWrites {
+		return nil, ForwardReply{}, ErrNotLeader
+	}
+	method := methodOf(call.Req)
+	f := &b.fwd
+	f.mu.Lock()
+	now := time.Now()
+	for len(f.done) > 0 && now.Sub(f.done[0].at) > callKeep {
+		if f.calls[f.done[0].tag] == f.done[0] {
+			delete(f.calls, f.done[0].tag)
+		}
+		f.done = f.done[1:]
+	}
+	if c := f.calls[call.Origin]; c != nil {
+		f.mu.Unlock()
+		select {
+		case <-c.ready:
+			f.metrics.served.WithLabelValues(method, "joined").Inc()
+			return c.resp, c.reply, c.err
+		case <-ctx.Done():
+			return nil, ForwardReply{}, ctx.Err()
+		}
+	}
+	c := &fwdCall{tag: call.Origin, ready: make(chan struct{})}
+	if f.calls == nil {
+		f.calls = map[revision.WriterTag]*fwdCall{}
+	}
+	f.calls[call.Origin] = c
+	f.mu.Unlock()
+
+	// The request is answered when the committer answers it, even if the
+	// caller went away meanwhile: until then a re-send of the same tag
+	// joins it, never evaluates it a second time.
+	c.resp, c.reply, c.err = b.serveForward(context.WithoutCancel(ctx), call)
+	var final *FinalError
+	keep := c.err == nil || errors.As(c.err, &final)
+	f.mu.Lock()
+	c.at = time.Now()
+	close(c.ready)
+	if keep {
+		f.done = append(f.done, c)
+	} else {
+		delete(f.calls, call.Origin) // the committer is done with it: a re-send evaluates it anew
+	}
+	f.mu.Unlock()
+	outcome := "ok"
+	switch {
+	case c.reply.Dup:
+		outcome = "duplicate"
+	case final != nil:
+		outcome = "failed"
+	case c.err != nil:
+		outcome = "error"
+	}
+	f.metrics.served.WithLabelValues(method, outcome).Inc()
+	return c.resp, c.reply, c.err
+}
+
+func (b *Backend) serveForward(ctx context.Context, call ForwardCall) (proto.Message, ForwardReply, error) {
+	origin := call.Origin
+	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true}
+	switch req := call.Req.(type) {
+	case *pb.PutRequest:
+		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
+	case *pb.DeleteRangeRequest:
+		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) })
+	case *pb.TxnRequest:
+		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
+	case *pb.CompactionRequest:
+		if req.Revision > b.view.State().Rev {
+			if err := b.Linearize(ctx); err != nil {
+				return nil, ForwardReply{}, err
+			}
+		}
+		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) })
+	case *pb.LeaseGrantRequest:
+		if err := translate.CheckLeaseGrant(req); err != nil {
+			return nil, ForwardReply{}, &FinalError{Err: err}
+		}
+		if req.ID == 0 {
+			return nil, ForwardReply{}, &FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}
+		}
+		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
+	case *pb.LeaseRevokeRequest:
+		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
+	}
+	return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
+}
+
+func serveAs[T proto.Message](ctx context.Context, b *Backend, p *proposal, eval func(*revision.Batch) (T, error)) (proto.Message, ForwardReply, error) {
+	resp, out, err := proposeAs(ctx, b, p, eval)
+	reply := ForwardReply{LSN: out.lsn, Dup: out.dup, DupRev: out.dupRev}
+	switch {
+	case err == nil && out.dup:
+		return nil, reply, nil
+	case err == nil:
+		return resp, reply, nil
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrAuthChanged):
+		return nil, reply, err
+	case out.final:
+		return nil, reply, &FinalError{Err: err}
+	}
+	return nil, reply, err
+}
+
+// ReadIndex returns a log position read after the call (a quorum barrier,
+// shared with the linearizable reads of this instance), for another
+// instance's linearizable read: once its view applied the position, it
+// holds every write acknowledged before the call. Errors as Linearize.
+func (b *Backend) ReadIndex(ctx context.Context) (int64, error) {
+	if err := b.servable(); err != nil {
+		return 0, err
+	}
+	lsn, err := b.barrier.wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, b.stopped(err)
+	}
+	return lsn, nil
+}
+
+// ServeKeepAlive renews lease id for another instance's keepalive, here
+// (never forwarded again), and returns its TTL (0: no such lease).
+func (b *Backend) ServeKeepAlive(ctx context.Context, id int64) (int64, error) {
+	if err := b.servable(); err != nil {
+		return 0, err
+	}
+	return b.renewHere(ctx, id)
+}
+
+// readIndex returns a position to wait for before a linearizable read:
+// the leader's answer to ReadIndex when forwarding, else (or when the
+// leader does not answer within readIndexLimit) this instance's barrier.
+func (b *Backend) readIndex(ctx context.Context) (int64, error) {
+	if b.forwarding() {
+		if peer, ok, _ := b.leaderPeer(); ok {
+			rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
+			lsn, err := b.cfg.Forwarder.ReadIndex(rctx, peer)
+			cancel()
+			if err == nil {
+				b.fwd.metrics.readIndex.WithLabelValues("leader").Inc()
+				return lsn, nil
+			}
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			b.fwd.metrics.readIndex.WithLabelValues("fallback").Inc()
+			b.log.WithError(err).WithField("leader", fmt.Sprintf("%x", peer.ID)).Debug("read index from the leader failed; own barrier")
+		}
+	}
+	return b.barrier.wait(ctx)
+}

@@ -1,0 +1,205 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/zketcd/zketcd/backend"
+)
+
+// Client is the calling side of the internal endpoint: a
+// backend.Forwarder holding one connection per peer URL. Safe for
+// concurrent use; Close it when the backend is closed.
+type Client struct {
+	// ConnectWait bounds how long a first send waits for a connection
+	// before answering backend.ErrNotSent; CallTimeout bounds one attempt
+	// (the backend sends a request of unknown outcome again).
+	ConnectWait time.Duration
+	CallTimeout time.Duration
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+var _ backend.Forwarder = (*Client)(nil)
+
+// Defaults of a Client's bounds.
+const (
+	DefaultConnectWait = time.Second
+	DefaultCallTimeout = 10 * time.Second
+)
+
+// NewClient returns a Client with the default bounds.
+func NewClient() *Client {
+	return &Client{ConnectWait: DefaultConnectWait, CallTimeout: DefaultCallTimeout, conns: map[string]*grpc.ClientConn{}}
+}
+
+// Close closes every connection; later calls fail.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.conns = nil
+}
+
+func (c *Client) conn(url string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("forward client closed")
+	}
+	if cc := c.conns[url]; cc != nil {
+		return cc, nil
+	}
+	t, err := target(url)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(t,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1), grpc.MaxCallSendMsgSize(1<<31-1)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("internal endpoint %s: %w", url, err)
+	}
+	c.conns[url] = cc
+	return cc, nil
+}
+
+// ready waits up to ConnectWait for cc to be connected.
+func (c *Client) ready(ctx context.Context, cc *grpc.ClientConn) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.ConnectWait)
+	defer cancel()
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready:
+			return true
+		case connectivity.Idle:
+			cc.Connect()
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return false // the peer refused or is gone: do not wait for a backoff
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return false
+		}
+	}
+}
+
+func methodName(req proto.Message) (string, error) {
+	switch req.(type) {
+	case *pb.PutRequest:
+		return "Put", nil
+	case *pb.DeleteRangeRequest:
+		return "DeleteRange", nil
+	case *pb.TxnRequest:
+		return "Txn", nil
+	case *pb.CompactionRequest:
+		return "Compact", nil
+	case *pb.LeaseGrantRequest:
+		return "LeaseGrant", nil
+	case *pb.LeaseRevokeRequest:
+		return "LeaseRevoke", nil
+	}
+	return "", fmt.Errorf("zketcd: %T cannot be forwarded", req)
+}
+
+// Forward implements backend.Forwarder.
+func (c *Client) Forward(ctx context.Context, to backend.Peer, call backend.ForwardCall) (backend.ForwardReply, error) {
+	name, err := methodName(call.Req)
+	if err != nil {
+		return backend.ForwardReply{}, &backend.FinalError{Err: err}
+	}
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		if call.Fresh {
+			return backend.ForwardReply{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
+		}
+		return backend.ForwardReply{}, err
+	}
+	if call.Fresh && !c.ready(ctx, cc) {
+		return backend.ForwardReply{}, fmt.Errorf("%w: no connection to %s", backend.ErrNotSent, to.URL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token, mdOrigin, formatTag(call.Origin),
+		mdAuth, strconv.FormatUint(call.AuthFP, 16))
+	var header, trailer metadata.MD
+	err = cc.Invoke(ctx, "/"+serviceName+"/"+name, call.Req, call.Resp, grpc.Header(&header), grpc.Trailer(&trailer))
+	if err != nil {
+		switch first(trailer, mdOutcome) {
+		case outcomeNotLeader:
+			return backend.ForwardReply{}, backend.ErrNotLeader
+		case outcomeAuthChanged:
+			return backend.ForwardReply{}, backend.ErrAuthChanged
+		case outcomeFailed:
+			return backend.ForwardReply{}, &backend.FinalError{Err: err}
+		case outcomeBadToken:
+			// Refused before anything ran: a stale or misconfigured URL.
+			if call.Fresh {
+				return backend.ForwardReply{}, fmt.Errorf("%w: %s refused the token: %w", backend.ErrNotSent, to.URL, err)
+			}
+		}
+		return backend.ForwardReply{}, fmt.Errorf("forward to %s: %w", to.URL, err)
+	}
+	lsn, err := strconv.ParseInt(first(header, mdLSN), 10, 64)
+	if err != nil {
+		return backend.ForwardReply{}, fmt.Errorf("forward to %s: answer without a log position", to.URL)
+	}
+	reply := backend.ForwardReply{LSN: lsn}
+	if v := first(header, mdDup); v != "" {
+		reply.Dup = true
+		if reply.DupRev, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return backend.ForwardReply{}, fmt.Errorf("forward to %s: bad duplicate revision %q", to.URL, v)
+		}
+	}
+	return reply, nil
+}
+
+// ReadIndex implements backend.Forwarder.
+func (c *Client) ReadIndex(ctx context.Context, to backend.Peer) (int64, error) {
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	out := &wrapperspb.Int64Value{}
+	if err := cc.Invoke(ctx, "/"+serviceName+"/ReadIndex", &emptypb.Empty{}, out); err != nil {
+		return 0, fmt.Errorf("read index from %s: %w", to.URL, err)
+	}
+	return out.Value, nil
+}
+
+// KeepAlive implements backend.Forwarder.
+func (c *Client) KeepAlive(ctx context.Context, to backend.Peer, id int64) (int64, error) {
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	out := &pb.LeaseKeepAliveResponse{}
+	if err := cc.Invoke(ctx, "/"+serviceName+"/KeepAlive", &pb.LeaseKeepAliveRequest{ID: id}, out); err != nil {
+		return 0, fmt.Errorf("keepalive at %s: %w", to.URL, err)
+	}
+	return out.TTL, nil
+}

@@ -1,0 +1,13 @@
+// Package forward is zketcd's internal endpoint: the gRPC service through
+// which an instance sends its writes, keepalives and ReadIndex requests to
+// the leader instance (Server, on the leader's backend), and the client
+// side the backend uses for it (Client, a backend.Forwarder).
+//
+// The messages are etcd's own (PutRequest, TxnResponse, ...); what the
+// forwarding protocol adds travels in gRPC metadata: the caller's token
+// (the secret the callee advertises in its member znode), the request's
+// origin tag and auth fingerprint; the log position, and for a duplicate
+// its revision, come back in the response header; the kind of a failure
+// (not the leader, auth changed, or the request's own final failure) in the
+// trailer. A failure without that trailer leaves the outcome unknown.
+package forward

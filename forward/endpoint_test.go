@@ -1,0 +1,140 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/backend"
+	"github.com/zketcd/zketcd/revision"
+)
+
+// fakeLeader answers forwards with answer, recording what it was given.
+type fakeLeader struct {
+	answer func(call backend.ForwardCall) (proto.Message, backend.ForwardReply, error)
+	got    []backend.ForwardCall
+}
+
+func (f *fakeLeader) ServeForward(_ context.Context, call backend.ForwardCall) (proto.Message, backend.ForwardReply, error) {
+	f.got = append(f.got, call)
+	return f.answer(call)
+}
+func (f *fakeLeader) ReadIndex(context.Context) (int64, error)                  { return 77, nil }
+func (f *fakeLeader) ServeKeepAlive(_ context.Context, id int64) (int64, error) { return id * 10, nil }
+func (f *fakeLeader) InternalToken() string                                     { return "secret" }
+
+func serve(t *testing.T, l Leader) backend.Peer {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	srv := NewServer(l, logrus.NewEntry(lg), nil)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return backend.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}
+}
+
+func TestEndpointCarriesTagsPositionsAndOutcomes(t *testing.T) {
+	fl := &fakeLeader{}
+	peer := serve(t, fl)
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tag := revision.WriterTag{Nonce: 0xabc, Seq: 5}
+	call := func(fresh bool) (backend.ForwardReply, *pb.PutResponse, error) {
+		resp := &pb.PutResponse{}
+		reply, err := c.Forward(ctx, peer, backend.ForwardCall{Origin: tag, AuthFP: 0x1234, Fresh: fresh,
+			Req: &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}, Resp: resp})
+		return reply, resp, err
+	}
+
+	fl.answer = func(backend.ForwardCall) (proto.Message, backend.ForwardReply, error) {
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 9}}, backend.ForwardReply{LSN: 12}, nil
+	}
+	reply, resp, err := call(true)
+	if err != nil || reply.LSN != 12 || reply.Dup || resp.Header.GetRevision() != 9 {
+		t.Fatalf("ok: %+v %v %v", reply, resp, err)
+	}
+	if g := fl.got[0]; g.Origin != tag || g.AuthFP != 0x1234 || string(g.Req.(*pb.PutRequest).Key) != "k" {
+		t.Fatalf("leader got %+v", g)
+	}
+
+	fl.answer = func(backend.ForwardCall) (proto.Message, backend.ForwardReply, error) {
+		return nil, backend.ForwardReply{LSN: 13, Dup: true, DupRev: 8}, nil
+	}
+	if reply, _, err := call(false); err != nil || reply != (backend.ForwardReply{LSN: 13, Dup: true, DupRev: 8}) {
+		t.Fatalf("duplicate: %+v %v", reply, err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		err   error
+		check func(error) bool
+	}{
+		{"not leader", backend.ErrNotLeader, func(err error) bool { return errors.Is(err, backend.ErrNotLeader) }},
+		{"auth changed", backend.ErrAuthChanged, func(err error) bool { return errors.Is(err, backend.ErrAuthChanged) }},
+		{"final", &backend.FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}, func(err error) bool {
+			var f *backend.FinalError
+			return errors.As(err, &f) && errors.Is(f.Err, rpctypes.ErrGRPCLeaseNotFound)
+		}},
+		{"unknown", rpctypes.ErrGRPCStopped, func(err error) bool {
+			var f *backend.FinalError
+			return err != nil && !errors.As(err, &f) && !errors.Is(err, backend.ErrNotLeader) && !errors.Is(err, backend.ErrNotSent)
+		}},
+	} {
+		fl.answer = func(backend.ForwardCall) (proto.Message, backend.ForwardReply, error) {
+			return nil, backend.ForwardReply{}, tc.err
+		}
+		if _, _, err := call(false); !tc.check(err) {
+			t.Errorf("%s: got %v", tc.name, err)
+		}
+	}
+
+	if lsn, err := c.ReadIndex(ctx, peer); err != nil || lsn != 77 {
+		t.Fatalf("read index: %d %v", lsn, err)
+	}
+	if ttl, err := c.KeepAlive(ctx, peer, 3); err != nil || ttl != 30 {
+		t.Fatalf("keepalive: %d %v", ttl, err)
+	}
+
+	// A wrong token is refused before anything runs: a first send is
+	// reported as not sent.
+	n := len(fl.got)
+	bad := peer
+	bad.Token = "wrong"
+	_, err = c.Forward(ctx, bad, backend.ForwardCall{Origin: tag, Fresh: true, Req: &pb.PutRequest{Key: []byte("k")}, Resp: &pb.PutResponse{}})
+	if !errors.Is(err, backend.ErrNotSent) || len(fl.got) != n {
+		t.Fatalf("bad token: %v (leader called %d times)", err, len(fl.got)-n)
+	}
+}
+
+func TestFirstSendToAnUnreachablePeerIsNotSent(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + lis.Addr().String()
+	lis.Close()
+	c := NewClient()
+	defer c.Close()
+	start := time.Now()
+	_, err = c.Forward(context.Background(), backend.Peer{URL: url, Token: "x"},
+		backend.ForwardCall{Fresh: true, Req: &pb.PutRequest{Key: []byte("k")}, Resp: &pb.PutResponse{}})
+	if !errors.Is(err, backend.ErrNotSent) {
+		t.Fatalf("got %v, want ErrNotSent", err)
+	}
+	if d := time.Since(start); d > 2*DefaultConnectWait {
+		t.Errorf("took %s to find the peer unreachable", d)
+	}
+}

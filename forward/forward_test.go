@@ -1,0 +1,238 @@
+package forward_test
+
+// Forwarding on a real ZooKeeper: three in-process instances with
+// ForwardWrites, their internal endpoints on 127.0.0.1, the clients on
+// etcd's clientv3.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+var zkAddr string
+
+func TestMain(m *testing.M) { zkservertest.Main(m, "forward", zkserver.Options{}, &zkAddr) }
+
+// cluster starts n forwarding instances on one root and returns them with
+// the leader first.
+func cluster(t *testing.T, n int) []*zketcdtest.Instance {
+	t.Helper()
+	var ins []*zketcdtest.Instance
+	root := ""
+	for i := 0; i < n; i++ {
+		in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root, ForwardWrites: true, SessionTimeout: 4 * time.Second})
+		root = in.Root()
+		ins = append(ins, in)
+	}
+	return byLeader(t, ins)
+}
+
+// byLeader waits until every instance knows the same leader and returns
+// the instances with the leader first.
+func byLeader(t *testing.T, ins []*zketcdtest.Instance) []*zketcdtest.Instance {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var leader *zketcdtest.Instance
+		var others []*zketcdtest.Instance
+		agree := true
+		_, want := ins[0].Backend().Leader()
+		for _, in := range ins {
+			l, id := in.Backend().Leader()
+			agree = agree && id == want && id != 0
+			if l {
+				leader = in
+			} else {
+				others = append(others, in)
+			}
+		}
+		if agree && leader != nil {
+			return append([]*zketcdtest.Instance{leader}, others...)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the instances did not agree on a leader")
+	return nil
+}
+
+// logOf reads every entry of root after the sentinel.
+func logOf(t *testing.T, root string) []*revision.Entry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zkAddr}, Root: root, Logger: logrus.NewEntry(lg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	head, err := st.SyncHead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*revision.Entry
+	if err := st.ReadEntries(ctx, 2, head.LSN, 16, func(e *revision.Entry, _ int) error {
+		out = append(out, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestFollowersWritesAreCommittedByTheLeaderAndReadBack(t *testing.T) {
+	ins := cluster(t, 3)
+	leader, f1, f2 := ins[0], ins[1], ins[2]
+	c1, c2, cl := f1.Client(t), f2.Client(t), leader.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 30
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("ryw/%d", i)
+		resp, err := c1.Put(ctx, key, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read-your-writes on the follower, even serializable.
+		got, err := c1.Get(ctx, key, clientv3.WithSerializable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != 1 || got.Kvs[0].ModRevision != resp.Header.Revision {
+			t.Fatalf("%s on the follower right after its put: %v (put at %d)", key, got.Kvs, resp.Header.Revision)
+		}
+		// A linearizable read on another follower sees a write another
+		// instance acknowledged just before.
+		other := fmt.Sprintf("lin/%d", i)
+		if _, err := cl.Put(ctx, other, "v"); err != nil {
+			t.Fatal(err)
+		}
+		got, err = c2.Get(ctx, other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != 1 {
+			t.Fatalf("a linearizable read on a follower missed %s, acknowledged by the leader before it", other)
+		}
+		if _, err := c2.Put(ctx, other, "w"); err != nil {
+			t.Fatal(err)
+		}
+		got, err = c1.Get(ctx, other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "w" {
+			t.Fatalf("a linearizable read on a follower missed %s=w, acknowledged by the other follower before it", other)
+		}
+	}
+	lease, err := c1.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.KeepAliveOnce(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	writers := map[uint64]bool{}
+	origins := 0
+	for _, e := range logOf(t, leader.Root()) {
+		writers[e.Writer.Nonce] = true
+		for _, op := range e.Ops {
+			if op.Kind == revision.OpOrigin {
+				origins++
+			}
+		}
+	}
+	if len(writers) != 1 {
+		t.Errorf("%d writers in the log, want one (the leader)", len(writers))
+	}
+	if want := 2*n + 2; origins != want {
+		t.Errorf("%d forwarded requests in the log, want %d", origins, want)
+	}
+}
+
+func TestLeaderDeathDuringForwardedWritesLosesAndDoublesNothing(t *testing.T) {
+	ins := cluster(t, 3)
+	leader, followers := ins[0], ins[1:]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var acked sync.Map
+	var nacked atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		c := followers[w%2].Client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d/%d", w, i)
+				pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+				resp, err := c.Put(pctx, key, "v")
+				pcancel()
+				if err == nil {
+					acked.Store(key, resp.Header.Revision)
+					nacked.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	before := nacked.Load()
+	leader.Close()
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	after := nacked.Load()
+	t.Logf("acknowledged %d puts before the leader's death, %d in all", before, after)
+	if after <= before {
+		t.Fatal("no write was acknowledged after the leader died")
+	}
+	ins = byLeader(t, followers)
+	c := ins[0].Client(t)
+	resp, err := c.Get(ctx, "w", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		if kv.Version != 1 {
+			t.Errorf("%s at version %d: a put committed twice", kv.Key, kv.Version)
+		}
+		keys[string(kv.Key)] = kv.ModRevision
+	}
+	acked.Range(func(k, v any) bool {
+		rev, ok := keys[k.(string)]
+		switch {
+		case !ok:
+			t.Errorf("acknowledged put %s is lost", k)
+		case rev != v.(int64):
+			t.Errorf("%s acknowledged at revision %d, stored at %d", k, v, rev)
+		}
+		return true
+	})
+	if int64(len(keys)) < after {
+		t.Errorf("%d keys, %d puts acknowledged", len(keys), after)
+	}
+}

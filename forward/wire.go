@@ -1,0 +1,66 @@
+package forward
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/zketcd/zketcd/revision"
+)
+
+// serviceName is the internal gRPC service.
+const serviceName = "zketcd.internal.Forward"
+
+// Metadata keys of the protocol.
+const (
+	mdToken   = "zketcd-token"
+	mdOrigin  = "zketcd-origin"
+	mdAuth    = "zketcd-auth"
+	mdLSN     = "zketcd-lsn"
+	mdDup     = "zketcd-dup-rev"
+	mdOutcome = "zketcd-outcome"
+)
+
+// Values of mdOutcome.
+const (
+	outcomeNotLeader   = "not-leader"
+	outcomeAuthChanged = "auth-changed"
+	outcomeFailed      = "failed"
+	outcomeBadToken    = "bad-token"
+)
+
+func formatTag(t revision.WriterTag) string {
+	return strconv.FormatUint(t.Nonce, 16) + "-" + strconv.FormatUint(t.Seq, 16)
+}
+
+func parseTag(s string) (revision.WriterTag, error) {
+	n, q, ok := strings.Cut(s, "-")
+	if !ok {
+		return revision.WriterTag{}, fmt.Errorf("bad origin tag %q", s)
+	}
+	nonce, err1 := strconv.ParseUint(n, 16, 64)
+	seq, err2 := strconv.ParseUint(q, 16, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return revision.WriterTag{}, fmt.Errorf("bad origin tag %q: %w", s, err)
+	}
+	return revision.WriterTag{Nonce: nonce, Seq: seq}, nil
+}
+
+func first(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// target turns an advertised URL (http://host:port) into a gRPC target.
+func target(url string) (string, error) {
+	rest, ok := strings.CutPrefix(url, "http://")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", fmt.Errorf("internal URL %q: want http://host:port", url)
+	}
+	return "dns:///" + rest, nil
+}
