@@ -92,6 +92,9 @@ type flight struct {
 	entry   *revision.Entry
 	req     zkstore.CommitRequest
 	guarded bool
+	// reads is the barrier's mark when the multi was sent: its landing
+	// answers the linearizable reads that arrived before (barrier.go).
+	reads uint64
 
 	done chan struct{}
 	res  zkstore.CommitResult
@@ -122,6 +125,10 @@ func (c *committer) run() {
 			return
 		}
 		if len(c.pending) == 0 && len(c.flights) == 0 {
+			c.drain()
+		}
+		if len(c.pending) == 0 && len(c.flights) == 0 {
+			b.barrier.idle() // reads waiting for a commit get a barrier round
 			select {
 			case p := <-b.proposals:
 				c.pending = append(c.pending, p)
@@ -171,6 +178,7 @@ func (c *committer) drain() {
 func (c *committer) stop() {
 	for _, f := range c.flights {
 		<-f.done
+		c.b.barrier.landed(f.reads, 0, false)
 		finishAll(f.group, rpctypes.ErrGRPCStopped)
 		finishAll(f.piggy, rpctypes.ErrGRPCStopped)
 	}
@@ -246,6 +254,7 @@ func (c *committer) launch() bool {
 	}
 	c.token = f.req.Token
 	c.flights = append(c.flights, f)
+	f.reads = b.barrier.sending()
 	go func() {
 		timer := b.metrics.commitTimer()
 		f.res, f.err = b.store.Commit(b.ctx, f.req)
@@ -308,6 +317,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 	}
 	err, res := f.err, f.res
 	if err != nil || res.Outcome != zkstore.Committed {
+		b.barrier.landed(f.reads, 0, false)
 		// Nothing of this flight was written (or it is unknown): the next
 		// commit deletes the newest token known to exist instead.
 		if res.PrevTokenGone && f.req.PrevToken == c.committed {
@@ -336,9 +346,11 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		c.committed = f.req.Token
 		f.entry.Zxid = res.Zxid
 		if err := c.applyOwn(f); err != nil {
+			b.barrier.landed(f.reads, 0, false)
 			failed(rpctypes.ErrGRPCCorrupt)
 			return true
 		}
+		b.barrier.landed(f.reads, f.entry.LSN, true)
 		finishAll(f.group, nil)
 		finishAll(f.piggy, nil)
 		c.limit = 0

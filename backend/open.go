@@ -83,8 +83,18 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 			return nil, err
 		}
 	}
-	b.barrier.sync = b.syncHead
+	b.barrier.sync = func() (int64, error) {
+		b.metrics.barrierTrips.Inc()
+		return b.syncHead()
+	}
 	b.barrier.maxRounds = 1
+	b.barrier.observe = func(byCommit bool, reads int) {
+		via := "barrier"
+		if byCommit {
+			via = "commit"
+		}
+		b.metrics.linearizableReads.WithLabelValues(via).Add(float64(reads))
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	start := time.Now()
 	if err := b.recover(ctx); err != nil {
