@@ -35,13 +35,13 @@ import (
 // sync), not the leader's fence. Only rounds not yet started are satisfied
 // this way; one in flight ends with its own answer.
 //
-// While a commit is in flight (flying > 0) a pending round does not start a
+// While a commit is in flight, or has just landed and the committer has not
+// yet sent the next one nor gone idle, a pending round does not start a
 // round trip: the committer's next send covers it, and a round trip would
 // cost a ZooKeeper transaction for what the commit proves for free. The
-// committer ends the wait by sending (the round is covered), by landing a
-// commit that does not cover it (a round starts once nothing flies), by a
-// failed landing (rounds start again until the next send) or by going idle
-// (idle starts one). A reader waits for at most two commits this way, as
+// committer ends the wait by sending (the round is covered, and answered
+// when that commit lands), by a failed landing (round trips start again
+// until the next send) or by going idle (idle starts one). A reader waits for at most two commits this way, as
 // long as it would wait for the round in flight and the next one.
 //
 // All methods are safe for concurrent use.
@@ -57,6 +57,7 @@ type barrier struct {
 	pending  []*round // not started, oldest first; the last one may be open
 	seq      uint64   // reads joined so far
 	flying   int      // commits sent, not landed
+	soon     bool     // the last commit landed; the committer sends the next or goes idle
 	stalled  bool     // a commit failed: round trips may start until the next send
 }
 
@@ -96,7 +97,7 @@ func (b *barrier) wait(ctx context.Context) (int64, error) {
 // maybeStartLocked starts a round trip for every pending round if one may
 // start: a slot is free and no commit that could satisfy them is in flight.
 func (b *barrier) maybeStartLocked() {
-	if len(b.pending) == 0 || b.inflight >= max(b.maxRounds, 1) || (b.flying > 0 && !b.stalled) {
+	if len(b.pending) == 0 || b.inflight >= max(b.maxRounds, 1) || ((b.flying > 0 || b.soon) && !b.stalled) {
 		return
 	}
 	rs := b.pending
@@ -132,7 +133,7 @@ func (b *barrier) sending() uint64 {
 		b.pending[n-1].sealed = true
 	}
 	b.flying++
-	b.stalled = false
+	b.soon, b.stalled = false, false
 	return b.seq
 }
 
@@ -155,6 +156,7 @@ func (b *barrier) landed(mark uint64, lsn int64, committed bool) {
 			}
 		}
 		b.pending = kept
+		b.soon = b.flying == 0
 	} else {
 		b.stalled = true
 		b.maybeStartLocked()
@@ -165,10 +167,12 @@ func (b *barrier) landed(mark uint64, lsn int64, committed bool) {
 	}
 }
 
-// idle is called by the committer when it has nothing to commit: rounds
-// that waited for a commit start their round trip.
+// idle is called by the committer when it will not send a commit before it
+// is handed more work (nothing to commit, or it waits on a barrier itself):
+// rounds that waited for a commit start their round trip.
 func (b *barrier) idle() {
 	b.mu.Lock()
+	b.soon = false
 	b.maybeStartLocked()
 	b.mu.Unlock()
 }

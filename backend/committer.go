@@ -184,6 +184,7 @@ func (c *committer) stop() {
 	}
 	finishAll(c.pending, rpctypes.ErrGRPCStopped)
 	c.b.drainProposals()
+	c.b.barrier.idle()
 }
 
 // launch evaluates a batch from pending and starts committing it. It
@@ -269,6 +270,7 @@ func (c *committer) launch() bool {
 // proves; otherwise the batch is evaluated again after catching up.
 func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 	b := c.b
+	b.barrier.idle() // no commit comes before this barrier: never wait for one
 	head, err := b.barrier.wait(b.ctx)
 	if err != nil {
 		finishAll(group, b.stopped(err))
