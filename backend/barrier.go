@@ -51,6 +51,9 @@ type barrier struct {
 	// observe, if not nil, is told of every completed round: whether a
 	// commit satisfied it, and how many reads it answered.
 	observe func(byCommit bool, reads int)
+	// proved, if not nil, is told the send time of every commit that
+	// landed: ZooKeeper applied it, so the session was alive after then.
+	proved func(sentAt time.Time)
 
 	mu       sync.Mutex
 	inflight int      // round trips in flight
@@ -123,10 +126,15 @@ func (b *barrier) complete(r *round, lsn int64, err error, byCommit bool) {
 	}
 }
 
+// sendMark is what landed needs to know of a sent commit.
+type sendMark struct {
+	seq uint64    // reads numbered up to seq arrived before the send
+	at  time.Time // when it was sent
+}
+
 // sending is called by the committer right before it hands a commit multi
-// to the log. It returns the mark to give to landed: every read numbered up
-// to it arrived before the send.
-func (b *barrier) sending() uint64 {
+// to the log. It returns the mark to give to landed.
+func (b *barrier) sending() sendMark {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n := len(b.pending); n > 0 {
@@ -134,7 +142,7 @@ func (b *barrier) sending() uint64 {
 	}
 	b.flying++
 	b.soon, b.stalled = false, false
-	return b.seq
+	return sendMark{seq: b.seq, at: time.Now()}
 }
 
 // landed is called by the committer once for every commit sending was
@@ -142,14 +150,14 @@ func (b *barrier) sending() uint64 {
 // already applied to the view; pending rounds whose reads all arrived before
 // mark are answered with it. A commit that did not land lets round trips
 // start again.
-func (b *barrier) landed(mark uint64, lsn int64, committed bool) {
+func (b *barrier) landed(mark sendMark, lsn int64, committed bool) {
 	b.mu.Lock()
 	b.flying--
 	var done []*round
 	if committed {
 		kept := b.pending[:0]
 		for _, r := range b.pending {
-			if r.last <= mark {
+			if r.last <= mark.seq {
 				done = append(done, r)
 			} else {
 				kept = append(kept, r)
@@ -162,6 +170,9 @@ func (b *barrier) landed(mark uint64, lsn int64, committed bool) {
 		b.maybeStartLocked()
 	}
 	b.mu.Unlock()
+	if committed && b.proved != nil {
+		b.proved(mark.at)
+	}
 	for _, r := range done {
 		b.complete(r, lsn, nil, true)
 	}

@@ -94,7 +94,7 @@ type flight struct {
 	guarded bool
 	// reads is the barrier's mark when the multi was sent: its landing
 	// answers the linearizable reads that arrived before (barrier.go).
-	reads uint64
+	reads sendMark
 
 	done chan struct{}
 	res  zkstore.CommitResult

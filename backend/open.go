@@ -85,8 +85,14 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 	}
 	b.barrier.sync = func() (int64, error) {
 		b.metrics.barrierTrips.Inc()
-		return b.syncHead()
+		sent := time.Now()
+		lsn, err := b.syncHead()
+		if err == nil && !cfg.RelaxedReads {
+			b.proveLive(sent)
+		}
+		return lsn, err
 	}
+	b.barrier.proved = b.proveLive
 	b.barrier.maxRounds = 1
 	b.barrier.observe = func(byCommit bool, reads int) {
 		via := "barrier"
