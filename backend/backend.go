@@ -32,6 +32,8 @@ type Backend struct {
 	election    zkstore.Leadership
 	renewals    chan *renewal
 	compactKick chan struct{}
+	leases      leaseClock                // the leader's lease deadlines (expiry.go)
+	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
 
 	nonce         uint64
 	internalToken string

@@ -128,6 +128,9 @@ type flight struct {
 	req     zkstore.CommitRequest
 	guarded bool
 	fenced  bool // carries the leader's fence
+	// reads is the barrier's mark when the multi was sent: its landing
+	// answers the linearizable reads that arrived before (barrier.go).
+	reads sendMark
 
 	done chan struct{}
 	res  zkstore.CommitResult
@@ -158,6 +161,10 @@ func (c *committer) run() {
 			return
 		}
 		if len(c.pending) == 0 && len(c.flights) == 0 {
+			c.drain()
+		}
+		if len(c.pending) == 0 && len(c.flights) == 0 {
+			b.barrier.idle() // reads waiting for a commit get a barrier round
 			select {
 			case p := <-b.proposals:
 				c.pending = append(c.pending, p)
@@ -207,11 +214,13 @@ func (c *committer) drain() {
 func (c *committer) stop() {
 	for _, f := range c.flights {
 		<-f.done
+		c.b.barrier.landed(f.reads, 0, false)
 		finishAll(f.group, rpctypes.ErrGRPCStopped)
 		finishAll(f.piggy, rpctypes.ErrGRPCStopped)
 	}
 	finishAll(c.pending, rpctypes.ErrGRPCStopped)
 	c.b.drainProposals()
+	c.b.barrier.idle()
 }
 
 // launch evaluates a batch from pending and starts committing it. It
@@ -296,6 +305,7 @@ func (c *committer) launch() bool {
 	}
 	c.token = f.req.Token
 	c.flights = append(c.flights, f)
+	f.reads = b.barrier.sending()
 	go func() {
 		timer := b.metrics.commitTimer()
 		f.res, f.err = b.store.Commit(b.ctx, f.req)
@@ -310,6 +320,7 @@ func (c *committer) launch() bool {
 // proves; otherwise the batch is evaluated again after catching up.
 func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 	b := c.b
+	b.barrier.idle() // no commit comes before this barrier: never wait for one
 	head, err := b.barrier.wait(b.ctx)
 	if err != nil {
 		finishAll(group, b.stopped(err))
@@ -359,6 +370,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 	}
 	err, res := f.err, f.res
 	if err != nil || res.Outcome != zkstore.Committed {
+		b.barrier.landed(f.reads, 0, false)
 		// Nothing of this flight was written (or it is unknown): the next
 		// commit deletes the newest token known to exist instead.
 		if res.PrevTokenGone && f.req.PrevToken == c.committed {
@@ -387,11 +399,13 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		c.committed = f.req.Token
 		f.entry.Zxid = res.Zxid
 		if err := c.applyOwn(f); err != nil {
+			b.barrier.landed(f.reads, 0, false)
 			failed(rpctypes.ErrGRPCCorrupt)
 			return true
 		}
 		setLSN(f.group, f.entry.LSN)
 		setLSN(f.piggy, f.entry.LSN)
+		b.barrier.landed(f.reads, f.entry.LSN, true)
 		finishAll(f.group, nil)
 		finishAll(f.piggy, nil)
 		c.limit = 0

@@ -74,6 +74,14 @@ type Config struct {
 	// member znode ("": none; another instance then commits its own writes
 	// while this one leads).
 	InternalURL string
+	// LeaderProofWindow is how long after a ZooKeeper transaction of its
+	// session landed (a commit, a quorum barrier) the leader still answers
+	// keepalives from memory without another: it must stay below the
+	// session timeout ZooKeeper granted minus one tick, since the session
+	// cannot expire sooner after that transaction. Zero: a third of the
+	// store's session timeout; negative: every keepalive answered in memory
+	// waits for a transaction that started after it (no clock assumption).
+	LeaderProofWindow time.Duration
 	// Now is the time source of lease expiry (nil: time.Now). Expiry only
 	// compares its readings with each other, on the monotonic clock, so a
 	// step of the wall clock moves no deadline. For tests.
@@ -103,6 +111,13 @@ func (c *Config) setDefaults() {
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.LeaderProofWindow == 0 {
+		st := c.Store.SessionTimeout
+		if st <= 0 {
+			st = zkstore.DefaultSessionTimeout
+		}
+		c.LeaderProofWindow = st / 3
 	}
 	if c.RollbackCheckAfter == 0 {
 		c.RollbackCheckAfter = DefaultRollbackCheck

@@ -27,7 +27,7 @@ import (
 var _ Log = (*memlog.Client)(nil)
 
 // engine starts a Backend named name on a new client of st.
-func engine(t *testing.T, st *memlog.Store, name string, configure func(*Config)) (*Backend, *memlog.Client) {
+func engine(t testing.TB, st *memlog.Store, name string, configure func(*Config)) (*Backend, *memlog.Client) {
 	t.Helper()
 	lg := logrus.New()
 	lg.SetLevel(logrus.ErrorLevel)
@@ -69,7 +69,7 @@ func get(t *testing.T, b *Backend, key string, serializable bool) *pb.RangeRespo
 }
 
 // eventually polls cond every 20 ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -16,29 +17,76 @@ import (
 const expiryTick = 250 * time.Millisecond
 
 // leaseDeadline is the leader's view of one lease: when it expires unless
-// its token moved past version.
+// its token moved past version or the leader renewed it in memory.
 type leaseDeadline struct {
 	deadline time.Time // monotonic
 	version  int32
 	known    bool // version has been read
+	expiring bool // an expiry commit is in flight: no renewal in memory
+}
+
+// leaseClock holds the leader's lease deadlines for one leadership term
+// (fence): the expiry loop and keepalives answered in memory (lease.go)
+// share it. A new term starts every lease's clock anew. Safe for concurrent
+// use; no I/O happens under mu.
+type leaseClock struct {
+	mu        sync.Mutex
+	fence     string // election znode of the term; "" when not leader
+	deadlines map[int64]*leaseDeadline
+}
+
+// begin makes fence the current term; a different one drops every deadline.
+func (c *leaseClock) begin(fence string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fence == c.fence {
+		return
+	}
+	c.fence, c.deadlines = fence, nil
+	if fence != "" {
+		c.deadlines = map[int64]*leaseDeadline{}
+	}
+}
+
+// renew extends lease id's deadline to at least now+ttl in term fence. It
+// reports false, changing nothing, when fence is not the current term or
+// the lease is being expired (the caller then renews through the token).
+func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fence == "" || fence != c.fence {
+		return false
+	}
+	d := c.deadlines[id]
+	switch {
+	case d == nil:
+		c.deadlines[id] = &leaseDeadline{deadline: now.Add(ttl)}
+	case d.expiring:
+		return false
+	case now.Add(ttl).After(d.deadline):
+		d.deadline = now.Add(ttl)
+	}
+	return true
 }
 
 // expireLoop runs lease expiry while this instance is the leader. Deadlines
 // use the monotonic clock from when the leader first read each lease's
-// token; a lease expires only if its token did not move for a whole TTL
-// since, so it never expires early, also across leader changes (a new
-// leader starts every lease's clock anew, as etcd does on promotion).
+// token; a lease expires only if, for a whole TTL since, its token did not
+// move and the leader did not renew it in memory, so it never expires
+// early, also across leader changes: a new leader starts every lease's
+// clock anew (as etcd does on promotion), and renewals the old leader kept
+// in memory were each answered before the old leader's session could end
+// (see LeaseRenew), so before the new leader's clock started.
 func (b *Backend) expireLoop() {
 	defer b.wg.Done()
 	lg := b.log.WithField("component", "lease-expiry")
-	var deadlines map[int64]*leaseDeadline
 	t := time.NewTicker(expiryTick)
 	defer t.Stop()
 	for {
 		changed := b.election.Changed()
 		leader, fence, _ := b.election.State()
 		if !leader {
-			deadlines = nil
+			b.leases.begin("")
 			select {
 			case <-changed:
 			case <-b.ctx.Done():
@@ -46,10 +94,8 @@ func (b *Backend) expireLoop() {
 			}
 			continue
 		}
-		if deadlines == nil {
-			deadlines = map[int64]*leaseDeadline{}
-		}
-		b.expireDue(lg, deadlines, fence)
+		b.leases.begin(fence.Path())
+		b.expireDue(lg, fence)
 		select {
 		case <-t.C:
 		case <-changed:
@@ -59,33 +105,67 @@ func (b *Backend) expireLoop() {
 	}
 }
 
-func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline, fence zkstore.Fence) {
+func (b *Backend) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
+	c := &b.leases
 	ttls := b.view.LeaseTTLs()
-	for id := range deadlines {
+	var baseline, due []int64
+	c.mu.Lock()
+	if c.fence != fence.Path() {
+		c.mu.Unlock()
+		return // the term changed meanwhile
+	}
+	for id := range c.deadlines {
 		if _, ok := ttls[id]; !ok {
-			delete(deadlines, id)
+			delete(c.deadlines, id)
 		}
 	}
-	for id, ttl := range ttls {
-		full := time.Duration(ttl) * time.Second
-		d := deadlines[id]
-		if d == nil || !d.known {
-			// Baseline: the token as it is now. A renewal may have happened
-			// up to the moment the read returned, so the clock starts then.
-			tok, ok, err := b.store.ReadLeaseToken(id)
-			if err != nil {
-				lg.WithError(err).Debug("read lease token")
-				return
-			}
-			if !ok {
-				continue // revoked meanwhile; the view will catch up
-			}
-			deadlines[id] = &leaseDeadline{version: tok.Version, known: true, deadline: b.now().Add(full)}
-			continue
+	now := b.now()
+	for id := range ttls {
+		d := c.deadlines[id]
+		switch {
+		case d == nil || !d.known:
+			baseline = append(baseline, id)
+		case !d.expiring && !now.Before(d.deadline):
+			due = append(due, id)
 		}
-		if b.now().Before(d.deadline) {
-			continue
+	}
+	c.mu.Unlock()
+	// locked runs fn on lease id's deadline if the term is still fence's.
+	locked := func(id int64, fn func(d *leaseDeadline)) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.fence == fence.Path() {
+			fn(c.deadlines[id])
 		}
+	}
+	for _, id := range baseline {
+		full := time.Duration(ttls[id]) * time.Second
+		// Baseline: the token as it is now. A renewal may have happened
+		// up to the moment the read returned, so the clock starts then.
+		tok, ok, err := b.store.ReadLeaseToken(id)
+		if err != nil {
+			lg.WithError(err).Debug("read lease token")
+			return
+		}
+		if !ok {
+			continue // revoked meanwhile; the view will catch up
+		}
+		at := b.now().Add(full)
+		c.mu.Lock()
+		if c.fence == fence.Path() {
+			if d := c.deadlines[id]; d == nil {
+				c.deadlines[id] = &leaseDeadline{version: tok.Version, known: true, deadline: at}
+			} else { // renewed in memory meanwhile: keep the later deadline
+				d.version, d.known = tok.Version, true
+				if at.After(d.deadline) {
+					d.deadline = at
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	for _, id := range due {
+		full := time.Duration(ttls[id]) * time.Second
 		tok, ok, err := b.store.ReadLeaseToken(id)
 		if err != nil {
 			lg.WithError(err).Debug("read lease token")
@@ -94,21 +174,43 @@ func (b *Backend) expireDue(lg *logrus.Entry, deadlines map[int64]*leaseDeadline
 		if !ok {
 			continue
 		}
-		if tok.Version != d.version {
-			// Renewed since the baseline, at the latest just now.
-			d.version, d.deadline = tok.Version, b.now().Add(full)
+		expire := false
+		locked(id, func(d *leaseDeadline) {
+			switch {
+			case d == nil || d.expiring:
+			case tok.Version != d.version:
+				// Renewed through the token since the baseline, at the
+				// latest just now.
+				d.version, d.deadline = tok.Version, b.now().Add(full)
+			case b.now().Before(d.deadline):
+				// Renewed in memory while the token was read.
+			default:
+				d.expiring, expire = true, true
+			}
+		})
+		if !expire {
 			continue
 		}
-		if err := b.expire(id, tok.Version, fence); err != nil {
-			// Refused: renewed (or leadership lost) while expiring. Take a
-			// new baseline, with a whole TTL from then.
+		err = b.expire(id, tok.Version, fence)
+		locked(id, func(d *leaseDeadline) {
+			if d == nil {
+				return
+			}
+			d.expiring = false
+			if err != nil {
+				// Refused: renewed through the token (or leadership lost)
+				// while expiring. Take a new baseline, with a whole TTL
+				// from then.
+				d.known = false
+			}
+		})
+		if err != nil {
 			lg.WithError(err).WithField("lease", fmt.Sprintf("%x", id)).Debug("lease expiry not committed")
-			d.known = false
 			continue
 		}
 		lg.WithField("lease", fmt.Sprintf("%x", id)).Debug("lease expired")
 		b.metrics.leasesExpired.Inc()
-		delete(deadlines, id)
+		locked(id, func(*leaseDeadline) { delete(c.deadlines, id) })
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/translate"
+	"github.com/zketcd/zketcd/zkstore"
 )
 
 // Lease limits: translate's (etcd's).
@@ -113,11 +114,34 @@ func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 	return resp, nil
 }
 
-// LeaseRenew renews a lease for its TTL and returns the TTL, or 0 if the
-// lease does not exist (etcd's keepalive answer). Renewals from concurrent
-// keepalives share one ZooKeeper multi; the answer comes after it. When
-// forwarding writes, the keepalive is the leader's (ServeKeepAlive), or this
-// instance's if the leader does not answer.
+// LeaseRenew renews lease id for its TTL and returns the TTL, or 0 if the
+// lease does not exist (etcd's keepalive answer). It is the one way to
+// renew a lease: the gRPC keepalive handler calls it on the instance the
+// client reached; when forwarding writes, a follower sends it to the
+// leader (ServeKeepAlive there renews with renewHere), and renews here
+// only if the leader does not answer. Safe for concurrent use; errors are ctx's,
+// ErrGRPCStopped, or the log's (unavailable) on the token path.
+//
+// On the leader the renewal lives in memory: the deadline the expiry loop
+// keeps (expiry.go) moves to now+TTL on the monotonic clock, and nothing is
+// written to ZooKeeper. It is answered only once the leader knows its
+// session — the owner of its election znode — cannot have ended before the
+// renewal, so no new leader's clock (which starts after that znode is gone)
+// can have started before it:
+//
+//   - either a ZooKeeper transaction of the session (a commit or a quorum
+//     barrier) that was sent at most LeaderProofWindow ago landed: the
+//     session's expiry is at least a session timeout after that send;
+//   - or, failing that, after a barrier round (or a commit) that started
+//     after the renewal landed: the session was alive after the renewal.
+//     This needs no clock; it costs one shared round trip, which refreshes
+//     the proof for the keepalives after it.
+//
+// If leadership changes (or the proof cannot be had) the keepalive takes
+// the follower's path: its token is written, which a leader's expiry reads.
+// With RelaxedReads (sync is no proof) every keepalive takes that path.
+// Followers batch renewals: concurrent keepalives share one ZooKeeper
+// multi, and the answer comes after it.
 func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 	if b.forwarding() {
 		if peer, ok, _ := b.leaderPeer(); ok {
@@ -135,7 +159,8 @@ func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 	return b.renewHere(ctx, id)
 }
 
-// renewHere is LeaseRenew on this instance.
+// renewHere is LeaseRenew on this instance (in memory on the leader,
+// through the token on a follower; see LeaseRenew).
 func (b *Backend) renewHere(ctx context.Context, id int64) (int64, error) {
 	var ttl int64
 	_ = b.view.Read(func(r revision.Reader) error {
@@ -146,6 +171,14 @@ func (b *Backend) renewHere(ctx context.Context, id int64) (int64, error) {
 	})
 	if ttl == 0 {
 		return 0, nil
+	}
+	renewed, err := b.renewInMemory(ctx, id, time.Duration(ttl)*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	if renewed {
+		b.metrics.renewalsInMemory.Inc()
+		return ttl, nil
 	}
 	req := &renewal{id: id, done: make(chan struct{})}
 	select {
@@ -167,6 +200,66 @@ func (b *Backend) renewHere(ctx context.Context, id int64) (int64, error) {
 		return 0, nil
 	}
 	return ttl, nil
+}
+
+// liveProof is when a ZooKeeper transaction of session, since landed, was
+// sent.
+type liveProof struct {
+	session int64
+	sent    time.Time
+}
+
+// proveLive records that a transaction sent at sent landed on the current
+// session. The session reported now is the one it landed on or one created
+// after it was sent; either cannot expire within a session timeout of sent.
+func (b *Backend) proveLive(sent time.Time) {
+	sid, ok := b.store.Session()
+	if !ok {
+		return
+	}
+	p := &liveProof{session: sid, sent: sent}
+	for {
+		old := b.proof.Load()
+		if old != nil && old.session == sid && !old.sent.Before(sent) {
+			return
+		}
+		if b.proof.CompareAndSwap(old, p) {
+			return
+		}
+	}
+}
+
+// renewInMemory renews lease id in the leader's memory (see LeaseRenew). It
+// reports false when this instance is not the leader or cannot prove it
+// still was after the renewal: the caller renews through the token then.
+func (b *Backend) renewInMemory(ctx context.Context, id int64, ttl time.Duration) (bool, error) {
+	if b.cfg.RelaxedReads {
+		return false, nil
+	}
+	leader, fence, _ := b.election.State()
+	sid, connected := b.store.Session()
+	if !leader || !connected || !b.leases.renew(fence.Path(), id, ttl, b.now()) {
+		return false, nil
+	}
+	start := time.Now()
+	if p := b.proof.Load(); p != nil && p.session == sid && b.cfg.LeaderProofWindow > 0 &&
+		start.Before(p.sent.Add(b.cfg.LeaderProofWindow)) {
+		return b.stillLeads(fence, sid), nil
+	}
+	if _, err := b.barrier.wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, nil // no proof: the token path decides
+	}
+	return b.stillLeads(fence, sid), nil
+}
+
+// stillLeads reports whether this instance leads with fence on session sid.
+func (b *Backend) stillLeads(fence zkstore.Fence, sid int64) bool {
+	leader, now, _ := b.election.State()
+	cur, connected := b.store.Session()
+	return leader && connected && now.Path() == fence.Path() && cur == sid
 }
 
 type renewal struct {

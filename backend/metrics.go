@@ -22,6 +22,13 @@ type metrics struct {
 	// renewalMultis those multis and renewalTokens the token writes in them
 	// (keepalives of one lease in one multi share a write).
 	renewals, renewalMultis, renewalTokens prometheus.Counter
+	// renewalsInMemory counts keepalives the leader renewed in memory.
+	renewalsInMemory prometheus.Counter
+	// linearizableReads counts linearizable reads (and no-op batches) by
+	// what answered them: a barrier round trip or a commit that landed;
+	// barrierTrips counts the round trips.
+	linearizableReads *prometheus.CounterVec
+	barrierTrips      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,10 +76,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "lease_renewal_token_writes_total",
 			Help: "Lease renewal token writes in those multis (one per lease per multi).",
 		}),
+		renewalsInMemory: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_keepalives_in_memory_total",
+			Help: "Keepalives the leader renewed in memory, without a ZooKeeper write.",
+		}),
+		linearizableReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "linearizable_reads_total",
+			Help: "Linearizable reads by what proved them current: a barrier round trip (via=barrier) or a commit of this instance that landed after they arrived (via=commit).",
+		}, []string{"via"}),
+		barrierTrips: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "read_barrier_round_trips_total",
+			Help: "ZooKeeper round trips made for linearizable-read barriers.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
-			m.renewals, m.renewalMultis, m.renewalTokens)
+			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.linearizableReads, m.barrierTrips)
 	}
 	return m
 }

@@ -91,8 +91,24 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 			return nil, err
 		}
 	}
-	b.barrier.sync = b.syncHead
+	b.barrier.sync = func() (int64, error) {
+		b.metrics.barrierTrips.Inc()
+		sent := time.Now()
+		lsn, err := b.syncHead()
+		if err == nil && !cfg.RelaxedReads {
+			b.proveLive(sent)
+		}
+		return lsn, err
+	}
+	b.barrier.proved = b.proveLive
 	b.barrier.maxRounds = 1
+	b.barrier.observe = func(byCommit bool, reads int) {
+		via := "barrier"
+		if byCommit {
+			via = "commit"
+		}
+		b.metrics.linearizableReads.WithLabelValues(via).Add(float64(reads))
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	start := time.Now()
 	if err := b.recover(ctx); err != nil {

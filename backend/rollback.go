@@ -270,6 +270,7 @@ func (b *Backend) waitHistory() error {
 		if err == nil || errors.Is(err, ErrHalted) {
 			return err
 		}
+		b.barrier.idle() // the committer waits: reads must not wait for its commit
 		select {
 		case <-b.ctx.Done():
 			return rpctypes.ErrGRPCStopped

@@ -1,0 +1,261 @@
+package backend
+
+// Keepalives renewed in the leader's memory (lease.go, expiry.go), on
+// internal/memlog.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/zketcd/zketcd/internal/memlog"
+	"github.com/zketcd/zketcd/zkstore"
+)
+
+func grant(t testing.TB, b *Backend, ttl int64) int64 {
+	t.Helper()
+	resp, err := b.LeaseGrant(context.Background(), &pb.LeaseGrantRequest{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.ID
+}
+
+func tokenVersion(t testing.TB, c *memlog.Client, id int64) int32 {
+	t.Helper()
+	tok, ok, err := c.ReadLeaseToken(id)
+	if err != nil || !ok {
+		t.Fatalf("lease %x token: %v %v", id, ok, err)
+	}
+	return tok.Version
+}
+
+func renew(t testing.TB, b *Backend, id int64) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ttl, err := b.LeaseRenew(ctx, id)
+	if err != nil {
+		t.Fatalf("renew %x: %v", id, err)
+	}
+	return ttl
+}
+
+func leads(b *Backend) func() bool {
+	return func() bool { l, _ := b.Leader(); return l }
+}
+
+// TestKeepalivesAtTheLeaderWriteNothingToZooKeeper keeps a lease alive at
+// the leader for three TTLs: no token write, no log entry; then it expires a
+// TTL after the last keepalive, not before.
+func TestKeepalivesAtTheLeaderWriteNothingToZooKeeper(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	b, c := engine(t, st, "a", nil)
+	eventually(t, time.Second, "a leads", leads(b))
+	id := grant(t, b, MinLeaseTTL)
+	version, commits := tokenVersion(t, c, id), st.Commits()
+	trips0 := counterValue(t, b.metrics.barrierTrips)
+	n := 0
+	var last time.Time
+	for end := time.Now().Add(3 * time.Duration(MinLeaseTTL) * time.Second); time.Now().Before(end); n++ {
+		if ttl := renew(t, b, id); ttl != MinLeaseTTL {
+			t.Fatalf("keepalive answered TTL %d", ttl)
+		}
+		last = time.Now()
+		time.Sleep(200 * time.Millisecond)
+	}
+	if v := tokenVersion(t, c, id); v != version {
+		t.Fatalf("token version %d after %d keepalives at the leader, want %d: a ZooKeeper write per keepalive", v, n, version)
+	}
+	if got := st.Commits(); got != commits {
+		t.Fatalf("%d log entries written by keepalives", got-commits)
+	}
+	inMemory := counterValue(t, b.metrics.renewalsInMemory)
+	multis := counterValue(t, b.metrics.renewalMultis)
+	trips := counterValue(t, b.metrics.barrierTrips) - trips0
+	t.Logf("%d keepalives: %.0f in memory, %.0f renewal multis, %.0f barrier round trips", n, inMemory, multis, trips)
+	if inMemory != float64(n) || multis != 0 {
+		t.Fatalf("%.0f keepalives in memory and %.0f renewal multis, want %d and 0", inMemory, multis, n)
+	}
+	// One round trip per proof window (a third of the default session
+	// timeout) at most, not one per keepalive.
+	if trips > float64(n)/4 {
+		t.Fatalf("%.0f barrier round trips for %d keepalives", trips, n)
+	}
+	eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
+	if after := time.Since(last); after < time.Duration(MinLeaseTTL)*time.Second {
+		t.Fatalf("lease expired %s after its last keepalive, before its TTL", after)
+	}
+}
+
+func TestKeepaliveAtAFollowerWritesTheToken(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	a, _ := engine(t, st, "a", nil)
+	eventually(t, time.Second, "a leads", leads(a))
+	b, cb := engine(t, st, "b", nil)
+	id := grant(t, b, 60)
+	eventually(t, 3*time.Second, "a applied the grant", func() bool { return a.State().LSN == b.State().LSN })
+	v := tokenVersion(t, cb, id)
+	if ttl := renew(t, b, id); ttl != 60 {
+		t.Fatalf("TTL %d", ttl)
+	}
+	if got := tokenVersion(t, cb, id); got != v+1 {
+		t.Fatalf("token version %d after a follower's keepalive, want %d", got, v+1)
+	}
+	if n := counterValue(t, b.metrics.renewalsInMemory); n != 0 {
+		t.Fatalf("a follower renewed %.0f keepalives in memory", n)
+	}
+	if ttl := renew(t, b, 12345); ttl != 0 {
+		t.Fatalf("keepalive of an unknown lease: TTL %d, want 0", ttl)
+	}
+}
+
+// TestRenewalsInTheOldLeadersMemoryAreNotLost: a lease renewed only in the
+// leader's memory outlives its TTL; when that leader's session ends, the new
+// leader starts the lease's clock anew, so the lease lives at least a TTL
+// after the last keepalive the old leader answered.
+func TestRenewalsInTheOldLeadersMemoryAreNotLost(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	a, ca := engine(t, st, "a", nil)
+	eventually(t, time.Second, "a leads", leads(a))
+	b, _ := engine(t, st, "b", nil)
+	id := grant(t, a, MinLeaseTTL)
+	var last time.Time
+	for end := time.Now().Add(time.Duration(MinLeaseTTL)*time.Second + time.Second); time.Now().Before(end); {
+		renew(t, a, id)
+		last = time.Now()
+		time.Sleep(300 * time.Millisecond)
+	}
+	if n := counterValue(t, a.metrics.renewalsInMemory); n == 0 {
+		t.Fatal("the leader renewed nothing in memory")
+	}
+	ca.ExpireSession()
+	eventually(t, 2*time.Second, "b leads", leads(b))
+	// a is a follower now: its keepalives write the token.
+	eventually(t, 2*time.Second, "a knows it does not lead", func() bool { return !leads(a)() })
+	eventually(t, 10*time.Second, "lease expired by the new leader", func() bool { return !st.LeaseTokenExists(id) })
+	if after := time.Since(last); after < time.Duration(MinLeaseTTL)*time.Second {
+		t.Fatalf("lease expired %s after the last keepalive the old leader answered, before its TTL", after)
+	}
+}
+
+// TestKeepaliveWithoutAProofWaitsForARoundTrip: with no clock assumption
+// (negative proof window) each keepalive at the leader waits for a barrier
+// round that started after it; when ZooKeeper cannot be reached it is not
+// answered as renewed.
+func TestKeepaliveWithoutAProofWaitsForARoundTrip(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	b, c := engine(t, st, "a", func(cfg *Config) { cfg.LeaderProofWindow = -1 })
+	eventually(t, time.Second, "a leads", leads(b))
+	id := grant(t, b, 60)
+	v := tokenVersion(t, c, id)
+	before := st.QuorumCalls()
+	for i := 0; i < 5; i++ {
+		renew(t, b, id)
+	}
+	if got := st.QuorumCalls() - before; got != 5 {
+		t.Fatalf("%d barrier round trips for 5 sequential keepalives, want 5", got)
+	}
+	if got := tokenVersion(t, c, id); got != v {
+		t.Fatalf("token written (version %d, was %d)", got, v)
+	}
+	st.SetUnavailable(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	ttl, err := b.LeaseRenew(ctx, id)
+	st.SetUnavailable(false)
+	if err == nil || ttl != 0 {
+		t.Fatalf("keepalive while ZooKeeper is unreachable: TTL %d, %v; want an error", ttl, err)
+	}
+	if !errors.Is(err, zkstore.ErrUnavailable) {
+		t.Fatalf("keepalive while ZooKeeper is unreachable: %v, want %v", err, zkstore.ErrUnavailable)
+	}
+}
+
+// BenchmarkLeaseKeepAliveInMemory renews 10,000 leases at the leader, round
+// robin from 16 goroutines, and reports the ZooKeeper writes per keepalive
+// (token writes and log entries; both must be 0). CPU per keepalive is the
+// ns/op figure on a machine kept busy by the benchmark.
+func BenchmarkLeaseKeepAliveInMemory(b *testing.B) {
+	const leases = 10000
+	st := memlog.New(memlog.Options{})
+	be, _ := engine(b, st, "a", nil)
+	eventually(b, time.Second, "a leads", leads(be))
+	ids := grantMany(b, be, leases, 60)
+	// The expiry loop reads every token once (its baseline) on becoming
+	// leader: wait for that, it is not steady state.
+	eventually(b, 30*time.Second, "baselines read", func() bool {
+		be.leases.mu.Lock()
+		defer be.leases.mu.Unlock()
+		return len(be.leases.deadlines) == leases
+	})
+	commits := st.Commits()
+	multis := counterValue(b, be.metrics.renewalMultis)
+	trips := counterValue(b, be.metrics.barrierTrips)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var next sync.Mutex
+	i := 0
+	b.SetParallelism(8) // 16 goroutines on 2 cores
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			next.Lock()
+			id := ids[i%leases]
+			i++
+			next.Unlock()
+			if ttl, err := be.LeaseRenew(ctx, id); err != nil || ttl != 60 {
+				b.Errorf("renew: %d %v", ttl, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric((float64(st.Commits()-commits)+counterValue(b, be.metrics.renewalMultis)-multis)/n, "zkwrites/op")
+	b.ReportMetric((counterValue(b, be.metrics.barrierTrips)-trips)/n, "roundtrips/op")
+}
+
+// BenchmarkLeaseExpiryScan is one tick of the leader's expiry loop (4 a
+// second) over 10,000 live leases none of which is due.
+func BenchmarkLeaseExpiryScan(b *testing.B) {
+	const leases = 10000
+	st := memlog.New(memlog.Options{})
+	be, _ := engine(b, st, "a", nil)
+	eventually(b, time.Second, "a leads", leads(be))
+	grantMany(b, be, leases, 60)
+	eventually(b, 30*time.Second, "baselines read", func() bool {
+		be.leases.mu.Lock()
+		defer be.leases.mu.Unlock()
+		return len(be.leases.deadlines) == leases
+	})
+	_, fence, _ := be.election.State()
+	lg := be.log.WithField("component", "bench")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		be.expireDue(lg, fence)
+	}
+}
+
+// grantMany grants n leases of ttl seconds from 32 goroutines.
+func grantMany(t testing.TB, b *Backend, n int, ttl int64) []int64 {
+	ids := make([]int64, n)
+	var wg sync.WaitGroup
+	const workers = 32
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				ids[i] = grant(t, b, ttl)
+			}
+		}()
+	}
+	wg.Wait()
+	return ids
+}
