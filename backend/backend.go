@@ -38,7 +38,7 @@ type Backend struct {
 	barrier   barrier
 	kick      chan struct{} // wakes the tailer
 
-	dbSize   atomic.Int64 // bytes of log entries applied (what the root holds)
+	space    space // the bytes the root holds (DB size), see space.go
 	lastHead atomic.Pointer[headSeen]
 	rb       *rollbackGuard // see rollback.go
 	inspect  inspectFunc    // nil: no fresh sessions for rollback checks
@@ -104,10 +104,6 @@ func (b *Backend) Members() ([]*pb.Member, error) {
 	}
 	return out, nil
 }
-
-// DBSize returns the bytes of log data under the root that this instance has
-// read or written.
-func (b *Backend) DBSize() int64 { return b.dbSize.Load() }
 
 // HeadLSN returns the log position of the last head the tailer saw.
 func (b *Backend) HeadLSN() int64 { return b.Head().LSN }

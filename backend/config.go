@@ -46,6 +46,10 @@ type Config struct {
 	// --auto-compaction-retention (zero: off). Every instance samples
 	// revisions; only the leader instance compacts.
 	AutoCompaction compactor.Config
+	// QuotaBackendBytes is etcd's --quota-backend-bytes: writes that would
+	// take DBSize past it raise the NOSPACE alarm and are refused (0:
+	// translate.DefaultQuotaBytes, 2 GiB; negative: no quota).
+	QuotaBackendBytes int64
 	// CompactionHook, if set, is called between the steps of a physical
 	// compaction ("base-prepared", "base-published", "log-truncated"); an
 	// error stops the compaction there, as a crash would. For fault

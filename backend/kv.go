@@ -45,6 +45,9 @@ func (b *Backend) Read(fn func(revision.Reader) error) error {
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := b.checkQuota(ctx, req); err != nil {
+		return nil, err
+	}
 	return write(ctx, b, req, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
 }
 
@@ -73,6 +76,9 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 		})
 		return resp, err
 	}
+	if err := b.checkQuota(ctx, req); err != nil {
+		return nil, err
+	}
 	return write(ctx, b, req, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
 }
 
@@ -82,12 +88,20 @@ func write[T any](ctx context.Context, b *Backend, req proto.Message, eval func(
 	return writeGuarded(ctx, b, req, eval, nil)
 }
 
-// writeGuarded is write; with guards not nil, the request is committed in
+// writeGuarded is write; the active alarms may refuse req when it is
+// evaluated (translate.AlarmGate). With guards not nil, the request is committed in
 // an entry of its own under the preconditions guards returns.
 func writeGuarded[T any](ctx context.Context, b *Backend, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
 	if err := b.servable(); err != nil {
 		var zero T
 		return zero, err
 	}
-	return propose(ctx, b, proto.Size(req), eval, guards)
+	gated := func(bt *revision.Batch) (T, error) {
+		if err := translate.AlarmGate(bt.Alarms(), req); err != nil {
+			var zero T
+			return zero, err
+		}
+		return eval(bt)
+	}
+	return propose(ctx, b, proto.Size(req), gated, guards)
 }

@@ -22,6 +22,12 @@ type metrics struct {
 	// renewalMultis those multis and renewalTokens the token writes in them
 	// (keepalives of one lease in one multi share a write).
 	renewals, renewalMultis, renewalTokens prometheus.Counter
+	// quotaRefused counts writes refused by the space quota check;
+	// dbSize and dbSizeInUse follow the space accounting, alarms the
+	// active alarms by type (updated every compaction check, 2 s).
+	quotaRefused        prometheus.Counter
+	dbSize, dbSizeInUse prometheus.Gauge
+	alarms              *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,10 +75,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "lease_renewal_token_writes_total",
 			Help: "Lease renewal token writes in those multis (one per lease per multi).",
 		}),
+		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "quota_refused_total",
+			Help: "Writes refused because they did not fit in --quota-backend-bytes.",
+		}),
+		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "db_size_bytes",
+			Help: "Bytes the root holds in ZooKeeper (base generations and log entries), as etcd's DB size.",
+		}),
+		dbSizeInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "db_size_in_use_bytes",
+			Help: "Bytes of the current base generation and the log after it (what a defragment leaves).",
+		}),
+		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "alarms_active",
+			Help: "Active alarms, by type.",
+		}, []string{"alarm"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
-			m.renewals, m.renewalMultis, m.renewalTokens)
+			m.renewals, m.renewalMultis, m.renewalTokens, m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms)
 	}
 	return m
 }

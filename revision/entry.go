@@ -20,7 +20,24 @@ const (
 	// package auth (opaque here). It changes no key and no revision: as in
 	// etcd, the auth store has a revision of its own.
 	OpAuth
+	// OpAlarm raises (Op.Alarm.Activate) or clears an alarm of a member:
+	// etcd's AlarmRequest ACTIVATE/DEACTIVATE. It changes no key and takes
+	// no revision.
+	OpAlarm
 )
+
+// Alarm is one active alarm: etcd's AlarmMember (Type is an
+// etcdserverpb.AlarmType value; this package does not interpret it).
+type Alarm struct {
+	Member uint64
+	Type   int32
+}
+
+// AlarmChange is an OpAlarm's payload.
+type AlarmChange struct {
+	Alarm
+	Activate bool
+}
 
 // Change is one key change of a transaction, in execution order.
 type Change struct {
@@ -33,11 +50,12 @@ type Change struct {
 // Op is one operation of an entry.
 type Op struct {
 	Kind    OpKind
-	Rev     int64    // OpTxn: its revision; OpCompact: the target
-	Changes []Change // OpTxn
-	Lease   int64    // lease ops
-	TTL     int64    // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
-	Auth    []byte   // OpAuth: the new encoded auth state
+	Rev     int64       // OpTxn: its revision; OpCompact: the target
+	Changes []Change    // OpTxn
+	Lease   int64       // lease ops
+	TTL     int64       // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
+	Auth    []byte      // OpAuth: the new encoded auth state
+	Alarm   AlarmChange // OpAlarm
 }
 
 // WriterTag identifies the batch that produced an entry: a random nonce

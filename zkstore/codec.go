@@ -19,6 +19,7 @@ import (
 //	  compact:    varint rev
 //	  lease ops:  varint lease, [varint ttl]
 //	  auth:       bytes state (package auth's encoding, opaque here)
+//	  alarm:      byte activate (0 or 1), uvarint member, varint type
 //	uint32  CRC-32C of everything before it (big endian)
 //
 // bytes = uvarint length + raw bytes. Decoding copies keys and values so an
@@ -73,9 +74,43 @@ func EncodeEntry(e *revision.Entry) []byte {
 			b = binary.AppendVarint(b, op.Lease)
 		case revision.OpAuth:
 			b = appendBytes(b, op.Auth)
+		case revision.OpAlarm:
+			b = appendAlarmChange(b, op.Alarm)
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+func appendAlarmChange(b []byte, c revision.AlarmChange) []byte {
+	if c.Activate {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, c.Member)
+	return binary.AppendVarint(b, int64(c.Type))
+}
+
+func (d *decoder) alarmChange() revision.AlarmChange {
+	var c revision.AlarmChange
+	switch f := d.byte(); f {
+	case 0:
+	case 1:
+		c.Activate = true
+	default:
+		d.fail("bad alarm action %d", f)
+	}
+	c.Member = d.uvarint()
+	c.Type = d.int32()
+	return c
+}
+
+func (d *decoder) int32() int32 {
+	v := d.varint()
+	if d.err == nil && (v < -1<<31 || v >= 1<<31) {
+		d.fail("alarm type %d out of range", v)
+	}
+	return int32(v)
 }
 
 func appendBytes(b, v []byte) []byte {
@@ -142,6 +177,8 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 			op.Lease = d.varint()
 		case revision.OpAuth:
 			op.Auth = d.bytes()
+		case revision.OpAlarm:
+			op.Alarm = d.alarmChange()
 		default:
 			// The checksum held: a newer zketcd wrote an op this build
 			// does not know.
