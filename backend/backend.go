@@ -38,7 +38,8 @@ type Backend struct {
 	barrier   barrier
 	kick      chan struct{} // wakes the tailer
 
-	space    space // the bytes the root holds (DB size), see space.go
+	space    space        // the bytes the root holds (DB size), see space.go
+	check    corruptCheck // the published member and the corruption check, see corrupt.go
 	lastHead atomic.Pointer[headSeen]
 	rb       *rollbackGuard // see rollback.go
 	inspect  inspectFunc    // nil: no fresh sessions for rollback checks

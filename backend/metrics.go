@@ -28,6 +28,9 @@ type metrics struct {
 	quotaRefused        prometheus.Counter
 	dbSize, dbSizeInUse prometheus.Gauge
 	alarms              *prometheus.GaugeVec
+	// corruptChecks counts the corruption check's rounds (on the leader),
+	// corruptMismatches the members found with another hash.
+	corruptChecks, corruptMismatches prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -91,10 +94,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "alarms_active",
 			Help: "Active alarms, by type.",
 		}, []string{"alarm"}),
+		corruptChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "corrupt_checks_total",
+			Help: "Rounds of the corruption check (--corrupt-check-time) this instance ran as the leader.",
+		}),
+		corruptMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
+			Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
-			m.renewals, m.renewalMultis, m.renewalTokens, m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms)
+			m.renewals, m.renewalMultis, m.renewalTokens, m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)
 	}
 	return m
 }

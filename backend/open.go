@@ -97,7 +97,8 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		"took": time.Since(start).Round(time.Millisecond),
 	}).Info("recovered view from the zookeeper log")
 	b.hub = watchbridge.NewHub(b.view)
-	if err := st.RegisterMember(zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs}); err != nil {
+	b.check.self = zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs}
+	if err := st.RegisterMember(b.check.self); err != nil {
 		b.hub.Close()
 		st.Close()
 		return nil, fmt.Errorf("register member: %w", err)
@@ -107,7 +108,12 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(6)
+	b.wg.Add(7)
+	go b.answerHashChecks()
+	if cfg.CorruptCheckTime > 0 {
+		b.wg.Add(1)
+		go b.corruptCheckLoop()
+	}
 	go b.watchRollback()
 	go b.tail()
 	go b.commitLoop()
