@@ -43,7 +43,8 @@ type Backend struct {
 	origins       origins       // forwarded requests in the log (origins.go)
 	fwd           forwarding    // write forwarding and ReadIndex (forward.go)
 
-	dbSize   atomic.Int64 // bytes of log entries applied (what the root holds)
+	space    space        // the bytes the root holds (DB size), see space.go
+	check    corruptCheck // the published member and the corruption check, see corrupt.go
 	lastHead atomic.Pointer[headSeen]
 	rb       *rollbackGuard // see rollback.go
 	inspect  inspectFunc    // nil: no fresh sessions for rollback checks
@@ -109,10 +110,6 @@ func (b *Backend) Members() ([]*pb.Member, error) {
 	}
 	return out, nil
 }
-
-// DBSize returns the bytes of log data under the root that this instance has
-// read or written.
-func (b *Backend) DBSize() int64 { return b.dbSize.Load() }
 
 // HeadLSN returns the log position of the last head the tailer saw.
 func (b *Backend) HeadLSN() int64 { return b.Head().LSN }

@@ -46,8 +46,13 @@ func (b *Backend) compactLoop() {
 		case <-t.C:
 		case <-b.compactKick:
 		}
+		b.updateSpaceMetrics()
 		leader, fence, _ := b.election.State()
 		if !leader {
+			// Follow the leader's generations for the space accounting.
+			if err := b.refreshBase(); err != nil && b.ctx.Err() == nil {
+				lg.WithError(err).Debug("read base generation")
+			}
 			continue
 		}
 		if err := b.compactOnce(lg, fence); err != nil && b.ctx.Err() == nil {
@@ -61,6 +66,7 @@ func (b *Backend) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	if err != nil {
 		return err
 	}
+	b.space.setBase(base)
 	st := b.view.State()
 	if st.CompactRev <= base.CompactRev || st.CompactRev <= 0 {
 		return nil
@@ -76,9 +82,11 @@ func (b *Backend) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	if err := b.hook("base-prepared"); err != nil {
 		return err
 	}
+	nb.PrevSize, nb.LogBytes = base.Size, b.space.keptLogBytes(base, nb.Gen)
 	if nb, err = b.store.PublishBase(fence, nb); err != nil {
 		return fmt.Errorf("publish base generation at entry %d: %w", snap.State.LSN, err)
 	}
+	b.space.setBase(nb)
 	wrote := time.Since(start)
 	if err := b.hook("base-published"); err != nil {
 		return err

@@ -46,6 +46,17 @@ type Config struct {
 	// --auto-compaction-retention (zero: off). Every instance samples
 	// revisions; only the leader instance compacts.
 	AutoCompaction compactor.Config
+	// QuotaBackendBytes is etcd's --quota-backend-bytes: writes that would
+	// take DBSize past it raise the NOSPACE alarm and are refused (0:
+	// translate.DefaultQuotaBytes, 2 GiB; negative: no quota).
+	QuotaBackendBytes int64
+	// CorruptCheckTime is etcd's --corrupt-check-time: the period of the
+	// leader instance's check that every instance's HashKV agrees at one
+	// revision (0: off). See corrupt.go.
+	CorruptCheckTime time.Duration
+	// HashHook, if set, sees every hash this instance computes for the
+	// corruption check and may change it (fault injection in tests).
+	HashHook func(h uint32) uint32
 	// CompactionHook, if set, is called between the steps of a physical
 	// compaction ("base-prepared", "base-published", "log-truncated"); an
 	// error stops the compaction there, as a crash would. For fault
@@ -132,6 +143,8 @@ func (c *Config) Validate() error {
 		return errors.New("member name must not be empty")
 	case c.Logger == nil:
 		return errors.New("backend: no logger")
+	case c.CorruptCheckTime < 0:
+		return fmt.Errorf("corrupt check time %v must not be negative", c.CorruptCheckTime)
 	}
 	if err := c.AutoCompaction.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)

@@ -46,6 +46,9 @@ func (b *Backend) Read(fn func(revision.Reader) error) error {
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := b.checkQuota(ctx, req); err != nil {
+		return nil, err
+	}
 	return writeFwd(ctx, b, req, func() *pb.PutResponse { return &pb.PutResponse{} },
 		func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) },
 		func(_, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) })
@@ -76,6 +79,9 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 			return err
 		})
 		return resp, err
+	}
+	if err := b.checkQuota(ctx, req); err != nil {
+		return nil, err
 	}
 	return writeFwd(ctx, b, req, func() *pb.TxnResponse { return &pb.TxnResponse{} },
 		func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }, nil)
@@ -112,12 +118,20 @@ func write[T any](ctx context.Context, b *Backend, req proto.Message, eval func(
 	return writeGuarded(ctx, b, req, eval, nil)
 }
 
-// writeGuarded is write; with guards not nil, the request is committed in
+// writeGuarded is write; the active alarms may refuse req when it is
+// evaluated (translate.AlarmGate). With guards not nil, the request is committed in
 // an entry of its own under the preconditions guards returns.
 func writeGuarded[T any](ctx context.Context, b *Backend, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
 	if err := b.servable(); err != nil {
 		var zero T
 		return zero, err
 	}
-	return propose(ctx, b, proto.Size(req), eval, guards)
+	gated := func(bt *revision.Batch) (T, error) {
+		if err := translate.AlarmGate(bt.Alarms(), req); err != nil {
+			var zero T
+			return zero, err
+		}
+		return eval(bt)
+	}
+	return propose(ctx, b, proto.Size(req), gated, guards)
 }

@@ -26,6 +26,9 @@ func (b *Backend) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 	if err := translate.CheckLeaseGrant(req); err != nil {
 		return nil, err
 	}
+	if err := b.checkQuota(ctx, req); err != nil {
+		return nil, err
+	}
 	id := req.ID
 	for id == 0 {
 		var rb [8]byte

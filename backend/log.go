@@ -67,6 +67,10 @@ type Log interface {
 	TruncateLog(ctx context.Context, fence zkstore.Fence, lsn int64) (int, error)
 	CollectBases(ctx context.Context, fence zkstore.Fence, cur zkstore.Base) (int, error)
 	CollectChunks(ctx context.Context, fence zkstore.Fence, graceMillis int64) (int, error)
+	// FreeCompacted deletes, without waiting for the next compaction, the
+	// log below the current generation and the generation before it (etcd's
+	// defragment); any instance may call it.
+	FreeCompacted(ctx context.Context, cur zkstore.Base) (zkstore.Base, int, error)
 }
 
 var _ Log = (*zkstore.Store)(nil)

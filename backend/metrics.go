@@ -29,6 +29,15 @@ type metrics struct {
 	// barrierTrips counts the round trips.
 	linearizableReads *prometheus.CounterVec
 	barrierTrips      prometheus.Counter
+	// quotaRefused counts writes refused by the space quota check;
+	// dbSize and dbSizeInUse follow the space accounting, alarms the
+	// active alarms by type (updated every compaction check, 2 s).
+	quotaRefused        prometheus.Counter
+	dbSize, dbSizeInUse prometheus.Gauge
+	alarms              *prometheus.GaugeVec
+	// corruptChecks counts the corruption check's rounds (on the leader),
+	// corruptMismatches the members found with another hash.
+	corruptChecks, corruptMismatches prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -88,10 +97,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "read_barrier_round_trips_total",
 			Help: "ZooKeeper round trips made for linearizable-read barriers.",
 		}),
+		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "quota_refused_total",
+			Help: "Writes refused because they did not fit in --quota-backend-bytes.",
+		}),
+		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "db_size_bytes",
+			Help: "Bytes the root holds in ZooKeeper (base generations and log entries), as etcd's DB size.",
+		}),
+		dbSizeInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "db_size_in_use_bytes",
+			Help: "Bytes of the current base generation and the log after it (what a defragment leaves).",
+		}),
+		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "alarms_active",
+			Help: "Active alarms, by type.",
+		}, []string{"alarm"}),
+		corruptChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "corrupt_checks_total",
+			Help: "Rounds of the corruption check (--corrupt-check-time) this instance ran as the leader.",
+		}),
+		corruptMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
+			Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
-			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.linearizableReads, m.barrierTrips)
+			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.linearizableReads, m.barrierTrips,
+			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)
 	}
 	return m
 }

@@ -121,8 +121,9 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		"took": time.Since(start).Round(time.Millisecond),
 	}).Info("recovered view from the zookeeper log")
 	b.hub = watchbridge.NewHub(b.view)
-	if err := st.RegisterMember(zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
-		InternalURL: cfg.InternalURL, InternalToken: b.internalToken}); err != nil {
+	b.check.self = zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
+		InternalURL: cfg.InternalURL, InternalToken: b.internalToken}
+	if err := st.RegisterMember(b.check.self); err != nil {
 		b.hub.Close()
 		st.Close()
 		return nil, fmt.Errorf("register member: %w", err)
@@ -132,7 +133,12 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(6)
+	b.wg.Add(7)
+	go b.answerHashChecks()
+	if cfg.CorruptCheckTime > 0 {
+		b.wg.Add(1)
+		go b.corruptCheckLoop()
+	}
 	go b.watchRollback()
 	go b.tail()
 	go b.commitLoop()
@@ -168,12 +174,13 @@ func memberID(cluster uint64, name string) uint64 {
 
 // recover builds the view from the sentinel up to the current head.
 func (b *Backend) recover(ctx context.Context) error {
-	view, head, size, err := Replay(ctx, b.store, b.cfg.ReadWindow, b.origins.record)
+	var rec replayed
+	view, head, _, err := replay(ctx, b.store, b.cfg.ReadWindow, b.origins.record, &rec)
 	if err != nil {
 		return err
 	}
 	b.view = view
-	b.dbSize.Store(size)
+	rec.account(&b.space)
 	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
 	return nil
 }
@@ -184,9 +191,35 @@ func (b *Backend) recover(ctx context.Context) error {
 // returns the view, that head and the bytes read. It starts over when a
 // compaction replaces the base or removes entries while it reads.
 func Replay(ctx context.Context, st Log, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+	return replay(ctx, st, window, each, nil)
+}
+
+// replayed is what a replay read, for the space accounting: the base
+// generation and the size of each entry after it.
+type replayed struct {
+	base  zkstore.Base
+	sizes []int
+}
+
+// account records rec in sp: the entry sizes, then the generation.
+func (rec *replayed) account(sp *space) {
+	sp.mu.Lock()
+	sp.cum, sp.from = sp.cum[:0], 0
+	sp.mu.Unlock()
+	for i, n := range rec.sizes {
+		sp.applied(rec.base.Gen+1+int64(i), n)
+	}
+	sp.setBase(rec.base)
+}
+
+// replay is Replay; rec, if not nil, receives what it read.
+func replay(ctx context.Context, st Log, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		view, head, size, err := replayOnce(ctx, st, window, each)
+		if rec != nil {
+			*rec = replayed{}
+		}
+		view, head, size, err := replayOnce(ctx, st, window, each, rec)
 		if err == nil {
 			return view, head, size, nil
 		}
@@ -198,7 +231,7 @@ func Replay(ctx context.Context, st Log, window int, each func(*revision.Entry))
 	return nil, zkstore.Head{}, 0, fmt.Errorf("recovery kept racing compactions: %w", lastErr)
 }
 
-func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
 	head, err := st.SyncHead()
 	if err != nil {
 		return nil, zkstore.Head{}, 0, fmt.Errorf("read head: %w", err)
@@ -206,6 +239,9 @@ func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Ent
 	base, err := st.ReadBase()
 	if err != nil {
 		return nil, zkstore.Head{}, 0, err
+	}
+	if rec != nil {
+		rec.base = base
 	}
 	view := revision.NewView(1, 1)
 	from := int64(2)
@@ -223,6 +259,9 @@ func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Ent
 	}
 	err = st.ReadEntries(ctx, from, head.LSN, window, func(e *revision.Entry, n int) error {
 		size += int64(n)
+		if rec != nil {
+			rec.sizes = append(rec.sizes, n)
+		}
 		if each != nil {
 			each(e)
 		}
@@ -240,7 +279,8 @@ func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Ent
 // from the new view's history or are canceled as compacted.
 func (b *Backend) reload() error {
 	start := time.Now()
-	view, head, size, err := Replay(b.ctx, b.store, b.cfg.ReadWindow, b.origins.record)
+	var rec replayed
+	view, head, _, err := replay(b.ctx, b.store, b.cfg.ReadWindow, b.origins.record, &rec)
 	if err != nil {
 		return err
 	}
@@ -251,7 +291,7 @@ func (b *Backend) reload() error {
 	}
 	b.view.Reset(view)
 	b.hub.Resync()
-	b.dbSize.Store(size)
+	rec.account(&b.space)
 	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
 	b.log.WithFields(logrus.Fields{"lsn": head.LSN, "took": time.Since(start).Round(time.Millisecond)}).
 		Warn("reloaded the view: this instance fell behind a compaction of the log")

@@ -26,7 +26,7 @@ func (b *Backend) apply(e *revision.Entry, size int) error {
 		return err
 	}
 	b.rb.record(e, prev.Rev, b.view.State().Rev)
-	b.dbSize.Add(int64(size))
+	b.space.applied(e.LSN, size)
 	b.metrics.applied(e)
 	b.hub.Notify(e, events)
 	return nil

@@ -21,8 +21,19 @@ type Maintenance interface {
 	Identity
 	// HeadLSN is the newest log position seen (State().LSN is the applied one).
 	HeadLSN() int64
-	// DBSize is the bytes of log data this instance has read or written.
+	// DBSize is the bytes the root holds in ZooKeeper (etcd's DB size,
+	// what the quota is checked against); DBSizeInUse the part a
+	// defragment keeps; QuotaBytes the quota (negative: none).
 	DBSize() int64
+	DBSizeInUse() int64
+	QuotaBytes() int64
+	// Alarm serves etcd's AlarmRequest through the log (GET after a
+	// barrier) and returns the response's alarms; Alarms lists the active
+	// alarms of the view without a barrier.
+	Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmMember, error)
+	Alarms() []*pb.AlarmMember
+	// Defragment frees the space compacted history still takes at once.
+	Defragment(ctx context.Context) error
 	// Leader reports whether this instance is the leader instance and the
 	// member ID of the current one (0 if unknown).
 	Leader() (self bool, id uint64)
@@ -44,9 +55,6 @@ type Maintenance interface {
 // serving for good (ZooKeeper's data went back under it, or holds a newer
 // format); Status reports that error's text beside "no leader".
 type halted interface{ Halted() bool }
-
-// quotaBytes is reported as DbSizeQuota (etcd's default quota).
-const quotaBytes = 2 << 30
 
 type maintenanceServer struct {
 	pb.UnsafeMaintenanceServer
@@ -76,8 +84,8 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 		RaftAppliedIndex: uint64(st.LSN),
 		RaftTerm:         s.be.Term(),
 		DbSize:           statusDBSize(s.be.DBSize()),
-		DbSizeInUse:      statusDBSize(s.be.DBSize()),
-		DbSizeQuota:      quotaBytes,
+		DbSizeInUse:      statusDBSize(s.be.DBSizeInUse()),
+		DbSizeQuota:      s.be.QuotaBytes(),
 		StorageVersion:   version.Version[:3] + ".0",
 		DowngradeInfo:    &pb.DowngradeInfo{},
 	}
@@ -92,29 +100,41 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	} else {
 		resp.Leader = s.be.MemberID()
 	}
+	for _, a := range s.be.Alarms() {
+		resp.Errors = append(resp.Errors, a.String()) // etcd's "memberID:… alarm:…"
+	}
 	return resp, nil
 }
 
-// statusDBSize is the DbSize (and DbSizeInUse) Status reports for applied
-// bytes of log entries. It is never 0: a fresh root has applied no entry yet,
+// statusDBSize is the DbSize (and DbSizeInUse) Status reports for a size
+// of the space accounting. It is never 0: a fresh root has applied no entry yet,
 // and etcdctl's `endpoint status` table divides by DbSize (etcdctl 3.7.3
 // panics with an integer divide by zero on a 0), while etcd's own database
 // file is never empty either.
 func statusDBSize(applied int64) int64 { return max(applied, 1) }
 
-// Alarm reports no alarms (zketcd raises none yet) and refuses to set one.
+// Alarm is etcd's alarm RPC (`etcdctl alarm list`, `alarm disarm`): the
+// alarms are in the revision log, so every instance lists, raises and
+// clears the same ones.
 func (s *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	alarms, err := s.be.Alarm(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
 	hdr := &pb.ResponseHeader{}
 	s.hdr.fill(hdr)
-	if r.Action == pb.AlarmRequest_ACTIVATE {
-		return nil, status.Error(codes.Unimplemented, "zketcd: alarms cannot be raised by clients")
-	}
-	return &pb.AlarmResponse{Header: hdr}, nil
+	return &pb.AlarmResponse{Header: hdr, Alarms: alarms}, nil
 }
 
-// Defragment succeeds without doing anything: ZooKeeper manages its own
-// files (snapshots and logs, purged by its autopurge settings).
+// Defragment frees at once what compacted history still holds in
+// ZooKeeper (the log below the current base generation and the generation
+// before it) instead of at the next compaction. ZooKeeper's own files
+// (snapshots and transaction logs) are ZooKeeper's: its autopurge settings
+// reclaim them.
 func (s *maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := s.be.Defragment(ctx); err != nil {
+		return nil, toGRPCError(s.lg, err)
+	}
 	hdr := &pb.ResponseHeader{}
 	s.hdr.fill(hdr)
 	return &pb.DefragmentResponse{Header: hdr}, nil

@@ -29,12 +29,21 @@ type Batch struct {
 	ops       []Op
 	auth      []byte // staged auth state, if authSet
 	authSet   bool
+	alarms    []Alarm // staged alarms, if alarmsSet
+	alarmsSet bool
 
 	inTxn     bool
 	changes   []Change
 	undo      []undoRec
 	leaseUndo []leaseUndoRec
 	authUndo  *authUndoRec
+	alarmUndo *alarmUndoRec
+}
+
+type alarmUndoRec struct {
+	alarms []Alarm
+	set    bool
+	ops    int
 }
 
 type authUndoRec struct {
@@ -227,12 +236,12 @@ func (b *Batch) DeleteRange(key, end []byte) ([]*KeyValue, error) {
 func (b *Batch) Commit() (rev int64, changed bool) {
 	b.inTxn = false
 	if len(b.changes) == 0 {
-		b.undo, b.leaseUndo, b.authUndo = nil, nil, nil
+		b.undo, b.leaseUndo, b.authUndo, b.alarmUndo = nil, nil, nil, nil
 		return b.rev, false
 	}
 	b.rev++
 	b.ops = append(b.ops, Op{Kind: OpTxn, Rev: b.rev, Changes: b.changes})
-	b.changes, b.undo, b.leaseUndo, b.authUndo = nil, nil, nil, nil
+	b.changes, b.undo, b.leaseUndo, b.authUndo, b.alarmUndo = nil, nil, nil, nil, nil
 	return b.rev, true
 }
 
@@ -257,8 +266,36 @@ func (b *Batch) Abort() {
 	if u := b.authUndo; u != nil {
 		b.auth, b.authSet, b.ops = u.auth, u.set, b.ops[:u.ops]
 	}
+	if u := b.alarmUndo; u != nil {
+		b.alarms, b.alarmsSet, b.ops = u.alarms, u.set, b.ops[:u.ops]
+	}
 	b.inTxn = false
-	b.changes, b.undo, b.leaseUndo, b.authUndo = nil, nil, nil, nil
+	b.changes, b.undo, b.leaseUndo, b.authUndo, b.alarmUndo = nil, nil, nil, nil, nil
+}
+
+// Alarms returns the active alarms as staged, or as in the base.
+func (b *Batch) Alarms() []Alarm {
+	if b.alarmsSet {
+		return b.alarms
+	}
+	return b.base.Alarms()
+}
+
+// ChangeAlarm stages an OpAlarm and reports whether it changes the set of
+// active alarms (an activation of an active alarm, or a deactivation of
+// one that is not, stages nothing). It takes no revision.
+func (b *Batch) ChangeAlarm(change AlarmChange) bool {
+	cur := b.Alarms()
+	next := ApplyAlarm(cur, change)
+	if len(next) == len(cur) {
+		return false
+	}
+	if b.inTxn && b.alarmUndo == nil {
+		b.alarmUndo = &alarmUndoRec{alarms: b.alarms, set: b.alarmsSet, ops: len(b.ops)}
+	}
+	b.alarms, b.alarmsSet = next, true
+	b.ops = append(b.ops, Op{Kind: OpAlarm, Alarm: change})
+	return true
 }
 
 // AuthState returns the auth state as staged, or as in the base.

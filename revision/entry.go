@@ -20,6 +20,10 @@ const (
 	// package auth (opaque here). It changes no key and no revision: as in
 	// etcd, the auth store has a revision of its own.
 	OpAuth
+	// OpAlarm raises (Op.Alarm.Activate) or clears an alarm of a member:
+	// etcd's AlarmRequest ACTIVATE/DEACTIVATE. It changes no key and takes
+	// no revision.
+	OpAlarm
 	// OpOrigin records that the request evaluated right before it in the
 	// entry came from another instance, which tagged it Op.Origin (its own
 	// nonce and a per-request sequence), and that it took revision Op.Rev
@@ -28,6 +32,19 @@ const (
 	// request of unknown outcome was committed.
 	OpOrigin
 )
+
+// Alarm is one active alarm: etcd's AlarmMember (Type is an
+// etcdserverpb.AlarmType value; this package does not interpret it).
+type Alarm struct {
+	Member uint64
+	Type   int32
+}
+
+// AlarmChange is an OpAlarm's payload.
+type AlarmChange struct {
+	Alarm
+	Activate bool
+}
 
 // Change is one key change of a transaction, in execution order.
 type Change struct {
@@ -40,12 +57,13 @@ type Change struct {
 // Op is one operation of an entry.
 type Op struct {
 	Kind    OpKind
-	Rev     int64     // OpTxn: its revision; OpCompact: the target
-	Changes []Change  // OpTxn
-	Lease   int64     // lease ops
-	TTL     int64     // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
-	Auth    []byte    // OpAuth: the new encoded auth state
-	Origin  WriterTag // OpOrigin: the forwarded request's tag
+	Rev     int64       // OpTxn: its revision; OpCompact: the target
+	Changes []Change    // OpTxn
+	Lease   int64       // lease ops
+	TTL     int64       // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
+	Auth    []byte      // OpAuth: the new encoded auth state
+	Alarm   AlarmChange // OpAlarm
+	Origin  WriterTag   // OpOrigin: the forwarded request's tag
 }
 
 // WriterTag identifies the batch that produced an entry: a random nonce

@@ -15,6 +15,7 @@ type Snapshot struct {
 	Keys   []KeyHistory // ascending by key
 	Leases []Lease      // ascending by ID; Lease.keys is not set (derived from the keys)
 	Auth   []byte       // the encoded auth state (see OpAuth); nil if never set
+	Alarms []Alarm      // the active alarms, sorted (see OpAlarm)
 }
 
 // KeyHistory is one key's retained versions, oldest first; a version with
@@ -36,7 +37,7 @@ func (v *View) Snapshot() *Snapshot {
 
 // snapshotLocked is Snapshot for a caller holding v.mu.
 func (v *View) snapshotLocked() *Snapshot {
-	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len()), Auth: v.auth}
+	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len()), Auth: v.auth, Alarms: v.alarms}
 	v.tree.Ascend(func(ki *keyIndex) bool {
 		// The view only ever appends to a key's versions or replaces the
 		// slice (compaction), so the snapshot can share the array; the
@@ -59,6 +60,9 @@ func FromSnapshot(s *Snapshot) (*View, error) {
 	v := NewView(s.State.LSN, s.State.Rev)
 	v.state = s.State
 	v.auth = s.Auth
+	for _, a := range s.Alarms {
+		v.alarms = ApplyAlarm(v.alarms, AlarmChange{Alarm: a, Activate: true})
+	}
 	for _, l := range s.Leases {
 		v.leases[l.ID] = &Lease{ID: l.ID, TTL: l.TTL, RemainingTTL: l.RemainingTTL, keys: map[string]struct{}{}}
 	}
@@ -120,7 +124,7 @@ func (v *View) Reset(other *View) {
 	defer v.mu.Unlock()
 	other.mu.Lock()
 	defer other.mu.Unlock()
-	v.tree, v.state, v.leases, v.history, v.auth = other.tree, other.state, other.leases, other.history, other.auth
+	v.tree, v.state, v.leases, v.history, v.auth, v.alarms = other.tree, other.state, other.leases, other.history, other.auth, other.alarms
 	close(v.applied)
 	v.applied = make(chan struct{})
 }

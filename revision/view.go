@@ -26,6 +26,9 @@ type Reader interface {
 	Lease(id int64) *Lease
 	// AuthState returns the encoded auth state (nil: never set; see OpAuth).
 	AuthState() []byte
+	// Alarms returns the active alarms, sorted by type then member (see
+	// OpAlarm). The slice must not be modified.
+	Alarms() []Alarm
 }
 
 // State is the position of a view: the last applied log entry and the
@@ -51,6 +54,7 @@ type View struct {
 	leases  map[int64]*Lease
 	history []Event       // every change with ModRevision >= the compacted revision, in order
 	auth    []byte        // the encoded auth state of the last OpAuth (nil: none)
+	alarms  []Alarm       // active alarms, sorted; replaced, never modified, by OpAlarm
 	applied chan struct{} // closed and replaced after every Apply
 	broken  error         // set when an entry could not be applied
 	// onCompact, if set, sees the state right before each compaction.
@@ -176,6 +180,8 @@ func (v *View) Apply(e *Entry) ([]Event, error) {
 			}
 		case OpAuth:
 			v.auth = op.Auth
+		case OpAlarm:
+			v.alarms = ApplyAlarm(v.alarms, op.Alarm)
 		}
 	}
 	v.state.LSN = e.LSN
@@ -247,7 +253,7 @@ func (v *View) validate(e *Entry) error {
 				return fmt.Errorf("op %d: revoke of missing lease %x", i, op.Lease)
 			}
 			leases[op.Lease] = false
-		case OpLeaseCheckpoint, OpAuth, OpOrigin:
+		case OpLeaseCheckpoint, OpAuth, OpAlarm, OpOrigin:
 		default:
 			return fmt.Errorf("op %d: unknown kind %d", i, op.Kind)
 		}
@@ -363,6 +369,16 @@ func (r viewReader) Lease(id int64) *Lease {
 }
 
 func (r viewReader) AuthState() []byte { return r.v.auth }
+
+func (r viewReader) Alarms() []Alarm { return r.v.alarms }
+
+// Alarms returns the active alarms, sorted by type then member. The slice
+// is never modified (an OpAlarm replaces it). Safe for concurrent use.
+func (v *View) Alarms() []Alarm {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.alarms
+}
 
 // AuthState returns the encoded auth state and the log position it was read
 // at (see OpAuth). The slice is never modified: a new OpAuth replaces it.

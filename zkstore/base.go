@@ -36,6 +36,13 @@ type Base struct {
 	// PrevGen on are kept, so an instance a little behind can still tail.
 	PrevGen  int64  `json:"prev_gen"`
 	PrevPath string `json:"prev_path,omitempty"`
+	// PrevSize is the size of the generation at PrevPath and LogBytes the
+	// bytes of the log entries after PrevGen up to Gen, as the publishing
+	// leader counted them: what the root keeps for instances a cycle behind
+	// until the next compaction or FreeCompacted (absent in descriptions
+	// written before these fields existed: 0, not counted).
+	PrevSize int   `json:"prev_size,omitempty"`
+	LogBytes int64 `json:"log_bytes,omitempty"`
 
 	version int32 // of the compact znode; -1 if it does not exist
 }
@@ -264,28 +271,74 @@ func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, e
 		// A generation newer than cur may be one being written right now
 		// by this leader; only the leader writes, and it collects after
 		// writing, so anything here is abandoned.
-		chunks, _, err := s.conn.Children(p)
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return removed, s.wrap("list base chunks", err)
-		}
-		for len(chunks) > 0 {
-			if ctx.Err() != nil {
-				return removed, ctx.Err()
-			}
-			n := min(len(chunks), 256)
-			ops := []any{fence.Guard().op()}
-			for _, c := range chunks[:n] {
-				ops = append(ops, &zk.DeleteRequest{Path: child(p, c), Version: -1})
-			}
-			if _, err := s.conn.Multi(ops...); err != nil {
-				return removed, s.wrap("delete base chunks", err)
-			}
-			chunks = chunks[n:]
-		}
-		if _, err := s.conn.Multi(fence.Guard().op(), &zk.DeleteRequest{Path: p, Version: -1}); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return removed, s.wrap("delete base", err)
+		if err := s.deleteGeneration(ctx, fence, p); err != nil {
+			return removed, err
 		}
 		removed++
 	}
 	return removed, nil
+}
+
+// deleteGeneration deletes the base generation at p, chunks first, each
+// multi guarded by fence. A generation already gone is no error.
+func (s *Store) deleteGeneration(ctx context.Context, fence Fence, p string) error {
+	chunks, _, err := s.conn.Children(p)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return s.wrap("list base chunks", err)
+	}
+	for len(chunks) > 0 {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		n := min(len(chunks), 256)
+		ops := []any{fence.Guard().op()}
+		for _, c := range chunks[:n] {
+			ops = append(ops, &zk.DeleteRequest{Path: child(p, c), Version: -1})
+		}
+		if _, err := s.conn.Multi(ops...); err != nil {
+			return s.wrap("delete base chunks", err)
+		}
+		chunks = chunks[n:]
+	}
+	if _, err := s.conn.Multi(fence.Guard().op(), &zk.DeleteRequest{Path: p, Version: -1}); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return s.wrap("delete base", err)
+	}
+	return nil
+}
+
+// FreeCompacted deletes at once what the current generation cur made
+// obsolete and physical compaction otherwise keeps for one more cycle (for
+// instances a little behind): the log entries below cur.Gen and the
+// previous generation. It then records that in the description (PrevGen =
+// Gen, no PrevPath, PrevSize and LogBytes 0) and returns it. Any instance
+// may call it: nothing below the current generation is needed (recovery
+// starts at it, an instance behind it reloads), and generations only move
+// forward. The description is replaced only if cur is still current;
+// ErrBaseChanged otherwise (what was deleted stays deleted: it is below a
+// newer generation too). A cur without a generation (Gen 0) frees nothing.
+func (s *Store) FreeCompacted(ctx context.Context, cur Base) (Base, int, error) {
+	if cur.Gen == 0 {
+		return cur, 0, nil
+	}
+	guard := Fence{path: s.l.compact()}
+	deleted, err := s.TruncateLog(ctx, guard, cur.Gen)
+	if err != nil {
+		return Base{}, deleted, fmt.Errorf("truncate log below entry %d: %w", cur.Gen, err)
+	}
+	if cur.PrevPath != "" {
+		if err := s.deleteGeneration(ctx, guard, cur.PrevPath); err != nil {
+			return Base{}, deleted, err
+		}
+	}
+	nb := cur
+	nb.PrevGen, nb.PrevPath, nb.PrevSize, nb.LogBytes = cur.Gen, "", 0, 0
+	meta, _ := json.Marshal(nb)
+	if _, err := s.conn.Set(s.l.compact(), meta, cur.version); err != nil {
+		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
+			return Base{}, deleted, ErrBaseChanged
+		}
+		return Base{}, deleted, s.wrap("record freed generation", err)
+	}
+	nb.version++
+	return nb, deleted, nil
 }

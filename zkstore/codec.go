@@ -19,6 +19,7 @@ import (
 //	  compact:    varint rev
 //	  lease ops:  varint lease, [varint ttl]
 //	  auth:       bytes state (package auth's encoding, opaque here)
+//	  alarm:      byte activate (0 or 1), uvarint member, varint type
 //	  origin:     uvarint nonce, uvarint seq, varint rev
 //	uint32  CRC-32C of everything before it (big endian)
 //
@@ -74,6 +75,8 @@ func EncodeEntry(e *revision.Entry) []byte {
 			b = binary.AppendVarint(b, op.Lease)
 		case revision.OpAuth:
 			b = appendBytes(b, op.Auth)
+		case revision.OpAlarm:
+			b = appendAlarmChange(b, op.Alarm)
 		case revision.OpOrigin:
 			b = binary.AppendUvarint(b, op.Origin.Nonce)
 			b = binary.AppendUvarint(b, op.Origin.Seq)
@@ -81,6 +84,38 @@ func EncodeEntry(e *revision.Entry) []byte {
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+func appendAlarmChange(b []byte, c revision.AlarmChange) []byte {
+	if c.Activate {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, c.Member)
+	return binary.AppendVarint(b, int64(c.Type))
+}
+
+func (d *decoder) alarmChange() revision.AlarmChange {
+	var c revision.AlarmChange
+	switch f := d.byte(); f {
+	case 0:
+	case 1:
+		c.Activate = true
+	default:
+		d.fail("bad alarm action %d", f)
+	}
+	c.Member = d.uvarint()
+	c.Type = d.int32()
+	return c
+}
+
+func (d *decoder) int32() int32 {
+	v := d.varint()
+	if d.err == nil && (v < -1<<31 || v >= 1<<31) {
+		d.fail("alarm type %d out of range", v)
+	}
+	return int32(v)
 }
 
 func appendBytes(b, v []byte) []byte {
@@ -147,6 +182,8 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 			op.Lease = d.varint()
 		case revision.OpAuth:
 			op.Auth = d.bytes()
+		case revision.OpAlarm:
+			op.Alarm = d.alarmChange()
 		case revision.OpOrigin:
 			op.Origin.Nonce = d.uvarint()
 			op.Origin.Seq = d.uvarint()

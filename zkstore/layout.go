@@ -87,6 +87,29 @@ type Member struct {
 	// it; both empty in member znodes of instances that serve none.
 	InternalURL   string `json:"internal_url,omitempty"`
 	InternalToken string `json:"internal_token,omitempty"`
+	// HashRequest, published by the leader instance, asks every member for
+	// its HashKV at a revision (the corruption check); HashAnswer is a
+	// member's answer to the request it last saw. Builds without the check
+	// ignore both.
+	HashRequest *HashRequest `json:"hash_request,omitempty"`
+	HashAnswer  *HashAnswer  `json:"hash_answer,omitempty"`
+}
+
+// HashRequest is one round of the corruption check.
+type HashRequest struct {
+	Check uint64 `json:"check"` // distinguishes rounds
+	Rev   int64  `json:"rev"`
+}
+
+// HashAnswer is a member's etcd HashKV at the request's revision.
+type HashAnswer struct {
+	Check      uint64 `json:"check"`
+	Rev        int64  `json:"rev"`
+	CompactRev int64  `json:"compact_rev"`
+	Hash       uint32 `json:"hash"`
+	// Err is set instead of a hash when the member could not compute it
+	// (the revision compacted away meanwhile).
+	Err string `json:"err,omitempty"`
 }
 
 func decodeJSON(p string, data []byte, v any) error {

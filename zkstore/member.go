@@ -12,7 +12,7 @@ import (
 
 // RegisterMember publishes m as an ephemeral member znode, replacing a stale
 // one left by an earlier session of the same member, and keeps it published
-// across session expiries.
+// across session expiries. Called again, it replaces the published data.
 func (s *Store) RegisterMember(m Member) error {
 	s.mu.Lock()
 	s.member = &m
@@ -42,6 +42,13 @@ func (s *Store) publishMember(m Member) error {
 			return s.wrap("read member znode", err)
 		}
 		if id, _ := s.Session(); st.EphemeralOwner == id {
+			_, err := s.conn.Set(p, data, st.Version)
+			if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+				continue
+			}
+			if err != nil {
+				return s.wrap("update member znode", err)
+			}
 			return nil
 		}
 		// Left by a previous process or session of this member: it would

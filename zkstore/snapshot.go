@@ -17,7 +17,10 @@ import (
 //	uvarint keys; per key: bytes key, uvarint versions; per version:
 //	        byte deleted, varint mod rev, sub, mod zxid,
 //	        [varint create rev, version, lease, create zxid, bytes value]
-//	[bytes  auth state, if the store has one (a base without it has none)]
+//	[bytes  auth state, if the store has one or alarms follow (a base
+//	        without it has none; empty means none)]
+//	[uvarint alarms; per alarm: uvarint member, varint type — only if an
+//	        alarm is active]
 //	uint32  CRC-32C of everything before it
 const snapshotFormat = 1
 
@@ -66,8 +69,15 @@ func EncodeSnapshot(s *revision.Snapshot) []byte {
 			b = appendBytes(b, kv.Value)
 		}
 	}
-	if s.Auth != nil {
+	if s.Auth != nil || len(s.Alarms) > 0 {
 		b = appendBytes(b, s.Auth)
+	}
+	if len(s.Alarms) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(s.Alarms)))
+		for _, a := range s.Alarms {
+			b = binary.AppendUvarint(b, a.Member)
+			b = binary.AppendVarint(b, int64(a.Type))
+		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
@@ -122,7 +132,16 @@ func DecodeSnapshot(data []byte) (*revision.Snapshot, error) {
 		s.Keys = append(s.Keys, kh)
 	}
 	if d.err == nil && len(d.b) != 0 {
-		s.Auth = d.bytes()
+		if s.Auth = d.bytes(); len(s.Auth) == 0 {
+			s.Auth = nil
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		na := d.count(2)
+		for i := 0; i < na && d.err == nil; i++ {
+			a := revision.Alarm{Member: d.uvarint(), Type: d.int32()}
+			s.Alarms = revision.ApplyAlarm(s.Alarms, revision.AlarmChange{Alarm: a, Activate: true})
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))

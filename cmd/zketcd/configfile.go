@@ -20,6 +20,7 @@ var clientTLSKeys = map[string]bool{"cert-file": true, "key-file": true, "truste
 // name (etcd's experimental- spelling of a setting that is now plain).
 var etcdKeyAliases = map[string]string{
 	"experimental-watch-progress-notify-interval": "watch-progress-notify-interval",
+	"experimental-corrupt-check-time":             "corrupt-check-time",
 }
 
 // applyConfigFile reads etcd's YAML configuration file path and sets every

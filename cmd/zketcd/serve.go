@@ -117,6 +117,8 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			AutoCompaction:     autoCompaction,
 			LossDir:            f.lossDir,
 			RollbackCheckAfter: f.rollbackCheckAfter,
+			QuotaBackendBytes:  f.quotaBackendBytes,
+			CorruptCheckTime:   f.corruptCheckTime,
 		},
 		GRPC: grpcsrv.Config{
 			MaxTxnOps:                   f.maxTxnOps,

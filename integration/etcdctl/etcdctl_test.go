@@ -32,6 +32,7 @@ type target struct {
 	etcdctl  string
 	endpoint string // 127.0.0.1:port
 	lease    string // hex ID of the lease the script granted
+	rev      string // a revision the script captured ({rev} in arguments)
 }
 
 // result is what one etcdctl invocation printed.
@@ -63,7 +64,7 @@ func (tg *target) ctl(ctx context.Context, stdin string, args ...string) (result
 	defer cancel()
 	full := []string{"--endpoints=" + tg.endpoint, "--command-timeout=10s"}
 	for _, a := range args {
-		full = append(full, strings.ReplaceAll(a, "{lease}", tg.lease))
+		full = append(full, strings.NewReplacer("{lease}", tg.lease, "{rev}", tg.rev).Replace(a))
 	}
 	cmd := exec.CommandContext(ctx, tg.etcdctl, full...)
 	cmd.Env = ctlEnv()
@@ -93,28 +94,29 @@ func requireEnv(t *testing.T, name, hint string) string {
 	return path
 }
 
-// startZketcd starts `zketcd dev` on a fresh local ZooKeeper.
-func startZketcd(t *testing.T, bin string) *server {
+// startZketcd starts `zketcd dev` on a fresh local ZooKeeper, with extra
+// flags.
+func startZketcd(t *testing.T, bin string, extra ...string) *server {
 	dir := t.TempDir()
 	port := freePorts(t, 1)[0]
 	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
-	return startServer(t, "zketcd", endpoint, filepath.Join(dir, "zketcd.log"), bin, "dev",
+	return startServer(t, "zketcd", endpoint, filepath.Join(dir, "zketcd.log"), bin, append([]string{"dev",
 		"--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", "http://"+endpoint,
-		"--advertise-client-urls", "http://"+endpoint)
+		"--listen-client-urls", "http://" + endpoint,
+		"--advertise-client-urls", "http://" + endpoint}, extra...)...)
 }
 
-// startEtcd starts a one-member etcd 3.7.3.
-func startEtcd(t *testing.T, bin string) *server {
+// startEtcd starts a one-member etcd 3.7.3, with extra flags.
+func startEtcd(t *testing.T, bin string, extra ...string) *server {
 	dir := t.TempDir()
 	ports := freePorts(t, 2)
 	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	return startServer(t, "etcd", strings.TrimPrefix(client, "http://"), filepath.Join(dir, "etcd.log"), bin,
+	return startServer(t, "etcd", strings.TrimPrefix(client, "http://"), filepath.Join(dir, "etcd.log"), bin, append([]string{
 		"--name", "oracle", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "oracle="+peer, "--unsafe-no-fsync", "--log-level", "warn")
+		"--initial-cluster", "oracle=" + peer, "--unsafe-no-fsync", "--log-level", "warn"}, extra...)...)
 }
 
 // waitHealthy waits until `etcdctl endpoint health` succeeds on s.
@@ -207,6 +209,33 @@ func normalise(tg *target, r result) result {
 	return r
 }
 
+// runBoth runs one step on both servers and compares the normalised outputs.
+func runBoth(ctx context.Context, t *testing.T, z, e *target, s step) {
+	t.Helper()
+	var got [2]result
+	for i, tg := range []*target{z, e} {
+		r, err := tg.ctl(ctx, s.stdin, s.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.after != nil {
+			s.after(t, tg, r)
+		}
+		r = normalise(tg, r)
+		if s.norm != nil {
+			r = s.norm(tg, r)
+		}
+		got[i] = r
+	}
+	record("etcdctl "+strings.Join(s.args, " "), got)
+	if got[0] != got[1] {
+		t.Errorf("etcdctl %s: outputs differ\n=== zketcd:\n%s=== etcd:\n%s", strings.Join(s.args, " "), got[0], got[1])
+	}
+	if s.check != nil {
+		s.check(t, got[0], got[1])
+	}
+}
+
 func TestEtcdctl(t *testing.T) {
 	ctl := requireEnv(t, "ETCDCTL", "etcdctl v3.7.3: integration/bench/build-peers.sh etcdctl")
 	zketcdBin := requireEnv(t, "ZKETCD_BINARY", "zketcd: make build")
@@ -234,32 +263,7 @@ func TestEtcdctl(t *testing.T) {
 		t.Cleanup(func() { transcript = nil })
 	}
 
-	// run runs one step on both servers and compares the normalised outputs.
-	run := func(t *testing.T, s step) {
-		t.Helper()
-		var got [2]result
-		for i, tg := range []*target{z, e} {
-			r, err := tg.ctl(ctx, s.stdin, s.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.after != nil {
-				s.after(t, tg, r)
-			}
-			r = normalise(tg, r)
-			if s.norm != nil {
-				r = s.norm(tg, r)
-			}
-			got[i] = r
-		}
-		record("etcdctl "+strings.Join(s.args, " "), got)
-		if got[0] != got[1] {
-			t.Errorf("etcdctl %s: outputs differ\n=== zketcd:\n%s=== etcd:\n%s", strings.Join(s.args, " "), got[0], got[1])
-		}
-		if s.check != nil {
-			s.check(t, got[0], got[1])
-		}
-	}
+	run := func(t *testing.T, s step) { t.Helper(); runBoth(ctx, t, z, e, s) }
 	phase := func(name string, steps ...step) {
 		t.Run(name, func(t *testing.T) {
 			for _, s := range steps {

@@ -873,6 +873,37 @@ func (c *Client) CollectBases(_ context.Context, fence zkstore.Fence, cur zkstor
 	return n, nil
 }
 
+// FreeCompacted deletes the entries below cur.Gen and cur's previous
+// generation, and records that in the description if cur is still current
+// (zkstore.ErrBaseChanged otherwise).
+func (c *Client) FreeCompacted(_ context.Context, cur zkstore.Base) (zkstore.Base, int, error) {
+	if err := c.check("free compacted history"); err != nil {
+		return zkstore.Base{}, 0, err
+	}
+	if cur.Gen == 0 {
+		return cur, 0, nil
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	n := 0
+	for l := range c.s.entries {
+		if l < cur.Gen {
+			delete(c.s.entries, l)
+			n++
+		}
+	}
+	if cur.PrevPath != "" {
+		delete(c.s.bases, cur.PrevPath)
+	}
+	if c.s.base.Path != cur.Path || c.s.base.PrevPath != cur.PrevPath {
+		return zkstore.Base{}, n, zkstore.ErrBaseChanged
+	}
+	nb := cur
+	nb.PrevGen, nb.PrevPath, nb.PrevSize, nb.LogBytes = cur.Gen, "", 0, 0
+	c.s.base = nb
+	return nb, n, nil
+}
+
 // CollectChunks deletes nothing: the store keeps large entries whole.
 func (c *Client) CollectChunks(context.Context, zkstore.Fence, int64) (int, error) {
 	return 0, c.check("list chunks")

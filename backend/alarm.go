@@ -1,0 +1,98 @@
+package backend
+
+import (
+	"context"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/translate"
+)
+
+// Alarms live in the revision log (revision.OpAlarm), so every instance
+// applies the same raises and disarms at the same position, refuses the
+// same writes (translate.AlarmGate, evaluated in the batch), and finds them
+// again after a restart (they are in base generations too).
+
+// Alarm serves etcd's AlarmRequest: GET after a read barrier (etcd answers
+// it through raft), ACTIVATE and DEACTIVATE committed as an OpAlarm in log
+// order. It returns the response's alarms (see translate.AlarmResponse).
+func (b *Backend) Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmMember, error) {
+	if req.Action == pb.AlarmRequest_GET {
+		if err := b.Linearize(ctx); err != nil {
+			return nil, err
+		}
+		alarms, _ := translate.AlarmResponse(b.view.Alarms(), req)
+		return alarms, nil
+	}
+	return write(ctx, b, req, func(bt *revision.Batch) ([]*pb.AlarmMember, error) {
+		resp, change := translate.AlarmResponse(bt.Alarms(), req)
+		if change != nil && bt.ChangeAlarm(*change) {
+			b.log.WithFields(logrus.Fields{
+				"alarm": req.Alarm.String(), "member": memberHex(req.MemberID), "activate": change.Activate,
+			}).Warn("alarm change staged")
+		}
+		return resp, nil
+	})
+}
+
+// Alarms returns the active alarms of the view, without a barrier (Status,
+// /health). Safe for concurrent use.
+func (b *Backend) Alarms() []*pb.AlarmMember {
+	var out []*pb.AlarmMember
+	for _, a := range b.view.Alarms() {
+		out = append(out, &pb.AlarmMember{MemberID: a.Member, Alarm: pb.AlarmType(a.Type)})
+	}
+	return out
+}
+
+// QuotaBytes is the space quota this instance enforces (etcd's
+// --quota-backend-bytes resolved: negative means none).
+func (b *Backend) QuotaBytes() int64 { return translate.QuotaBytes(b.cfg.QuotaBackendBytes) }
+
+// checkQuota is etcd's quota check before a Put, Txn or LeaseGrant enters
+// the log: if the request's cost does not fit beside DBSize, it raises the
+// NOSPACE alarm for this member (once: a raise of an active alarm stages
+// nothing) and refuses the request with ErrGRPCNoSpace.
+func (b *Backend) checkQuota(ctx context.Context, req any) error {
+	cost := translate.QuotaCost(req)
+	if translate.QuotaAvailable(b.QuotaBytes(), b.DBSize(), cost) {
+		return nil
+	}
+	b.metrics.quotaRefused.Inc()
+	if !revision.HasAlarm(b.view.Alarms(), int32(pb.AlarmType_NOSPACE)) {
+		b.log.WithFields(logrus.Fields{"db_size": b.DBSize(), "quota": b.QuotaBytes(), "cost": cost}).
+			Warn("space quota exceeded: raising the NOSPACE alarm")
+		raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: b.memberID, Alarm: pb.AlarmType_NOSPACE}
+		if _, err := b.Alarm(ctx, raise); err != nil {
+			b.log.WithError(err).Warn("raise the NOSPACE alarm")
+		}
+	}
+	return rpctypes.ErrGRPCNoSpace
+}
+
+func memberHex(id uint64) string {
+	const digits = "0123456789abcdef"
+	var buf [16]byte
+	for i := 15; i >= 0; i-- {
+		buf[i] = digits[id&0xf]
+		id >>= 4
+	}
+	return string(buf[:])
+}
+
+// updateSpaceMetrics sets the DB size and alarm gauges.
+func (b *Backend) updateSpaceMetrics() {
+	total, inUse := b.space.sizes(b.view.State().LSN)
+	b.metrics.dbSize.Set(float64(total))
+	b.metrics.dbSizeInUse.Set(float64(inUse))
+	counts := map[string]int{pb.AlarmType_NOSPACE.String(): 0, pb.AlarmType_CORRUPT.String(): 0}
+	for _, a := range b.view.Alarms() {
+		counts[pb.AlarmType(a.Type).String()]++
+	}
+	for t, n := range counts {
+		b.metrics.alarms.WithLabelValues(t).Set(float64(n))
+	}
+}
