@@ -119,7 +119,7 @@ type fwdCall struct {
 }
 
 const (
-	callKeep       = 30 * time.Second
+	callKeep       = 10 * time.Second
 	readIndexLimit = 2 * time.Second
 	maxBackoff     = time.Second
 )

@@ -212,6 +212,41 @@ type scenario struct {
 	putRate float64
 }
 
+// killZketcdLeader kills -9 the zketcd instance that is the leader (the
+// one committing every write while the other forwards to it), under
+// writes, and restarts it: writes in flight through the other instance
+// have an unknown outcome there and are resolved by their tags.
+func killZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var victim *Zketcd
+	var name string
+	for victim == nil {
+		st, err := cl.clients["A"].Status(ctx, cl.a.Addr)
+		if err == nil && st.Leader != 0 {
+			victim, name = cl.b, "B"
+			if st.Leader == st.Header.MemberId {
+				victim, name = cl.a, "A"
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no zketcd leader: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("kill -9 the zketcd leader (%s) under forwarded writes, restart it", name), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := victim.Start(ctx); err != nil {
+			t.Fatalf("restart zketcd %s: %v", name, err)
+		}
+	}
+}
+
 func killZKMember(leader bool) func(t *testing.T, cl *cluster) (string, func()) {
 	return func(t *testing.T, cl *cluster) (string, func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -282,6 +317,7 @@ var scenarios = []scenario{
 			}
 		}
 	}},
+	{name: "ForwardLeaderKill", hold: time.Second, inject: killZketcdLeader},
 	{name: "ZketcdPartition", expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
 		for _, p := range cl.proxies {
 			p.Blackhole()
