@@ -235,6 +235,15 @@ func killZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	other, otherName := cl.a, "A"
+	if victim == cl.a {
+		other, otherName = cl.b, "B"
+	}
+	lm, _ := scrapeMetrics(victim.Metrics)
+	fm, _ := scrapeMetrics(other.Metrics)
+	cl.notes = append(cl.notes, fmt.Sprintf("before killing %s (leader): it made %.0f commits and served %.0f forwarded requests (since its start); %s made %.0f commits, forwarded %.0f requests (%.0f sent again after an unknown outcome)",
+		name, lm["zketcd_commit_duration_seconds_count"], lm["zketcd_forward_served_total"],
+		otherName, fm["zketcd_commit_duration_seconds_count"], fm["zketcd_forward_requests_total"], fm["zketcd_forward_resends_total"]))
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
