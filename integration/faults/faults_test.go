@@ -212,15 +212,12 @@ type scenario struct {
 	putRate float64
 }
 
-// killZketcdLeader kills -9 the zketcd instance that is the leader (the
-// one committing every write while the other forwards to it), under
-// writes, and restarts it: writes in flight through the other instance
-// have an unknown outcome there and are resolved by their tags.
-func killZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
+// zketcdLeader returns the zketcd instance that is the leader (the one
+// committing every write while the other forwards to it) and the other,
+// and notes their commits and forwards so far.
+func zketcdLeader(t *testing.T, cl *cluster) (victim *Zketcd, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var victim *Zketcd
-	var name string
 	for victim == nil {
 		st, err := cl.clients["A"].Status(ctx, cl.a.Addr)
 		if err == nil && st.Leader != 0 {
@@ -241,9 +238,19 @@ func killZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
 	}
 	lm, _ := scrapeMetrics(victim.Metrics)
 	fm, _ := scrapeMetrics(other.Metrics)
-	cl.notes = append(cl.notes, fmt.Sprintf("before killing %s (leader): it made %.0f commits and served %.0f forwarded requests (since its start); %s made %.0f commits, forwarded %.0f requests (%.0f sent again after an unknown outcome)",
+	note := fmt.Sprintf("before the fault on %s (leader): it made %.0f commits and served %.0f forwarded requests (since its start); %s made %.0f commits, forwarded %.0f requests (%.0f sent again after an unknown outcome)",
 		name, lm["zketcd_commit_duration_seconds_count"], lm["zketcd_forward_served_total"],
-		otherName, fm["zketcd_commit_duration_seconds_count"], fm["zketcd_forward_requests_total"], fm["zketcd_forward_resends_total"]))
+		otherName, fm["zketcd_commit_duration_seconds_count"], fm["zketcd_forward_requests_total"], fm["zketcd_forward_resends_total"])
+	t.Log(note)
+	cl.notes = append(cl.notes, note)
+	return victim, name
+}
+
+// killZketcdLeader kills -9 the zketcd leader under writes and restarts
+// it: writes in flight through the other instance have an unknown outcome
+// there and are resolved by their tags.
+func killZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
+	victim, name := zketcdLeader(t, cl)
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +259,22 @@ func killZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
 		defer cancel()
 		if err := victim.Start(ctx); err != nil {
 			t.Fatalf("restart zketcd %s: %v", name, err)
+		}
+	}
+}
+
+// pauseZketcdLeader SIGSTOPs the zketcd leader past its session's expiry:
+// the other instance takes over and re-sends what it had in flight; the
+// old leader resumes with requests it had queued, whose commits its fence
+// refuses.
+func pauseZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
+	victim, name := zketcdLeader(t, cl)
+	if err := victim.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("SIGSTOP the zketcd leader (%s) for %v (session timeout %v), SIGCONT", name, 2*sessionTimeout+time.Second, sessionTimeout), func() {
+		if err := victim.Resume(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -327,6 +350,7 @@ var scenarios = []scenario{
 		}
 	}},
 	{name: "ForwardLeaderKill", hold: time.Second, inject: killZketcdLeader},
+	{name: "ForwardLeaderSigstop", hold: 2*sessionTimeout + time.Second, inject: pauseZketcdLeader},
 	{name: "ZketcdPartition", expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
 		for _, p := range cl.proxies {
 			p.Blackhole()
