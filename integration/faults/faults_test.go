@@ -213,24 +213,37 @@ type scenario struct {
 }
 
 // zketcdLeader returns the zketcd instance that is the leader (the one
-// committing every write while the other forwards to it) and the other,
-// and notes their commits and forwards so far.
+// committing every write while the other forwards to it): the one whose
+// commit count grows, or, if neither commits meanwhile, the one Status
+// names (which, right after a restart, may still be the killed process's
+// session). It notes both instances' commits and forwards so far.
 func zketcdLeader(t *testing.T, cl *cluster) (victim *Zketcd, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for victim == nil {
-		st, err := cl.clients["A"].Status(ctx, cl.a.Addr)
-		if err == nil && st.Leader != 0 {
+	commits := func(z *Zketcd) float64 {
+		m, _ := scrapeMetrics(z.Metrics)
+		return m["zketcd_commit_duration_seconds_count"]
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for victim == nil && time.Now().Before(deadline) {
+		a0, b0 := commits(cl.a), commits(cl.b)
+		time.Sleep(300 * time.Millisecond)
+		switch da, db := commits(cl.a)-a0, commits(cl.b)-b0; {
+		case da > db:
+			victim, name = cl.a, "A"
+		case db > da:
 			victim, name = cl.b, "B"
-			if st.Leader == st.Header.MemberId {
-				victim, name = cl.a, "A"
-			}
-			break
 		}
-		if ctx.Err() != nil {
+	}
+	if victim == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := cl.clients["A"].Status(ctx, cl.a.Addr)
+		if err != nil {
 			t.Fatalf("no zketcd leader: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		victim, name = cl.b, "B"
+		if st.Leader == st.Header.MemberId {
+			victim, name = cl.a, "A"
+		}
 	}
 	other, otherName := cl.a, "A"
 	if victim == cl.a {
