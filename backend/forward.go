@@ -176,7 +176,10 @@ func (b *Backend) leaderPeer() (p Peer, ok, self bool) {
 	if leader {
 		return Peer{}, false, true
 	}
-	if id == 0 {
+	if id == 0 || id == b.memberID {
+		// Unknown, or a previous process of this member whose session has
+		// not expired yet: it commits nothing more, so there is no one to
+		// forward to.
 		return Peer{}, false, false
 	}
 	f := &b.fwd
