@@ -119,7 +119,7 @@ type fwdCall struct {
 }
 
 const (
-	callKeep       = 30 * time.Second
+	callKeep       = 10 * time.Second
 	readIndexLimit = 2 * time.Second
 	maxBackoff     = time.Second
 )
@@ -176,7 +176,10 @@ func (b *Backend) leaderPeer() (p Peer, ok, self bool) {
 	if leader {
 		return Peer{}, false, true
 	}
-	if id == 0 {
+	if id == 0 || id == b.memberID {
+		// Unknown, or a previous process of this member whose session has
+		// not expired yet: it commits nothing more, so there is no one to
+		// forward to.
 		return Peer{}, false, false
 	}
 	f := &b.fwd
@@ -316,7 +319,10 @@ func writeFwd[T proto.Message](ctx context.Context, b *Backend, req proto.Messag
 			m.resends.Inc()
 		}
 		resp := newResp()
-		reply, err := b.cfg.Forwarder.Forward(ctx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Req: req, Resp: resp, Fresh: fresh})
+		actx, acancel := context.WithCancel(ctx)
+		go b.cancelOnLeaderChange(actx, acancel, peer.ID)
+		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Req: req, Resp: resp, Fresh: fresh})
+		acancel()
 		var final *FinalError
 		switch {
 		case err == nil:
@@ -363,6 +369,25 @@ func writeFwd[T proto.Message](ctx context.Context, b *Backend, req proto.Messag
 		if err := wait(); err != nil {
 			m.requests.WithLabelValues(method, "error").Inc()
 			return zero, err
+		}
+	}
+}
+
+// cancelOnLeaderChange cancels an attempt sent to leader id as soon as
+// the election names another leader (a paused or partitioned leader may
+// never answer): the request is then re-sent with its tag to the new one.
+// It returns when ctx ends.
+func (b *Backend) cancelOnLeaderChange(ctx context.Context, cancel context.CancelFunc, id uint64) {
+	for {
+		changed := b.election.Changed()
+		if _, _, now := b.election.State(); now != id {
+			cancel()
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

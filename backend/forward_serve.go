@@ -20,7 +20,7 @@ import (
 // its tag and auth fingerprint; call.Resp and call.Fresh are not used) and
 // returns its response (nil for a duplicate) and the position to wait for.
 // A request whose tag is being served already joins that call; one
-// answered in the last 30 s gets the same answer again; one found in the
+// answered in the last 10 s gets the same answer again; one found in the
 // log is answered as a duplicate. Errors: ErrNotLeader (nothing done),
 // ErrAuthChanged, a *FinalError for the request's own failure (nothing
 // written); any other error leaves the outcome unknown (the origin sends

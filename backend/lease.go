@@ -148,7 +148,9 @@ func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 	if b.forwarding() {
 		if peer, ok, _ := b.leaderPeer(); ok {
-			ttl, err := b.cfg.Forwarder.KeepAlive(ctx, peer, id)
+			kctx, cancel := context.WithTimeout(ctx, readIndexLimit)
+			ttl, err := b.cfg.Forwarder.KeepAlive(kctx, peer, id)
+			cancel()
 			if err == nil {
 				b.fwd.metrics.requests.WithLabelValues("keepalive", "ok").Inc()
 				return ttl, nil
