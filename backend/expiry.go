@@ -49,9 +49,10 @@ func (c *leaseClock) begin(fence string) {
 }
 
 // renew extends lease id's deadline to at least now+ttl in term fence. It
-// reports false, changing nothing, when fence is not the current term or
-// the lease is being expired (the caller then renews through the token).
-func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.Time) bool {
+// reports false, changing nothing, when fence is not the current term, the
+// lease is being expired, or it is checkpointed and its token is not known
+// to have moved (see firstTTL): the caller then renews through the token.
+func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.Time, checkpointed bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fence == "" || fence != c.fence {
@@ -59,6 +60,8 @@ func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.T
 	}
 	d := c.deadlines[id]
 	switch {
+	case checkpointed && (d == nil || !d.known || d.version == 0):
+		return false
 	case d == nil:
 		c.deadlines[id] = &leaseDeadline{deadline: now.Add(ttl)}
 	case d.expiring:
@@ -67,6 +70,36 @@ func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.T
 		d.deadline = now.Add(ttl)
 	}
 	return true
+}
+
+// deadline returns lease id's deadline in the current term, if this
+// instance leads and has one.
+func (c *leaseClock) deadline(id int64) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.deadlines[id]; d != nil {
+		return d.deadline, true
+	}
+	return time.Time{}, false
+}
+
+// firstTTL is how long lease id lives from a leader's first look at its
+// token: its granted TTL, or the remaining TTL checkpointed in the log (a
+// lease copied from etcd with its time left, see package mirror) while the
+// token was never renewed (version 0). A checkpointed lease is renewed only
+// through its token (see LeaseRenew), so a token at version 0 proves no
+// keepalive reached it since the checkpoint.
+func (b *Backend) firstTTL(id, granted int64, tok zkstore.LeaseToken) time.Duration {
+	ttl := granted
+	if tok.Version == 0 {
+		_ = b.view.Read(func(r revision.Reader) error {
+			if l := r.Lease(id); l != nil && l.RemainingTTL > 0 && l.RemainingTTL < ttl {
+				ttl = l.RemainingTTL
+			}
+			return nil
+		})
+	}
+	return time.Duration(ttl) * time.Second
 }
 
 // expireLoop runs lease expiry while this instance is the leader. Deadlines
@@ -139,7 +172,6 @@ func (b *Backend) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 		}
 	}
 	for _, id := range baseline {
-		full := time.Duration(ttls[id]) * time.Second
 		// Baseline: the token as it is now. A renewal may have happened
 		// up to the moment the read returned, so the clock starts then.
 		tok, ok, err := b.store.ReadLeaseToken(id)
@@ -150,7 +182,7 @@ func (b *Backend) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 		if !ok {
 			continue // revoked meanwhile; the view will catch up
 		}
-		at := b.now().Add(full)
+		at := b.now().Add(b.firstTTL(id, ttls[id], tok))
 		c.mu.Lock()
 		if c.fence == fence.Path() {
 			if d := c.deadlines[id]; d == nil {

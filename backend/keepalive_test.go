@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/memlog"
+	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/zkstore"
 )
 
@@ -258,4 +259,45 @@ func grantMany(t testing.TB, b *Backend, n int, ttl int64) []int64 {
 	}
 	wg.Wait()
 	return ids
+}
+
+// TestCheckpointedRemainingTTLIsTheFirstDeadline: a lease written with a
+// remaining-TTL checkpoint (as `zketcd mirror` copies one from etcd) expires
+// when that time is up, not after its granted TTL, unless a keepalive came:
+// that one moves its token, and from then on it lives by its granted TTL.
+func TestCheckpointedRemainingTTLIsTheFirstDeadline(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	w := st.Client()
+	const granted, left = 60, 3
+	e := &revision.Entry{LSN: 2, Writer: revision.WriterTag{Nonce: 7, Seq: 1}, Ops: []revision.Op{
+		{Kind: revision.OpLeaseGrant, Lease: 0xa, TTL: granted}, {Kind: revision.OpLeaseCheckpoint, Lease: 0xa, TTL: left},
+		{Kind: revision.OpLeaseGrant, Lease: 0xb, TTL: granted}, {Kind: revision.OpLeaseCheckpoint, Lease: 0xb, TTL: left},
+	}}
+	if res, err := w.Commit(context.Background(), zkstore.CommitRequest{Prev: 1, Entry: e, Rev: 1}); err != nil || res.Outcome != zkstore.Committed {
+		t.Fatalf("commit: %v %v", res.Outcome, err)
+	}
+	w.Close()
+	start := time.Now()
+	b, c := engine(t, st, "a", nil)
+	eventually(t, time.Second, "a leads", leads(b))
+	ttl, err := b.LeaseTimeToLive(context.Background(), &pb.LeaseTimeToLiveRequest{ID: 0xa})
+	if err != nil || ttl.GrantedTTL != granted || ttl.TTL > left || ttl.TTL < left-1 {
+		t.Fatalf("time to live of a checkpointed lease: %+v %v, want granted %d, remaining ≤ %d", ttl, err, granted, left)
+	}
+	if got := renew(t, b, 0xb); got != granted {
+		t.Fatalf("keepalive answered TTL %d, want %d", got, granted)
+	}
+	if v := tokenVersion(t, c, 0xb); v != 1 {
+		t.Fatalf("token of the checkpointed lease at version %d after a keepalive, want 1 (renewed through it)", v)
+	}
+	eventually(t, 10*time.Second, "lease a expired", func() bool { return !st.LeaseTokenExists(0xa) })
+	if took := time.Since(start); took < left*time.Second {
+		t.Fatalf("lease expired %s after the leader started, before its remaining TTL", took)
+	} else if took > granted*time.Second/4 {
+		t.Fatalf("lease expired only after %s: the checkpoint was ignored", took)
+	}
+	time.Sleep(2 * time.Second)
+	if !st.LeaseTokenExists(0xb) {
+		t.Fatal("the kept-alive checkpointed lease expired")
+	}
 }

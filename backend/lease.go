@@ -75,7 +75,13 @@ func (b *Backend) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 			return nil, err
 		}
 		if ok {
-			items = append(items, translate.LeaseExpiry{ID: id, Expiry: tok.Renewed.Add(time.Duration(ttl) * time.Second)})
+			expiry := tok.Renewed.Add(b.firstTTL(id, ttl, tok))
+			if d, ok := b.leases.deadline(id); ok {
+				// The leader's own deadline: renewals in its memory, which
+				// the token does not show. Monotonic time to wall time.
+				expiry = later(expiry, time.Now().Add(d.Sub(b.now())))
+			}
+			items = append(items, translate.LeaseExpiry{ID: id, Expiry: expiry})
 		}
 	}
 	return translate.LeaseLeases(items), nil
@@ -83,7 +89,9 @@ func (b *Backend) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 
 // LeaseTimeToLive reports a lease's granted TTL and an estimate of its
 // remaining TTL (from when its renewal token was last written, by
-// ZooKeeper's clock), and its keys if asked. A lease that does not exist
+// ZooKeeper's clock, or a remaining TTL checkpointed since; on the leader,
+// also from its own deadline, which renewals in memory move), and its keys
+// if asked. A lease that does not exist
 // has TTL -1, as etcd answers.
 func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	if err := b.Linearize(ctx); err != nil {
@@ -111,7 +119,12 @@ func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 	if !ok {
 		return resp, nil
 	}
-	resp.TTL = translate.RemainingTTL(granted, tok.Renewed, time.Now())
+	now := time.Now()
+	left := tok.Renewed.Add(b.firstTTL(req.ID, granted, tok))
+	if d, ok := b.leases.deadline(req.ID); ok {
+		left = later(left, now.Add(d.Sub(b.now())))
+	}
+	resp.TTL = translate.RemainingTTL(granted, left.Add(-time.Duration(granted)*time.Second), now)
 	resp.GrantedTTL = granted
 	resp.Keys = keys
 	return resp, nil
@@ -142,6 +155,8 @@ func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 //
 // If leadership changes (or the proof cannot be had) the keepalive takes
 // the follower's path: its token is written, which a leader's expiry reads.
+// So does a lease with a checkpointed remaining TTL until the leader saw its
+// token move: that move is what voids the checkpoint (see firstTTL).
 // With RelaxedReads (sync is no proof) every keepalive takes that path.
 // Followers batch renewals: concurrent keepalives share one ZooKeeper
 // multi, and the answer comes after it.
@@ -168,16 +183,17 @@ func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 // through the token on a follower; see LeaseRenew).
 func (b *Backend) renewHere(ctx context.Context, id int64) (int64, error) {
 	var ttl int64
+	checkpointed := false
 	_ = b.view.Read(func(r revision.Reader) error {
 		if l := r.Lease(id); l != nil {
-			ttl = l.TTL
+			ttl, checkpointed = l.TTL, l.RemainingTTL > 0
 		}
 		return nil
 	})
 	if ttl == 0 {
 		return 0, nil
 	}
-	renewed, err := b.renewInMemory(ctx, id, time.Duration(ttl)*time.Second)
+	renewed, err := b.renewInMemory(ctx, id, time.Duration(ttl)*time.Second, checkpointed)
 	if err != nil {
 		return 0, err
 	}
@@ -205,6 +221,13 @@ func (b *Backend) renewHere(ctx context.Context, id int64) (int64, error) {
 		return 0, nil
 	}
 	return ttl, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // liveProof is when a ZooKeeper transaction of session, since landed, was
@@ -237,13 +260,13 @@ func (b *Backend) proveLive(sent time.Time) {
 // renewInMemory renews lease id in the leader's memory (see LeaseRenew). It
 // reports false when this instance is not the leader or cannot prove it
 // still was after the renewal: the caller renews through the token then.
-func (b *Backend) renewInMemory(ctx context.Context, id int64, ttl time.Duration) (bool, error) {
+func (b *Backend) renewInMemory(ctx context.Context, id int64, ttl time.Duration, checkpointed bool) (bool, error) {
 	if b.cfg.RelaxedReads {
 		return false, nil
 	}
 	leader, fence, _ := b.election.State()
 	sid, connected := b.store.Session()
-	if !leader || !connected || !b.leases.renew(fence.Path(), id, ttl, b.now()) {
+	if !leader || !connected || !b.leases.renew(fence.Path(), id, ttl, b.now(), checkpointed) {
 		return false, nil
 	}
 	start := time.Now()

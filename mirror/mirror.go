@@ -4,9 +4,11 @@
 // watch stream and commits every source revision as one log entry at the
 // same revision, with the same changes in the same order (so the same
 // sub-revisions, create revisions and versions), granting and revoking
-// leases as the source does (a lease's granted TTL; keepalives are not
-// mirrored, so after the cut-over every lease counts down from its granted
-// TTL, as after an etcd restore).
+// leases as the source does, with the same IDs and granted TTLs and the time
+// they have left at the source (a remaining-TTL checkpoint, from
+// LeaseTimeToLive; keepalives are not mirrored, so after the cut-over every
+// lease counts down from what it had left when the mirror looked, and a
+// keepalive renews it for its granted TTL, as on the source).
 //
 // The mirror must be the root's only writer: no zketcd may serve the root
 // until the mirror has stopped (it refuses to start on a root with members
@@ -96,7 +98,7 @@ func Run(ctx context.Context, cfg Config, status func(Status)) error {
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return fmt.Errorf("mirror: %w", err)
 	}
-	m := &mirror{cfg: cfg, lg: lg, st: st, view: view, tag: revision.WriterTag{Nonce: binary.BigEndian.Uint64(nonce[:])}}
+	m := &mirror{cfg: cfg, lg: lg, st: st, view: view, tag: revision.WriterTag{Nonce: binary.BigEndian.Uint64(nonce[:])}, timed: map[int64]bool{}}
 	lg.WithFields(logrus.Fields{"revision": res.Rev, "keys": res.Keys, "leases": res.Leases}).Info("mirror: initial snapshot restored; following the source")
 	return m.follow(ctx, status)
 }
@@ -135,6 +137,10 @@ type mirror struct {
 	view *revision.View
 	tag  revision.WriterTag
 	src  int64 // source revision last seen
+	// timed holds the leases whose remaining TTL the root holds: those the
+	// mirror granted, and those of the initial snapshot once the first
+	// lease sync checkpointed them.
+	timed map[int64]bool
 }
 
 func (m *mirror) follow(ctx context.Context, status func(Status)) (err error) {
@@ -238,11 +244,11 @@ func (m *mirror) commitRevision(ctx context.Context, rev int64, events []*client
 		} else {
 			c.Value, c.Lease = ev.Kv.Value, ev.Kv.Lease
 			if l := ev.Kv.Lease; l != 0 && !granted[l] && m.lease(l) == nil {
-				ttl, err := m.sourceTTL(ctx, l)
+				grant, err := m.grantOps(ctx, l)
 				if err != nil {
 					return err
 				}
-				ops = append(ops, revision.Op{Kind: revision.OpLeaseGrant, Lease: l, TTL: ttl})
+				ops = append(ops, grant...)
 				granted[l] = true
 			}
 		}
@@ -257,21 +263,47 @@ func (m *mirror) lease(id int64) *revision.Lease {
 	return l
 }
 
-// sourceTTL is a lease's granted TTL at the source; a lease already gone
-// there gets etcd's minimum TTL (its keys' deletion follows).
-func (m *mirror) sourceTTL(ctx context.Context, id int64) (int64, error) {
+// sourceTTL is a lease's granted and remaining TTL at the source; a lease
+// already gone there gets a granted TTL of 1 s and no remaining TTL (its
+// keys' deletion follows).
+func (m *mirror) sourceTTL(ctx context.Context, id int64) (granted, remaining int64, err error) {
 	resp, err := m.cfg.Source.TimeToLive(ctx, clientv3.LeaseID(id))
 	if err != nil {
-		return 0, fmt.Errorf("mirror: lease %x at the source: %w", id, err)
+		return 0, 0, fmt.Errorf("mirror: lease %x at the source: %w", id, err)
 	}
 	if resp.TTL < 0 || resp.GrantedTTL <= 0 {
-		return 1, nil
+		return 1, 0, nil
 	}
-	return resp.GrantedTTL, nil
+	return resp.GrantedTTL, resp.TTL, nil
+}
+
+// checkpoint is the op recording a lease's remaining TTL, if it has less
+// than its granted TTL left (none otherwise: the lease then lives a whole
+// TTL from when a zketcd leader first sees it). The remaining TTL is the
+// source's when the mirror asked, and a zketcd leader counts it from its
+// own first look at the lease, after the mirror stopped: the copy never
+// expires before the source would have expired it.
+func checkpoint(id, granted, remaining int64) []revision.Op {
+	if remaining <= 0 || remaining >= granted {
+		return nil
+	}
+	return []revision.Op{{Kind: revision.OpLeaseCheckpoint, Lease: id, TTL: remaining}}
+}
+
+// grantOps grants lease id as the source has it: its ID, its granted TTL,
+// and a checkpoint of its remaining TTL.
+func (m *mirror) grantOps(ctx context.Context, id int64) ([]revision.Op, error) {
+	granted, remaining, err := m.sourceTTL(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	m.timed[id] = true
+	return append([]revision.Op{{Kind: revision.OpLeaseGrant, Lease: id, TTL: granted}}, checkpoint(id, granted, remaining)...), nil
 }
 
 // syncLeases grants the source's leases the root does not have (leases
-// without keys never show in the watch stream) and revokes the root's
+// without keys never show in the watch stream), checkpoints the remaining
+// TTL of those the initial snapshot brought (once), and revokes the root's
 // leases the source no longer has, once their keys are gone (their
 // deletion arrives through the watch).
 func (m *mirror) syncLeases(ctx context.Context) error {
@@ -282,13 +314,24 @@ func (m *mirror) syncLeases(ctx context.Context) error {
 	src := map[int64]bool{}
 	var ops []revision.Op
 	for _, l := range resp.Leases {
-		src[int64(l.ID)] = true
-		if m.lease(int64(l.ID)) == nil {
-			ttl, err := m.sourceTTL(ctx, int64(l.ID))
+		id := int64(l.ID)
+		src[id] = true
+		switch have := m.lease(id); {
+		case have == nil:
+			grant, err := m.grantOps(ctx, id)
 			if err != nil {
 				return err
 			}
-			ops = append(ops, revision.Op{Kind: revision.OpLeaseGrant, Lease: int64(l.ID), TTL: ttl})
+			ops = append(ops, grant...)
+		case !m.timed[id]:
+			granted, remaining, err := m.sourceTTL(ctx, id)
+			if err != nil {
+				return err
+			}
+			m.timed[id] = true
+			if granted == have.TTL {
+				ops = append(ops, checkpoint(id, granted, remaining)...)
+			}
 		}
 	}
 	ids := m.view.LeaseIDs()

@@ -149,3 +149,96 @@ func TestMirrorStopsWhenTheSourceCompactsPastIt(t *testing.T) {
 	}
 	t.Logf("mirror stopped: %v", err)
 }
+
+// TestMirrorRecreatesLeasesWithTheirRemainingTTL: leases copied by the
+// mirror (from its initial snapshot, from the watch, and from the lease
+// sync) keep their IDs and granted TTLs and have, on zketcd after the
+// cut-over, the time they had left at the source, not a whole new TTL; a
+// keepalive renews them for their granted TTL. The leader counts that time
+// from its own first look at the lease (never by comparing clocks), so a
+// lease lives at most the cut-over's length longer than at the source, and
+// never less.
+func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
+	src := etcdoracle.Start(t)
+	ec := src.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lc := pb.NewLeaseClient(ec.ActiveConnection())
+	const granted = 60
+	grant := func(id int64, key string) {
+		t.Helper()
+		if _, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: granted}); err != nil {
+			t.Fatal(err)
+		}
+		if key != "" {
+			if _, err := ec.Put(ctx, key, "v", clientv3.WithLease(clientv3.LeaseID(id))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const inSnapshot, viaWatch, viaSync = 0x51, 0x52, 0x53
+	grant(inSnapshot, "/registry/leased/snap")
+	grant(viaWatch, "") // its key is put after the mirror started
+	time.Sleep(4 * time.Second)
+
+	root := freshRoot(t)
+	mirrorStart := time.Now()
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		done <- mirror.Run(mctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, root),
+			StatusInterval: 100 * time.Millisecond}, func(mirror.Status) { once.Do(func() { close(started) }) })
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("mirror: %v", err)
+	}
+	if _, err := ec.Put(ctx, "/registry/leased/watch", "v", clientv3.WithLease(viaWatch)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	grant(viaSync, "") // no key: only the lease sync sees it
+	time.Sleep(time.Second)
+	mcancel()
+	if err := <-done; err != nil {
+		t.Fatalf("mirror: %v", err)
+	}
+
+	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
+	zc := zk.Client(t)
+	for _, id := range []clientv3.LeaseID{inSnapshot, viaWatch, viaSync} {
+		want, err := ec.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := zc.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("lease %x: source TTL %d/%d, zketcd %d/%d", id, want.TTL, want.GrantedTTL, got.TTL, got.GrantedTTL)
+		if got.GrantedTTL != granted || got.ID != id {
+			t.Fatalf("lease %x on zketcd: %+v, want ID and granted TTL %d kept", id, got, granted)
+		}
+		// Never less than at the source; more by at most the cut-over
+		// (from the mirror's first look to the leader's), up to the
+		// truncation to whole seconds of both answers.
+		late := int64(time.Since(mirrorStart).Seconds()) + 1
+		if d := got.TTL - want.TTL; d < -1 || d > late {
+			t.Errorf("lease %x: %d s left on zketcd, %d s at the source (allowed: -1..+%d)", id, got.TTL, want.TTL, late)
+		}
+	}
+	if got, err := zc.TimeToLive(ctx, inSnapshot); err != nil || got.TTL > granted-4 {
+		t.Fatalf("lease of the initial snapshot: %+v %v, want at most %d s left", got, err, granted-4)
+	}
+	ka, err := zc.KeepAliveOnce(ctx, viaWatch)
+	if err != nil || ka.TTL != granted {
+		t.Fatalf("keepalive on zketcd: %+v %v, want TTL %d", ka, err, granted)
+	}
+	if got, err := zc.TimeToLive(ctx, viaWatch); err != nil || got.TTL < granted-1 {
+		t.Fatalf("after a keepalive: %+v %v, want about %d s left", got, err, granted)
+	}
+}
