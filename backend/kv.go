@@ -45,7 +45,7 @@ func (b *Backend) Read(fn func(revision.Reader) error) error {
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	if err := b.checkQuota(ctx, req); err != nil {
+	if err := b.checkQuota(req); err != nil {
 		return nil, err
 	}
 	return write(ctx, b, req, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
@@ -76,7 +76,7 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 		})
 		return resp, err
 	}
-	if err := b.checkQuota(ctx, req); err != nil {
+	if err := b.checkQuota(req); err != nil {
 		return nil, err
 	}
 	return write(ctx, b, req, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
