@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -56,7 +57,7 @@ func (b *Backend) QuotaBytes() int64 { return translate.QuotaBytes(b.cfg.QuotaBa
 // the log: if the request's cost does not fit beside DBSize, it raises the
 // NOSPACE alarm for this member (once: a raise of an active alarm stages
 // nothing) and refuses the request with ErrGRPCNoSpace.
-func (b *Backend) checkQuota(ctx context.Context, req any) error {
+func (b *Backend) checkQuota(req any) error {
 	cost := translate.QuotaCost(req)
 	if translate.QuotaAvailable(b.QuotaBytes(), b.DBSize(), cost) {
 		return nil
@@ -66,7 +67,11 @@ func (b *Backend) checkQuota(ctx context.Context, req any) error {
 		b.log.WithFields(logrus.Fields{"db_size": b.DBSize(), "quota": b.QuotaBytes(), "cost": cost}).
 			Warn("space quota exceeded: raising the NOSPACE alarm")
 		raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: b.memberID, Alarm: pb.AlarmType_NOSPACE}
-		if _, err := b.Alarm(ctx, raise); err != nil {
+		// The server raises it, not the client: not under the request's
+		// auth check or deadline (the refusal still waits for the raise).
+		rctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := b.Alarm(rctx, raise); err != nil {
 			b.log.WithError(err).Warn("raise the NOSPACE alarm")
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -147,9 +148,10 @@ var errMismatch = errors.New("hash mismatch")
 
 // CheckCorruption runs one round of the corruption check as the leader
 // instance: it publishes a request for the HashKV at the view's revision,
-// waits for the other instances' answers (at most hashAnswerWait), and
-// raises the CORRUPT alarm for every instance whose hash differs from its
-// own at the same compacted revision. Answers at another compacted
+// waits for the other instances' answers (at most hashAnswerWait), and,
+// as etcd, raises the CORRUPT alarm for one instance whose hash differs
+// from its own at the same compacted revision (the lowest member ID; all
+// are logged). Answers at another compacted
 // revision (a compaction landed between the two computations) and
 // instances that did not answer are skipped, as etcd skips them. Errors:
 // the log's, errNotLeader, or one wrapping errMismatch after raising
@@ -216,14 +218,14 @@ func (b *Backend) CheckCorruption(ctx context.Context) error {
 			bad = append(bad, id)
 		}
 	}
-	for _, id := range bad {
-		b.metrics.corruptMismatches.Inc()
-		raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: pb.AlarmType_CORRUPT}
-		if _, err := b.Alarm(ctx, raise); err != nil {
-			return fmt.Errorf("raise CORRUPT for %s: %w", memberHex(id), err)
-		}
-	}
+	b.metrics.corruptMismatches.Add(float64(len(bad)))
 	if len(bad) > 0 {
+		// As etcd, one alarm per round: for the first member found.
+		slices.Sort(bad)
+		raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: bad[0], Alarm: pb.AlarmType_CORRUPT}
+		if _, err := b.Alarm(ctx, raise); err != nil {
+			return fmt.Errorf("raise CORRUPT for %s: %w", memberHex(bad[0]), err)
+		}
 		return fmt.Errorf("%w with %d member(s) at revision %d", errMismatch, len(bad), req.Rev)
 	}
 	lg.WithField("members", len(answers)).Debug("corruption check: hashes agree")

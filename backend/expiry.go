@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/translate"
@@ -253,7 +254,14 @@ func (b *Backend) expire(id int64, version int32, fence zkstore.Fence) error {
 	defer cancel()
 	p := &proposal{
 		ctx: ctx, size: 64, done: make(chan struct{}),
-		eval: func(bt *revision.Batch) error { _, err := translate.LeaseRevoke(bt, id); return err },
+		eval: func(bt *revision.Batch) error {
+			// Refused under CORRUPT, as etcd's lessor's revocations are.
+			if err := translate.AlarmGate(bt.Alarms(), &pb.LeaseRevokeRequest{ID: id}); err != nil {
+				return err
+			}
+			_, err := translate.LeaseRevoke(bt, id)
+			return err
+		},
 		guards: func() []zkstore.Guard {
 			return []zkstore.Guard{b.store.LeaseGuard(id, version), fence.Guard()}
 		},

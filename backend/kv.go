@@ -46,7 +46,7 @@ func (b *Backend) Read(fn func(revision.Reader) error) error {
 
 // Put commits a validated Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	if err := b.checkQuota(ctx, req); err != nil {
+	if err := b.checkQuota(req); err != nil {
 		return nil, err
 	}
 	return writeFwd(ctx, b, req, func() *pb.PutResponse { return &pb.PutResponse{} },
@@ -80,7 +80,7 @@ func (b *Backend) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 		})
 		return resp, err
 	}
-	if err := b.checkQuota(ctx, req); err != nil {
+	if err := b.checkQuota(req); err != nil {
 		return nil, err
 	}
 	return writeFwd(ctx, b, req, func() *pb.TxnResponse { return &pb.TxnResponse{} },

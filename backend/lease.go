@@ -26,7 +26,7 @@ func (b *Backend) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 	if err := translate.CheckLeaseGrant(req); err != nil {
 		return nil, err
 	}
-	if err := b.checkQuota(ctx, req); err != nil {
+	if err := b.checkQuota(req); err != nil {
 		return nil, err
 	}
 	id := req.ID

@@ -30,15 +30,16 @@ func QuotaBytes(flag int64) int64 {
 	return flag
 }
 
-// QuotaCost is etcd's cost of a request against the quota: a Put's key and
-// value plus 256 bytes, a Txn's more expensive branch (only its top-level
-// puts count, as in etcd), 64 bytes for a LeaseGrant, 0 for anything else.
+// QuotaCost is etcd 3.7's cost of a request against the quota: a Put's key
+// and value plus 256 bytes, a Txn's more expensive branch (the puts of
+// nested transactions count), 64 bytes for a LeaseGrant, 0 for anything
+// else.
 func QuotaCost(req any) int64 {
 	switch r := req.(type) {
 	case *pb.PutRequest:
 		return putCost(r)
 	case *pb.TxnRequest:
-		return max(branchCost(r.Success), branchCost(r.Failure))
+		return txnCost(r)
 	case *pb.LeaseGrantRequest:
 		return leaseCostBytes
 	}
@@ -47,11 +48,15 @@ func QuotaCost(req any) int64 {
 
 func putCost(r *pb.PutRequest) int64 { return kvCostBytes + int64(len(r.Key)+len(r.Value)) }
 
+func txnCost(r *pb.TxnRequest) int64 { return max(branchCost(r.Success), branchCost(r.Failure)) }
+
 func branchCost(ops []*pb.RequestOp) int64 {
 	var n int64
 	for _, op := range ops {
 		if p := op.GetRequestPut(); p != nil {
 			n += putCost(p)
+		} else if t := op.GetRequestTxn(); t != nil {
+			n += txnCost(t)
 		}
 	}
 	return n

@@ -22,7 +22,7 @@ func TestQuotaCostIsEtcds(t *testing.T) {
 	}{
 		{&pb.PutRequest{Key: []byte("ab"), Value: []byte("xyz")}, 256 + 5},
 		{&pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "1")}, Failure: []*pb.RequestOp{putOp("b", "22"), putOp("c", "")}}, 2*256 + 4},
-		{&pb.TxnRequest{Success: []*pb.RequestOp{nested}}, 0}, // only top-level puts count, as in etcd
+		{&pb.TxnRequest{Success: []*pb.RequestOp{nested}}, 256 + 2}, // nested puts count, as in etcd 3.7
 		{&pb.LeaseGrantRequest{TTL: 5}, 64},
 		{&pb.DeleteRangeRequest{Key: []byte("a")}, 0},
 	} {

@@ -171,3 +171,16 @@ func TestTheExampleConfigFileParses(t *testing.T) {
 		t.Errorf("example logging: %v", err)
 	}
 }
+
+func TestConfigFileSetsTheQuotaAndTheCorruptCheck(t *testing.T) {
+	f, err := parseWithConfig(t, "quota-backend-bytes: 8589934592\nexperimental-corrupt-check-time: 2m\nzk: z:2181\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.quotaBackendBytes != 8<<30 || f.corruptCheckTime != 2*time.Minute || len(f.configWarnings) != 0 {
+		t.Fatalf("quota %d, corrupt check %v, warnings %q", f.quotaBackendBytes, f.corruptCheckTime, f.configWarnings)
+	}
+	if f, err = parseWithConfig(t, "quota-backend-bytes: -1\ncorrupt-check-time: 30s\nzk: z:2181\n"); err != nil || f.quotaBackendBytes != -1 || f.corruptCheckTime != 30*time.Second {
+		t.Fatalf("quota %d, corrupt check %v: %v", f.quotaBackendBytes, f.corruptCheckTime, err)
+	}
+}

@@ -30,6 +30,7 @@ func KVScenarios() []Scenario {
 		streamScenarios(),
 		kubeScenarios(),
 		LeaseScenarios(),
+		AlarmScenarios(),
 	)
 }
 

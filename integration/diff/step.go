@@ -136,13 +136,14 @@ type endpoint struct {
 	client *clientv3.Client
 	kv     pb.KVClient
 	lease  pb.LeaseClient
+	maint  pb.MaintenanceClient
 	// watches are the raw watch streams opened by Watch steps, by name.
 	watches map[string]*watchConn
 }
 
 func newEndpoint(c *clientv3.Client) *endpoint {
 	conn := c.ActiveConnection()
-	return &endpoint{client: c, kv: pb.NewKVClient(conn), lease: pb.NewLeaseClient(conn)}
+	return &endpoint{client: c, kv: pb.NewKVClient(conn), lease: pb.NewLeaseClient(conn), maint: pb.NewMaintenanceClient(conn)}
 }
 
 // recordingKV is a pb.KVClient that remembers the last request sent, so that
@@ -303,6 +304,8 @@ func Raw(req proto.Message) Step {
 		call = func(ctx context.Context, e *endpoint) (proto.Message, error) { return e.lease.LeaseTimeToLive(ctx, r) }
 	case *pb.LeaseLeasesRequest:
 		call = func(ctx context.Context, e *endpoint) (proto.Message, error) { return e.lease.LeaseLeases(ctx, r) }
+	case *pb.AlarmRequest:
+		call = func(ctx context.Context, e *endpoint) (proto.Message, error) { return e.maint.Alarm(ctx, r) }
 	default:
 		panic(fmt.Sprintf("diff.Raw: unsupported request type %T", req))
 	}
