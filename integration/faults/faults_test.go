@@ -102,8 +102,11 @@ type cluster struct {
 	dir     string
 	ens     *zkserver.Ensemble
 	proxies []*faultproxy.Proxy
-	a, b    *Zketcd
-	clients map[string]*clientv3.Client
+	// internal are the fault proxies in front of A's and B's internal
+	// endpoints: the addresses each advertises to the other.
+	internal map[*Zketcd]*faultproxy.Proxy
+	a, b     *Zketcd
+	clients  map[string]*clientv3.Client
 	// zkOpts are the ensemble's options; notes are measurements a
 	// scenario adds to its report.
 	zkOpts zkserver.Options
@@ -142,14 +145,23 @@ func newCluster(t *testing.T, zk func(*testing.T, *zkserver.Options)) *cluster {
 		viaProxy = append(viaProxy, p.Addr())
 	}
 	root := "/faults-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	pp, err := ports.PickN(4)
+	pp, err := ports.PickN(6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk := func(name string, zk []string, p1, p2 int) *Zketcd {
+	cl.internal = map[*Zketcd]*faultproxy.Proxy{}
+	mk := func(name string, zk []string, p1, p2, p3 int) *Zketcd {
+		internal := fmt.Sprintf("127.0.0.1:%d", p3)
+		ip, err := faultproxy.Start(internal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ip.Close() })
 		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
 			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
+			Internal: internal, AdvertiseInternal: ip.Addr(),
 			SessionTimeout: sessionTimeout, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
+		cl.internal[z] = ip
 		t.Cleanup(func() {
 			if err := z.Kill(); err != nil {
 				t.Error(err)
@@ -157,8 +169,8 @@ func newCluster(t *testing.T, zk func(*testing.T, *zkserver.Options)) *cluster {
 		})
 		return z
 	}
-	cl.a = mk("a", viaProxy, pp[0], pp[1])
-	cl.b = mk("b", cl.ens.Addrs(), pp[2], pp[3])
+	cl.a = mk("a", viaProxy, pp[0], pp[1], pp[4])
+	cl.b = mk("b", cl.ens.Addrs(), pp[2], pp[3], pp[5])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, z := range []*Zketcd{cl.a, cl.b} {
@@ -292,6 +304,18 @@ func pauseZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
 	}
 }
 
+// forwardPartition blackholes the zketcd leader's internal endpoint (the
+// proxy the other instance reaches it through) while both keep ZooKeeper:
+// the follower's forwards and read-position requests time out, with
+// unknown outcomes for those in flight; it must resolve them from the log,
+// never acknowledge one that did not commit, and serve again once healed.
+func forwardPartition(t *testing.T, cl *cluster) (string, func()) {
+	victim, name := zketcdLeader(t, cl)
+	p := cl.internal[victim]
+	p.Blackhole()
+	return fmt.Sprintf("blackhole the follower -> leader (%s) internal endpoint for %v, ZooKeeper reachable, heal", name, 2*sessionTimeout+time.Second), p.Heal
+}
+
 func killZKMember(leader bool) func(t *testing.T, cl *cluster) (string, func()) {
 	return func(t *testing.T, cl *cluster) (string, func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -364,6 +388,7 @@ var scenarios = []scenario{
 	}},
 	{name: "ForwardLeaderKill", hold: time.Second, inject: killZketcdLeader},
 	{name: "ForwardLeaderSigstop", hold: 2*sessionTimeout + time.Second, inject: pauseZketcdLeader},
+	{name: "ForwardPartition", hold: 2*sessionTimeout + time.Second, inject: forwardPartition},
 	{name: "ZketcdPartition", expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
 		for _, p := range cl.proxies {
 			p.Blackhole()

@@ -42,6 +42,10 @@ type ZketcdConfig struct {
 	SessionTimeout       time.Duration
 	ProgressInterval     time.Duration
 	LogLevel             string // default info
+	// Internal, if set, is the internal endpoint's listen address
+	// (127.0.0.1:port) and AdvertiseInternal the address advertised to
+	// the other instances (a fault proxy in front of it).
+	Internal, AdvertiseInternal string
 }
 
 // NewZketcd prepares (does not start) an instance.
@@ -56,6 +60,12 @@ func NewZketcd(c ZketcdConfig) *Zketcd {
 		"--zk-session-timeout", c.SessionTimeout.String(),
 		"--watch-progress-notify-interval", c.ProgressInterval.String(),
 		"--log-level", c.LogLevel,
+	}
+	if c.Internal != "" {
+		args = append(args, "--internal-listen-url", "http://"+c.Internal)
+	}
+	if c.AdvertiseInternal != "" {
+		args = append(args, "--advertise-internal-url", "http://"+c.AdvertiseInternal)
 	}
 	return &Zketcd{Name: c.Name, Addr: c.Addr, Metrics: c.Metrics, bin: c.Bin, args: args,
 		logPath: filepath.Join(c.Dir, "zketcd-"+c.Name+".log")}
