@@ -247,6 +247,7 @@ func writeFwd[T proto.Message](ctx context.Context, b *Backend, req proto.Messag
 		return zero, err
 	}
 	size := proto.Size(req)
+	eval = gated(req, eval)
 	if !b.forwarding() {
 		return propose(ctx, b, size, eval, nil)
 	}

@@ -92,18 +92,18 @@ func (b *Backend) serveForward(ctx context.Context, call ForwardCall) (proto.Mes
 	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true}
 	switch req := call.Req.(type) {
 	case *pb.PutRequest:
-		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
+		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
 	case *pb.DeleteRangeRequest:
-		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) })
+		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) })
 	case *pb.TxnRequest:
-		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
+		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
 	case *pb.CompactionRequest:
 		if req.Revision > b.view.State().Rev {
 			if err := b.Linearize(ctx); err != nil {
 				return nil, ForwardReply{}, err
 			}
 		}
-		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) })
+		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) })
 	case *pb.LeaseGrantRequest:
 		if err := translate.CheckLeaseGrant(req); err != nil {
 			return nil, ForwardReply{}, &FinalError{Err: err}
@@ -111,15 +111,15 @@ func (b *Backend) serveForward(ctx context.Context, call ForwardCall) (proto.Mes
 		if req.ID == 0 {
 			return nil, ForwardReply{}, &FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}
 		}
-		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
+		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
 	case *pb.LeaseRevokeRequest:
-		return serveAs(ctx, b, p, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
+		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
 	}
 	return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
 }
 
-func serveAs[T proto.Message](ctx context.Context, b *Backend, p *proposal, eval func(*revision.Batch) (T, error)) (proto.Message, ForwardReply, error) {
-	resp, out, err := proposeAs(ctx, b, p, eval)
+func serveAs[T proto.Message](ctx context.Context, b *Backend, p *proposal, req any, eval func(*revision.Batch) (T, error)) (proto.Message, ForwardReply, error) {
+	resp, out, err := proposeAs(ctx, b, p, gated(req, eval))
 	reply := ForwardReply{LSN: out.lsn, Dup: out.dup, DupRev: out.dupRev}
 	switch {
 	case err == nil && out.dup:

@@ -126,12 +126,19 @@ func writeGuarded[T any](ctx context.Context, b *Backend, req proto.Message, eva
 		var zero T
 		return zero, err
 	}
-	gated := func(bt *revision.Batch) (T, error) {
+	return propose(ctx, b, proto.Size(req), gated(req, eval), guards)
+}
+
+// gated is eval behind the active alarms' gate (translate.AlarmGate),
+// checked on the state the committer evaluates req on: every path that
+// commits a client's request (local, or forwarded to the leader) goes
+// through it.
+func gated[T any](req any, eval func(*revision.Batch) (T, error)) func(*revision.Batch) (T, error) {
+	return func(bt *revision.Batch) (T, error) {
 		if err := translate.AlarmGate(bt.Alarms(), req); err != nil {
 			var zero T
 			return zero, err
 		}
 		return eval(bt)
 	}
-	return propose(ctx, b, proto.Size(req), gated, guards)
 }
