@@ -49,15 +49,20 @@ func (c *leaseClock) begin(fence string) {
 	}
 }
 
-// renew extends lease id's deadline to at least now+ttl in term fence. It
-// reports false, changing nothing, when fence is not the current term, the
-// lease is being expired, or it is checkpointed and its token is not known
-// to have moved (see firstTTL): the caller then renews through the token.
+// renew extends lease id's deadline to at least now+ttl in term fence,
+// beginning that term if the expiry loop has not yet (a renewal's deadline
+// only ever postpones an expiry). It reports false, changing nothing, when
+// fence is empty, the lease is being expired, or it is checkpointed and its
+// token is not known to have moved (see firstTTL): the caller then renews
+// through the token.
 func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.Time, checkpointed bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if fence == "" || fence != c.fence {
+	if fence == "" {
 		return false
+	}
+	if fence != c.fence {
+		c.fence, c.deadlines = fence, map[int64]*leaseDeadline{}
 	}
 	d := c.deadlines[id]
 	switch {

@@ -133,3 +133,55 @@ func TestLeaseSurvivesLeaderRestartAndExpiresAfterFailover(t *testing.T) {
 	}
 	t.Logf("lease expired %s after grant, through a leader change", took)
 }
+
+// TestKeepalivesAtTheLeaderCostNoZooKeeperWrite: on a real ZooKeeper, a
+// lease kept alive through the leader instance for longer than its TTL
+// costs no renewal multi and no token write; it stays alive.
+func TestKeepalivesAtTheLeaderCostNoZooKeeperWrite(t *testing.T) {
+	in := zketcdtest.Start(t, []string{zkAddr(t)}, zketcdtest.Options{})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	grant, err := c.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "k", "v", clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
+	}
+	counters := func() (inMemory, multis, writes float64) {
+		mfs, err := in.Zketcd().Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			v := 0.0
+			if ms := mf.GetMetric(); len(ms) > 0 && ms[0].GetCounter() != nil {
+				v = ms[0].GetCounter().GetValue()
+			}
+			switch mf.GetName() {
+			case "zketcd_lease_keepalives_in_memory_total":
+				inMemory = v
+			case "zketcd_lease_renewal_multis_total":
+				multis = v
+			case "zketcd_lease_renewal_token_writes_total":
+				writes = v
+			}
+		}
+		return
+	}
+	n := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); n++ {
+		if _, err := c.KeepAliveOnce(ctx, grant.ID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	inMemory, multis, writes := counters()
+	t.Logf("%d keepalives: %.0f in memory, %.0f renewal multis, %.0f token writes", n, inMemory, multis, writes)
+	if inMemory != float64(n) || multis != 0 || writes != 0 {
+		t.Fatalf("%d keepalives at the leader: %.0f in memory, %.0f multis, %.0f token writes; want %d, 0, 0", n, inMemory, multis, writes, n)
+	}
+	if g, _ := c.Get(ctx, "k"); len(g.Kvs) != 1 {
+		t.Fatal("key of a lease kept alive at the leader was deleted")
+	}
+}
