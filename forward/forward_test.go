@@ -14,7 +14,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
 
+	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/zketcdtest"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
@@ -33,7 +36,9 @@ func cluster(t *testing.T, n int) []*zketcdtest.Instance {
 	var ins []*zketcdtest.Instance
 	root := ""
 	for i := 0; i < n; i++ {
-		in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root, ForwardWrites: true, SessionTimeout: 4 * time.Second})
+		in := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root, ForwardWrites: true, SessionTimeout: 4 * time.Second,
+			// Quick password hashes: logins under the race detector.
+			Configure: func(c *embed.Config) { c.GRPC.Auth.BcryptCost = bcrypt.MinCost }})
 		root = in.Root()
 		ins = append(ins, in)
 	}
@@ -261,8 +266,8 @@ func TestPermissionsAreCheckedOnForwardedWrites(t *testing.T) {
 		}
 	}
 	login := func(in *zketcdtest.Instance, user, pw string) *clientv3.Client {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{in.Endpoint()}, DialTimeout: 5 * time.Second,
-			Username: user, Password: pw})
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{in.Endpoint()}, DialTimeout: 20 * time.Second,
+			Username: user, Password: pw, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
