@@ -37,6 +37,10 @@ type Client struct {
 
 var _ backend.Forwarder = (*Client)(nil)
 
+// maxConns bounds the connections a Client keeps: one per peer URL seen,
+// and a peer restarted with port 0 advertises a new URL each time.
+const maxConns = 16
+
 // Defaults of a Client's bounds.
 const (
 	DefaultConnectWait = time.Second
@@ -79,6 +83,13 @@ func (c *Client) conn(url string) (*grpc.ClientConn, error) {
 	)
 	if err != nil {
 		return nil, fmt.Errorf("internal endpoint %s: %w", url, err)
+	}
+	if len(c.conns) >= maxConns {
+		// Peers restarted on new ports: drop the connections of the others.
+		for u, old := range c.conns {
+			old.Close()
+			delete(c.conns, u)
+		}
 	}
 	c.conns[url] = cc
 	return cc, nil

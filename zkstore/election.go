@@ -216,11 +216,26 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 	if !exists {
 		return time.After(0), nil
 	}
+	// A follower also watches the leader's znode, so that the leader it
+	// reports (where other instances forward their writes) changes as soon
+	// as that znode goes, not only when its own predecessor does.
+	var leaderEv <-chan zk.Event
+	if idx > 1 {
+		ok, _, lev, err := e.s.conn.ExistsW(leaderPath)
+		if err != nil {
+			return nil, e.s.wrap("watch election leader", err)
+		}
+		if !ok {
+			return time.After(0), nil
+		}
+		leaderEv = lev
+	}
 	e.set(idx == 0, leaderID)
 	fired := make(chan time.Time, 1)
 	go func() {
 		select {
 		case <-ev:
+		case <-leaderEv:
 		case <-e.stop:
 		}
 		fired <- time.Now()
