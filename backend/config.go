@@ -54,6 +54,10 @@ type Config struct {
 	// leader instance's check that every instance's HashKV agrees at one
 	// revision (0: off). See corrupt.go.
 	CorruptCheckTime time.Duration
+	// InitialCorruptCheck is etcd's InitialCorruptCheck feature gate: New
+	// compares the instance's HashKV with the other instances' before it
+	// returns, and fails on a mismatch (see corrupt.go).
+	InitialCorruptCheck bool
 	// HashHook, if set, sees every hash this instance computes for the
 	// corruption check and may change it (fault injection in tests).
 	HashHook func(h uint32) uint32

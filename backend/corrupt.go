@@ -47,7 +47,7 @@ const (
 type corruptCheck struct {
 	mu       sync.Mutex // serializes changes to self and their publication
 	self     zkstore.Member
-	answered uint64 // the request this instance answered last
+	answered map[uint64]bool // requests this instance answered (the latest ones)
 	seq      uint64
 }
 
@@ -75,7 +75,9 @@ func (b *Backend) hashAt(req zkstore.HashRequest) zkstore.HashAnswer {
 	return ans
 }
 
-// answerHashChecks answers the leader's hash requests, on every instance.
+// answerHashChecks answers the other instances' hash requests (the
+// leader's periodic check, a starting instance's initial one), on every
+// instance.
 func (b *Backend) answerHashChecks() {
 	defer b.wg.Done()
 	t := time.NewTicker(hashPoll)
@@ -86,39 +88,47 @@ func (b *Backend) answerHashChecks() {
 			return
 		case <-t.C:
 		}
-		leader, _, leaderID := b.election.State()
-		if leader || leaderID == 0 || b.servable() != nil {
+		if b.servable() != nil {
 			continue
 		}
-		if err := b.answerOnce(leaderID); err != nil && b.ctx.Err() == nil {
+		if err := b.answerOnce(); err != nil && b.ctx.Err() == nil {
 			b.log.WithError(err).Debug("answer the corruption check")
 		}
 	}
 }
 
-func (b *Backend) answerOnce(leaderID uint64) error {
+func (b *Backend) answerOnce() error {
 	members, err := b.store.Members()
 	if err != nil {
 		return err
 	}
+	var answers []zkstore.HashAnswer
 	for _, m := range members {
-		if m.ID != leaderID || m.HashRequest == nil {
+		if m.ID == b.memberID || m.HashRequest == nil {
 			continue
 		}
 		req := *m.HashRequest
 		b.check.mu.Lock()
-		done := b.check.answered == req.Check
+		done := b.check.answered[req.Check]
 		b.check.mu.Unlock()
 		if done || b.view.State().Rev < req.Rev {
-			return nil // answered, or not there yet (the tailer catches up)
+			continue // answered, or not there yet (the tailer catches up)
 		}
-		ans := b.hashAt(req)
-		return b.publishSelf(func(self *zkstore.Member) {
-			self.HashAnswer = &ans
-			b.check.answered = req.Check
-		})
+		answers = append(answers, b.hashAt(req))
 	}
-	return nil
+	if len(answers) == 0 {
+		return nil
+	}
+	return b.publishSelf(func(self *zkstore.Member) {
+		all := append(self.HashAnswers, answers...)
+		self.HashAnswers = all[max(0, len(all)-zkstore.MaxHashAnswers):]
+		if b.check.answered == nil || len(b.check.answered) > 64 {
+			b.check.answered = map[uint64]bool{}
+		}
+		for _, a := range answers {
+			b.check.answered[a.Check] = true
+		}
+	})
 }
 
 // corruptCheckLoop runs the leader's check every CorruptCheckTime.
@@ -142,92 +152,136 @@ func (b *Backend) corruptCheckLoop() {
 	}
 }
 
-// errMismatch is wrapped by CheckCorruption's error when an instance's hash
-// differed (its CORRUPT alarm has been raised).
+// errMismatch is wrapped by the corruption check's errors when an
+// instance's hash differed.
 var errMismatch = errors.New("hash mismatch")
 
-// CheckCorruption runs one round of the corruption check as the leader
-// instance: it publishes a request for the HashKV at the view's revision,
-// waits for the other instances' answers (at most hashAnswerWait), and,
-// as etcd, raises the CORRUPT alarm for one instance whose hash differs
-// from its own at the same compacted revision (the lowest member ID; all
-// are logged). Answers at another compacted
-// revision (a compaction landed between the two computations) and
-// instances that did not answer are skipped, as etcd skips them. Errors:
-// the log's, errNotLeader, or one wrapping errMismatch after raising
-// alarms.
-func (b *Backend) CheckCorruption(ctx context.Context) error {
-	leader, _, _ := b.election.State()
-	if !leader {
-		return errNotLeader
-	}
+// hashRound is one round of the check: the request, this instance's own
+// answer, the other members' answers by member ID, and the members that
+// did not answer in time.
+type hashRound struct {
+	req     zkstore.HashRequest
+	own     zkstore.HashAnswer
+	answers map[uint64]zkstore.HashAnswer
+	pending []uint64
+}
+
+// askHashes publishes a request for the HashKV at the view's revision in
+// this instance's member znode and waits for the other instances' answers
+// (at most hashAnswerWait).
+func (b *Backend) askHashes(ctx context.Context) (*hashRound, error) {
 	b.check.mu.Lock()
 	b.check.seq++
 	req := zkstore.HashRequest{Check: b.nonce ^ b.check.seq<<1 | 1, Rev: b.view.State().Rev}
 	b.check.mu.Unlock()
-	own := b.hashAt(req)
-	if own.Err != "" {
-		return fmt.Errorf("own hash at %d: %s", req.Rev, own.Err)
+	r := &hashRound{req: req, own: b.hashAt(req), answers: map[uint64]zkstore.HashAnswer{}}
+	if r.own.Err != "" {
+		return nil, fmt.Errorf("own hash at %d: %s", req.Rev, r.own.Err)
 	}
-	if err := b.publishSelf(func(self *zkstore.Member) { self.HashRequest, self.HashAnswer = &req, &own }); err != nil {
-		return err
+	if err := b.publishSelf(func(self *zkstore.Member) { self.HashRequest = &req }); err != nil {
+		return nil, err
 	}
-	answers := map[uint64]zkstore.HashAnswer{}
-	var pending []uint64
 	deadline := time.Now().Add(hashAnswerWait)
 	for {
 		members, err := b.store.Members()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		pending = pending[:0]
+		r.pending = r.pending[:0]
 		for _, m := range members {
 			if m.ID == b.memberID {
 				continue
 			}
-			if m.HashAnswer != nil && m.HashAnswer.Check == req.Check {
-				answers[m.ID] = *m.HashAnswer
-			} else if _, ok := answers[m.ID]; !ok {
-				pending = append(pending, m.ID)
+			for _, a := range m.HashAnswers {
+				if a.Check == req.Check {
+					r.answers[m.ID] = a
+				}
+			}
+			if _, ok := r.answers[m.ID]; !ok {
+				r.pending = append(r.pending, m.ID)
 			}
 		}
-		if len(pending) == 0 || time.Now().After(deadline) {
-			break
+		if len(r.pending) == 0 || time.Now().After(deadline) {
+			return r, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(hashPoll / 4):
 		}
 	}
-	lg := b.log.WithFields(logrus.Fields{"component": "corrupt-check", "revision": req.Rev, "compact_revision": own.CompactRev})
-	for _, id := range pending {
+}
+
+// mismatches logs the round's outcome and returns the members whose hash
+// differs from this instance's at the same compacted revision, ascending.
+// Answers at another compacted revision (a compaction landed between the
+// two computations), errors and members that did not answer are skipped,
+// as etcd skips them.
+func (b *Backend) mismatches(r *hashRound, lg *logrus.Entry) []uint64 {
+	lg = lg.WithFields(logrus.Fields{"revision": r.req.Rev, "compact_revision": r.own.CompactRev})
+	for _, id := range r.pending {
 		lg.WithField("member", memberHex(id)).Warn("corruption check: no answer from member; skipped")
 	}
-	b.metrics.corruptChecks.Inc()
 	var bad []uint64
-	for id, a := range answers {
+	for id, a := range r.answers {
 		switch {
 		case a.Err != "":
 			lg.WithFields(logrus.Fields{"member": memberHex(id), "error": a.Err}).Info("corruption check: member could not hash; skipped")
-		case a.CompactRev != own.CompactRev:
+		case a.CompactRev != r.own.CompactRev:
 			lg.WithFields(logrus.Fields{"member": memberHex(id), "member_compact_revision": a.CompactRev}).Info("corruption check: compacted revisions differ; skipped")
-		case a.Hash != own.Hash:
-			lg.WithFields(logrus.Fields{"member": memberHex(id), "hash": own.Hash, "member_hash": a.Hash}).
-				Error("corruption check: HashKV differs; raising the CORRUPT alarm for the member")
+		case a.Hash != r.own.Hash:
+			lg.WithFields(logrus.Fields{"member": memberHex(id), "hash": r.own.Hash, "member_hash": a.Hash}).
+				Error("corruption check: HashKV differs")
 			bad = append(bad, id)
 		}
 	}
+	slices.Sort(bad)
 	b.metrics.corruptMismatches.Add(float64(len(bad)))
-	if len(bad) > 0 {
-		// As etcd, one alarm per round: for the first member found.
-		slices.Sort(bad)
-		raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: bad[0], Alarm: pb.AlarmType_CORRUPT}
-		if _, err := b.Alarm(ctx, raise); err != nil {
-			return fmt.Errorf("raise CORRUPT for %s: %w", memberHex(bad[0]), err)
-		}
-		return fmt.Errorf("%w with %d member(s) at revision %d", errMismatch, len(bad), req.Rev)
+	return bad
+}
+
+// CheckCorruption runs one round of the corruption check as the leader
+// instance: it asks every other instance for its HashKV at the view's
+// revision and, as etcd, raises the CORRUPT alarm for one instance whose
+// hash differs from its own at the same compacted revision (the lowest
+// member ID; all are logged). Errors: the log's, errNotLeader, or one
+// wrapping errMismatch after raising the alarm.
+func (b *Backend) CheckCorruption(ctx context.Context) error {
+	if leader, _, _ := b.election.State(); !leader {
+		return errNotLeader
 	}
-	lg.WithField("members", len(answers)).Debug("corruption check: hashes agree")
+	r, err := b.askHashes(ctx)
+	if err != nil {
+		return err
+	}
+	b.metrics.corruptChecks.Inc()
+	bad := b.mismatches(r, b.log.WithField("component", "corrupt-check"))
+	if len(bad) == 0 {
+		return nil
+	}
+	raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: bad[0], Alarm: pb.AlarmType_CORRUPT}
+	if _, err := b.Alarm(ctx, raise); err != nil {
+		return fmt.Errorf("raise CORRUPT for %s: %w", memberHex(bad[0]), err)
+	}
+	return fmt.Errorf("%w with %d member(s) at revision %d: CORRUPT raised for %s", errMismatch, len(bad), r.req.Rev, memberHex(bad[0]))
+}
+
+// initialCheck is etcd's initial corruption check (the InitialCorruptCheck
+// feature gate): before the instance serves, it compares its HashKV with
+// every other instance's at its own revision; a mismatch at the same
+// compacted revision fails the start, raising no alarm, as in etcd.
+func (b *Backend) initialCheck(ctx context.Context) error {
+	start := time.Now()
+	r, err := b.askHashes(ctx)
+	if err != nil {
+		return fmt.Errorf("initial corruption check: %w", err)
+	}
+	lg := b.log.WithField("component", "corrupt-check")
+	if bad := b.mismatches(r, lg); len(bad) > 0 {
+		return fmt.Errorf("initial corruption check: %w: this instance's HashKV at revision %d differs from %d other instance(s)' (first %s)",
+			errMismatch, r.req.Rev, len(bad), memberHex(bad[0]))
+	}
+	lg.WithFields(logrus.Fields{"revision": r.req.Rev, "members": len(r.answers), "took": time.Since(start).Round(time.Millisecond)}).
+		Info("initial corruption check passed")
 	return nil
 }

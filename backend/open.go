@@ -145,6 +145,12 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 	go b.renewLoop()
 	go b.expireLoop()
 	go b.compactLoop()
+	if cfg.InitialCorruptCheck {
+		if err := b.initialCheck(ctx); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
 	return b, nil
 }
 

@@ -215,3 +215,27 @@ func TestCorruptionCheckRaisesCorruptForTheMemberWhoseHashDiffers(t *testing.T) 
 	}
 	put(t, a, "k", "after")
 }
+
+func TestInitialCorruptionCheckFailsTheStartOnAMismatch(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	a, _ := engine(t, st, "a", nil)
+	put(t, a, "k", "v")
+	// A matching instance starts (after asking a).
+	engine(t, st, "b", func(c *Config) { c.InitialCorruptCheck = true })
+
+	lg := a.cfg.Logger
+	cfg := Config{Name: "c", Logger: lg, InitialCorruptCheck: true, HashHook: func(h uint32) uint32 { return h ^ 1 }}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := New(ctx, cfg, st.Client())
+	if err == nil {
+		c.Close()
+		t.Fatal("an instance whose hash differs started")
+	}
+	if !errors.Is(err, errMismatch) {
+		t.Fatalf("start: %v, want a hash mismatch", err)
+	}
+	if len(a.Alarms()) != 0 {
+		t.Fatalf("the initial check raised alarms: %v", a.Alarms())
+	}
+}

@@ -26,11 +26,11 @@ func gatewayConfig(cfg Config, be *backend.Backend, srv *grpc.Server, metrics ht
 		MaxRequestBytes:      cfg.GRPC.MaxRequestBytes,
 		MaxConcurrentStreams: cfg.GRPC.MaxConcurrentStreams,
 		Leader:               be.Health,
+		Alarms:               func(context.Context) ([]*pb.AlarmMember, error) { return be.Alarms(), nil },
 		Read: func(ctx context.Context, serializable bool) error {
 			_, err := be.Range(ctx, &pb.RangeRequest{Key: []byte{0}, KeysOnly: true, Limit: 1, Serializable: serializable})
 			return err
 		},
-		Alarms:        func(context.Context) ([]*pb.AlarmMember, error) { return be.Alarms(), nil },
 		Metrics:       metrics,
 		CORS:          cfg.CORS,
 		HostWhitelist: cfg.HostWhitelist,

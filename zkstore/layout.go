@@ -87,13 +87,17 @@ type Member struct {
 	// it; both empty in member znodes of instances that serve none.
 	InternalURL   string `json:"internal_url,omitempty"`
 	InternalToken string `json:"internal_token,omitempty"`
-	// HashRequest, published by the leader instance, asks every member for
-	// its HashKV at a revision (the corruption check); HashAnswer is a
-	// member's answer to the request it last saw. Builds without the check
-	// ignore both.
+	// HashRequest asks every other member for its HashKV at a revision
+	// (the corruption check: the leader's periodic one, or a starting
+	// instance's initial one); HashAnswers are this member's answers to
+	// the latest requests it saw (at most MaxHashAnswers, newest last).
+	// Builds without the check ignore both.
 	HashRequest *HashRequest `json:"hash_request,omitempty"`
-	HashAnswer  *HashAnswer  `json:"hash_answer,omitempty"`
+	HashAnswers []HashAnswer `json:"hash_answers,omitempty"`
 }
+
+// MaxHashAnswers bounds Member.HashAnswers.
+const MaxHashAnswers = 4
 
 // HashRequest is one round of the corruption check.
 type HashRequest struct {

@@ -81,6 +81,7 @@ type serveFlags struct {
 
 	quotaBackendBytes int64
 	corruptCheckTime  time.Duration
+	featureGates      string
 }
 
 // registerZK registers the flags that reach ZooKeeper (servers, root,
@@ -131,6 +132,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")
 	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "most bytes the root may hold in ZooKeeper (base generations and log entries) before writes raise the NOSPACE alarm and are refused (0: etcd's default 2 GiB; negative: no quota)")
+	fs.StringVar(&f.featureGates, "feature-gates", "", "etcd's feature gates, e.g. InitialCorruptCheck=true (the only one zketcd has; others are ignored with a warning)")
 	fs.DurationVar(&f.corruptCheckTime, "corrupt-check-time", 0, "period of the leader instance's check that every instance's HashKV agrees at one revision; a mismatch raises the CORRUPT alarm (0: off)")
 	fs.IntVar(&f.maxWatchersPerStream, "max-watchers-per-stream", 100000, "most watchers on one watch stream (0: no bound); a create beyond it is canceled with a reason")
 	fs.UintVar(&f.maxConcurrentStreams, "max-concurrent-streams", 0, "most concurrent gRPC streams per client connection (0: unbounded, as etcd's default)")

@@ -102,23 +102,31 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
+	initialCorruptCheck, gateWarnings, err := f.features()
+	if err != nil {
+		return err
+	}
+	for _, w := range gateWarnings {
+		lg.Warn(w)
+	}
 	authCfg, err := f.authConfig()
 	if err != nil {
 		return err
 	}
 	cfg := embed.Config{
 		Backend: backend.Config{
-			Store:              storeCfg,
-			Name:               name,
-			ClientURLs:         advertise,
-			RelaxedReads:       f.relaxedReads,
-			ForwardWrites:      f.forwardWrites,
-			CommitPipeline:     f.commitPipeline,
-			AutoCompaction:     autoCompaction,
-			LossDir:            f.lossDir,
-			RollbackCheckAfter: f.rollbackCheckAfter,
-			QuotaBackendBytes:  f.quotaBackendBytes,
-			CorruptCheckTime:   f.corruptCheckTime,
+			Store:               storeCfg,
+			Name:                name,
+			ClientURLs:          advertise,
+			RelaxedReads:        f.relaxedReads,
+			ForwardWrites:       f.forwardWrites,
+			CommitPipeline:      f.commitPipeline,
+			AutoCompaction:      autoCompaction,
+			LossDir:             f.lossDir,
+			RollbackCheckAfter:  f.rollbackCheckAfter,
+			QuotaBackendBytes:   f.quotaBackendBytes,
+			CorruptCheckTime:    f.corruptCheckTime,
+			InitialCorruptCheck: initialCorruptCheck,
 		},
 		GRPC: grpcsrv.Config{
 			MaxTxnOps:                   f.maxTxnOps,
