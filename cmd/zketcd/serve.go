@@ -129,9 +129,9 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		ClientAddrs:  listen,
 		TLS:          tlsCfg,
 		MetricsAddrs: metricsAddrs,
-		InternalURL:  f.advertiseInternalURL,
 		Logger:       lg,
 	}
+	cfg.InternalURL = f.advertiseInternalURL
 	if len(internal) > 0 {
 		cfg.InternalAddr = internal[0]
 	}
