@@ -95,7 +95,12 @@ func proposeAs[T any](ctx context.Context, b *Backend, p *proposal, eval func(*r
 	}
 	if err := b.submit(ctx, p); err != nil {
 		var zero T
-		return zero, p.out, err
+		select {
+		case <-p.done: // answered: p.out is the committer's
+			return zero, p.out, err
+		default: // ctx ended first: the committer may still hold p
+			return zero, outcome{}, err
+		}
 	}
 	if p.out.dup {
 		var zero T

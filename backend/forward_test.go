@@ -98,12 +98,21 @@ func (f *memForwarder) KeepAlive(ctx context.Context, to Peer, id int64) (int64,
 // leader, started first) and b.
 func forwardingPair(t *testing.T) (*memlog.Store, *memForwarder, *Backend, *memlog.Client, *Backend, *memlog.Client) {
 	t.Helper()
+	return forwardingPairWith(t, nil)
+}
+
+// forwardingPairWith is forwardingPair with configure applied to both.
+func forwardingPairWith(t *testing.T, configure func(*Config)) (*memlog.Store, *memForwarder, *Backend, *memlog.Client, *Backend, *memlog.Client) {
+	t.Helper()
 	st := memlog.New(memlog.Options{})
 	fw := &memForwarder{peers: map[string]*Backend{}}
 	start := func(name string) (*Backend, *memlog.Client) {
 		url := "mem://" + name
 		b, c := engine(t, st, name, func(cfg *Config) {
 			cfg.ForwardWrites, cfg.Forwarder, cfg.InternalURL = true, fw, url
+			if configure != nil {
+				configure(cfg)
+			}
 		})
 		fw.mu.Lock()
 		fw.peers[url] = b
@@ -303,5 +312,51 @@ func TestDeposedLeaderRefusesForwardsAndItsOwnLeaderOnlyWrites(t *testing.T) {
 	}
 	if !strings.Contains(ErrNotLeader.Error(), "not the leader") {
 		t.Fatal(ErrNotLeader)
+	}
+}
+
+func TestConcurrentWritesThroughBothInstancesArePipelinedByTheLeaderOnce(t *testing.T) {
+	st, _, a, _, b, _ := forwardingPairWith(t, func(c *Config) { c.CommitPipeline = 4 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := 0; w < 16; w++ {
+		in := a
+		if w%2 == 1 {
+			in = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				if _, err := in.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("w%d/%d", w, i)), Value: []byte("v")}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	resp, err := b.Range(ctx, &pb.RangeRequest{Key: []byte("w"), RangeEnd: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 400 {
+		t.Fatalf("%d keys, want 400", len(resp.Kvs))
+	}
+	for _, kv := range resp.Kvs {
+		if kv.Version != 1 {
+			t.Fatalf("%s at version %d", kv.Key, kv.Version)
+		}
+	}
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce != a.nonce {
+			t.Fatalf("entry %d written by %x, want only the leader", e.LSN, e.Writer.Nonce)
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -74,16 +73,6 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
-	internal, internalSecure, err := listenAddrs(splitList(f.internalListenURL))
-	if err != nil {
-		return fmt.Errorf("--internal-listen-url: %w", err)
-	}
-	if f.forwardWrites && (len(internal) != 1 || internalSecure) {
-		return errors.New("--internal-listen-url must be one http:// URL")
-	}
-	if u := f.advertiseInternalURL; u != "" && !strings.HasPrefix(u, "http://") {
-		return errors.New("--advertise-internal-url must be an http:// URL")
-	}
 	advertise := splitList(f.advertiseClientURLs)
 	if len(advertise) == 0 {
 		advertise = splitList(f.listenClientURLs)
@@ -146,13 +135,12 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		MetricsAddrs:  metricsAddrs,
 		CORS:          cors,
 		HostWhitelist: splitList(f.hostWhitelist),
-		InternalURL:   f.advertiseInternalURL,
 		Logger:        lg,
 	}
-	if len(internal) > 0 {
-		cfg.InternalAddr = internal[0]
-	}
 	lg.WithFields(logrus.Fields{"zk": f.zk, "zk_root": f.zkRoot}).Info("connecting to zookeeper")
+	if err := f.internalEndpoint(&cfg); err != nil {
+		return err
+	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	z, err := embed.Start(openCtx, cfg)
 	cancelOpen()
