@@ -3,6 +3,7 @@ package grpcsrv
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -101,9 +102,17 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 		resp.Leader = s.be.MemberID()
 	}
 	for _, a := range s.be.Alarms() {
-		resp.Errors = append(resp.Errors, a.String()) // etcd's "memberID:… alarm:…"
+		resp.Errors = append(resp.Errors, alarmText(a))
 	}
 	return resp, nil
+}
+
+// alarmText is etcd's Status error for an alarm: the AlarmMember in
+// protobuf text form, "memberID:<id> alarm:<type>". It is written out here
+// because the text form of Go's protobuf library varies its spacing from one
+// binary to another on purpose; this is the form etcd 3.7.3's binary prints.
+func alarmText(a *pb.AlarmMember) string {
+	return fmt.Sprintf("memberID:%d alarm:%s", a.MemberID, a.Alarm)
 }
 
 // statusDBSize is the DbSize (and DbSizeInUse) Status reports for a size

@@ -17,7 +17,9 @@ import (
 const quotaBytes = 512 << 10
 
 var (
-	reAlarmMember = regexp.MustCompile(`memberID:\d+`)
+	// etcdctl prints alarms in protobuf's text form, whose spacing Go's
+	// protobuf library varies between binaries on purpose.
+	reAlarmMember = regexp.MustCompile(`memberID:\d+\s+alarm:`)
 	reRevision    = regexp.MustCompile(`"revision":\d+`)
 	reCompacted   = regexp.MustCompile(`compacted revision \d+`)
 	reDefragTook  = regexp.MustCompile(`\. took \S+`)
@@ -28,7 +30,7 @@ var (
 // timings.
 func quotaNorm(tg *target, r result) result {
 	f := func(s string) string {
-		s = reAlarmMember.ReplaceAllString(s, "memberID:MEMBER")
+		s = reAlarmMember.ReplaceAllString(s, "memberID:MEMBER alarm:")
 		s = reRevision.ReplaceAllString(s, `"revision":REV`)
 		s = reCompacted.ReplaceAllString(s, "compacted revision REV")
 		s = reDefragTook.ReplaceAllString(s, ". took T")
