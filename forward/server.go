@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -22,7 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/translate"
 )
 
 // Leader is what the internal endpoint serves (a *backend.Backend).
@@ -136,20 +135,12 @@ func (s *server) fail(ctx context.Context, outcome string, err error) error {
 	return err
 }
 
-// statusOf is err as a gRPC status: etcd's errors pass as they are.
+// statusOf is err as a gRPC status: etcd's errors as the client API
+// sends them (translate.Status), anything else Unknown (outcome unknown
+// for the caller).
 func statusOf(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.Canceled):
-		return rpctypes.ErrGRPCCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return rpctypes.ErrGRPCDeadlineExceeded
-	case errors.Is(err, revision.ErrCompacted):
-		return rpctypes.ErrGRPCCompacted
-	case errors.Is(err, revision.ErrFutureRev):
-		return rpctypes.ErrGRPCFutureRev
+	if s, ok := translate.Status(err); ok {
+		return s
 	}
 	return status.Error(codes.Unknown, err.Error())
 }

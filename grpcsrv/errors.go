@@ -1,14 +1,12 @@
 package grpcsrv
 
 import (
-	"context"
 	"errors"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/status"
 
-	"github.com/zketcd/zketcd/revision"
+	"github.com/zketcd/zketcd/translate"
 )
 
 // unavailable is implemented by errors that mark a temporary unavailability
@@ -25,20 +23,10 @@ func toGRPCError(lg *logrus.Entry, err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
+	if s, ok := translate.Status(err); ok {
+		return s
 	}
-	var u unavailable
-	switch {
-	case errors.Is(err, context.Canceled):
-		return rpctypes.ErrGRPCCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return rpctypes.ErrGRPCDeadlineExceeded
-	case errors.Is(err, revision.ErrCompacted):
-		return rpctypes.ErrGRPCCompacted
-	case errors.Is(err, revision.ErrFutureRev):
-		return rpctypes.ErrGRPCFutureRev
-	case errors.As(err, &u) && u.Unavailable():
+	if u := unavailable(nil); errors.As(err, &u) && u.Unavailable() {
 		lg.WithError(err).Debug("request failed: log unavailable")
 		return rpctypes.ErrGRPCNoLeader
 	}
