@@ -373,6 +373,14 @@ func (b *Backend) halt(err error) {
 	b.applyMu.Unlock()
 	b.log.Error(h.Error())
 	b.kickTailer()
+	b.resign()
+}
+
+// resign withdraws a halted instance from the election, so that another
+// instance leads (commits, expires leases, compacts) while this one serves
+// nothing; it runs in the background (withdrawing may wait on ZooKeeper).
+func (b *Backend) resign() {
+	go b.election.Close()
 }
 
 // declareRollback halts the instance: no entry is applied from then on, the
@@ -398,6 +406,7 @@ func (b *Backend) declareRollback(rbe *RollbackError, st Log) {
 		"fork_revision": rbe.Fork.Rev, "loss_file": rbe.LossFile,
 	}).Error(rbe.Error())
 	b.kickTailer()
+	b.resign()
 }
 
 // writeLoss writes the view's changes after the fork to a new file in

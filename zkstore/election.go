@@ -32,8 +32,9 @@ type Election struct {
 	leaderID uint64
 	changed  chan struct{}
 
-	stop chan struct{}
-	done chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // Leadership is one instance's part in the election of the leader
@@ -80,14 +81,16 @@ func (e *Election) Changed() <-chan struct{} {
 // Close withdraws from the election (deleting our znode if the session is
 // still up) and waits for the loop to end.
 func (e *Election) Close() {
-	close(e.stop)
-	<-e.done
-	e.mu.Lock()
-	node := e.node
-	e.mu.Unlock()
-	if node != "" {
-		_ = e.s.conn.Delete(node, -1)
-	}
+	e.closeOnce.Do(func() {
+		close(e.stop)
+		<-e.done
+		e.mu.Lock()
+		node := e.node
+		e.mu.Unlock()
+		if node != "" {
+			_ = e.s.conn.Delete(node, -1)
+		}
+	})
 }
 
 func (e *Election) set(leader bool, leaderID uint64) {
@@ -122,6 +125,7 @@ func seqOf(name string) int64 {
 
 func (e *Election) loop() {
 	defer close(e.done)
+	defer e.set(false, 0) // withdrawn: no longer the leader, whatever the znode's fate
 	backoff := 100 * time.Millisecond
 	for {
 		select {
