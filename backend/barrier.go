@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // barrier gives linearizable reads a ZooKeeper-ordered event that happened
@@ -218,15 +216,5 @@ func (b *Backend) Linearize(ctx context.Context) error {
 		}
 		return b.stopped(err)
 	}
-	if b.view.State().LSN >= lsn {
-		return nil
-	}
-	b.kickTailer()
-	if err := b.view.WaitApplied(ctx, lsn); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return rpctypes.ErrGRPCCorrupt
-	}
-	return nil
+	return b.waitApplied(ctx, lsn)
 }

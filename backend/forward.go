@@ -405,7 +405,8 @@ func (b *Backend) viewAuth() []byte {
 	return state
 }
 
-// waitApplied waits until the view applied lsn.
+// waitApplied waits until the view applied lsn (kicking the tailer): nil,
+// ctx's error, or ErrGRPCCorrupt for a view that cannot get there.
 func (b *Backend) waitApplied(ctx context.Context, lsn int64) error {
 	if b.view.State().LSN >= lsn {
 		return nil
