@@ -87,7 +87,8 @@ func statusErrors(c *clientv3.Client, addr string) string {
 }
 
 // TestRollingUpgradeToANewerEntryFormat: A and B serve one root on the
-// current build; B is restarted on the next build and writes format-3
+// current build; B is restarted on the next build, A restarted on the
+// current one (so B leads, and commits every write) and B writes format-3
 // entries; A, still current, refuses them (halts, naming the versions; it
 // serves no read of the new data); A restarted on the next build serves
 // everything, nothing lost; a current-build instance started afterwards
@@ -149,6 +150,16 @@ func TestRollingUpgradeToANewerEntryFormat(t *testing.T) {
 	get, err := cb.Get(ctx, "old/", clientv3.WithPrefix())
 	if err != nil || len(get.Kvs) != 50 {
 		t.Fatalf("the next build reading the current log: %v %v", get, err)
+	}
+	// Only the leader commits (--forward-writes): while A, on the current
+	// build, leads, B's writes go to A in format 1. Restarting A (still
+	// current) hands the leadership to B, which then writes format 3.
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	a = instance(cur, "a", aAddr, aMetrics)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
 	var lastRev int64
 	for i := 0; i < 10; i++ {
