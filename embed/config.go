@@ -34,6 +34,9 @@ type Config struct {
 	CORS, HostWhitelist []string
 	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
 	MetricsAddrs []string
+	// EnablePprof serves net/http/pprof's handlers under /debug/pprof/ on
+	// the client and metrics addresses (etcd's --enable-pprof).
+	EnablePprof bool
 	// InternalAddr is the host:port of the internal endpoint (write
 	// forwarding and ReadIndex between instances, package forward; port 0
 	// picks a free one), served when Backend.ForwardWrites is set ("":

@@ -128,7 +128,11 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 		return nil, err
 	}
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	z.gw, err = httpgw.New(gatewayConfig(cfg, be, z.srv, metrics, &z.closeLE))
+	gwCfg := gatewayConfig(cfg, be, z.srv, metrics, &z.closeLE)
+	if cfg.EnablePprof {
+		gwCfg.Debug = pprofHandler()
+	}
+	z.gw, err = httpgw.New(gwCfg)
 	if err != nil {
 		z.srv.Stop()
 		z.cancel()
@@ -141,6 +145,9 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics)
+	if gwCfg.Debug != nil {
+		mux.Handle("/debug/", gwCfg.Debug)
+	}
 	z.gw.HandleHealth(mux)
 	for _, l := range z.metrics {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -53,6 +53,9 @@ type Config struct {
 	Alarms func(ctx context.Context) ([]*pb.AlarmMember, error)
 	// Metrics serves /metrics (nil: not served).
 	Metrics http.Handler
+	// Debug, if not nil, serves /debug/ (the runtime profiles of
+	// --enable-pprof).
+	Debug http.Handler
 	// Services, if not nil, registers more services on GRPC, built as
 	// clients of it over conn (the in-process connection); it runs
 	// before any Serve loop starts, as gRPC requires.
@@ -151,6 +154,9 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("/version", serveVersion)
 	if cfg.Metrics != nil {
 		mux.Handle("/metrics", cfg.Metrics)
+	}
+	if cfg.Debug != nil {
+		mux.Handle("/debug/", cfg.Debug)
 	}
 	s.handler = &accessControl{cors: newAllowList(cfg.CORS), hosts: newAllowList(cfg.HostWhitelist), lg: s.lg, next: mux}
 	quiet := log.New(io.Discard, "", 0) // client mistakes are not server errors

@@ -36,6 +36,7 @@ type serveFlags struct {
 	listenClientURLs    string
 	advertiseClientURLs string
 	listenMetricsURLs   string
+	enablePprof         bool
 	cors                string
 	hostWhitelist       string
 
@@ -113,6 +114,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "URLs to serve the etcd API on, comma separated")
 	fs.StringVar(&f.advertiseClientURLs, "advertise-client-urls", "", "URLs advertised in the member list (default: the listen URLs)")
 	fs.StringVar(&f.listenMetricsURLs, "listen-metrics-urls", "", "URLs to serve /metrics and /health on (http only), comma separated")
+	fs.BoolVar(&f.enablePprof, "enable-pprof", false, "serve Go's runtime profiles under /debug/pprof on the client and metrics URLs (as etcd's flag)")
 	fs.StringVar(&f.cors, "cors", "*", "comma-separated origins (scheme://host:port) allowed cross-origin HTTP requests to the gateway (empty or * allows all)")
 	fs.StringVar(&f.hostWhitelist, "host-whitelist", "*", "comma-separated hostnames accepted in the Host header of HTTP requests on client URLs without TLS (empty or * allows all)")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", translate.DefaultMaxRequestBytes, "largest request accepted, in bytes")

@@ -133,6 +133,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		ClientAddrs:   listen,
 		TLS:           tlsCfg,
 		MetricsAddrs:  metricsAddrs,
+		EnablePprof:   f.enablePprof,
 		CORS:          cors,
 		HostWhitelist: splitList(f.hostWhitelist),
 		Logger:        lg,

@@ -60,6 +60,7 @@ func NewZketcd(c ZketcdConfig) *Zketcd {
 		"--zk-session-timeout", c.SessionTimeout.String(),
 		"--watch-progress-notify-interval", c.ProgressInterval.String(),
 		"--log-level", c.LogLevel,
+		"--enable-pprof", // the soak saves goroutine profiles from /debug/pprof
 	}
 	if c.Internal != "" {
 		args = append(args, "--internal-listen-url", "http://"+c.Internal)

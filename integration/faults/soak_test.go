@@ -5,7 +5,9 @@ import (
 	"encoding/csv"
 	"fmt"
 	"image/color"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,6 +79,7 @@ func TestSoak(t *testing.T) {
 	}
 	faultEvery := envDuration(t, "SOAK_FAULT_EVERY", 3*time.Minute)
 	sampleEvery := envDuration(t, "SOAK_SAMPLE_EVERY", 15*time.Second)
+	profileEvery := envDuration(t, "SOAK_PROFILE_EVERY", 10*time.Minute)
 	maxLin := 100000
 	if v := os.Getenv("SOAK_MAX_LINEARIZABILITY_OPS"); v != "" {
 		if maxLin, err = strconv.Atoi(v); err != nil {
@@ -127,8 +130,14 @@ func TestSoak(t *testing.T) {
 		defer close(sampled)
 		tick := time.NewTicker(sampleEvery)
 		defer tick.Stop()
+		profiled := time.Duration(-1)
 		for {
-			s := takeSample(cl, time.Since(began))
+			at := time.Since(began)
+			if profiled < 0 || at-profiled >= profileEvery {
+				saveGoroutines(t, cl, filepath.Join(out, "goroutines"), at)
+				profiled = at
+			}
+			s := takeSample(cl, at)
 			mu.Lock()
 			samples = append(samples, s)
 			mu.Unlock()
@@ -167,6 +176,7 @@ func TestSoak(t *testing.T) {
 	time.Sleep(time.Until(deadline))
 	close(stopSampling)
 	<-sampled
+	saveGoroutines(t, cl, filepath.Join(out, "goroutines"), time.Since(began))
 	w.WaitProbes(leaseBound)
 	h := w.Stop()
 	t.Logf("soak ran %.1fs; checking %d operations and %d watches", h.Elapsed.Seconds(), len(h.Ops), len(h.Watches))
@@ -199,6 +209,36 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return d
+}
+
+// saveGoroutines writes both instances' goroutine profiles (pprof's
+// debug=1 text: one stack per distinct goroutine state, with counts) to
+// dir/goroutines-<instance>-<seconds>s.txt, so growth can be traced to the
+// stacks that grow. An instance down for a fault is skipped.
+func saveGoroutines(t *testing.T, cl *cluster, dir string, at time.Duration) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("goroutine profiles: %v", err)
+		return
+	}
+	for _, z := range []*Zketcd{cl.a, cl.b} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+z.Metrics+"/debug/pprof/goroutine?debug=1", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var b []byte
+			b, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK {
+				err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutines-%s-%05.0fs.txt", z.Name, at.Seconds())), b, 0o644)
+			} else if err == nil {
+				err = fmt.Errorf("%s", resp.Status)
+			}
+		}
+		cancel()
+		if err != nil {
+			t.Logf("goroutine profile of %s at %.0fs: %v", z.Name, at.Seconds(), err)
+		}
+	}
 }
 
 // takeSample reads both instances' RSS (/proc) and Go heap and goroutines
