@@ -23,6 +23,7 @@ import (
 type Election struct {
 	s        *Store
 	memberID uint64
+	relook   time.Duration
 	log      *logrus.Entry
 
 	mu       sync.Mutex
@@ -35,6 +36,47 @@ type Election struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+
+	// The loop's own watches (only the loop goroutine touches them): the
+	// znode it waits on (its predecessor, or its own when leading) and, on
+	// a follower further back, the leader's. A pending watch is kept
+	// across the periodic re-looks instead of being set again, so a quiet
+	// election holds one watch per path, not one per look.
+	pred, head armedWatch
+}
+
+// armedWatch is a ZooKeeper watch set on path and not yet seen to fire.
+type armedWatch struct {
+	path string
+	ev   <-chan zk.Event
+}
+
+// arm returns a pending watch on path: w's own if it is still pending on
+// that path, else a new one (ExistsW); exists is false if path is gone.
+// A watch that fired (or that an ended session invalidated, which closes
+// its channel) is not kept.
+func (w *armedWatch) arm(s *Store, path string) (exists bool, err error) {
+	if w.ev != nil && w.path == path {
+		select {
+		case <-w.ev:
+		default:
+			return true, nil
+		}
+	}
+	w.path, w.ev = "", nil
+	ok, _, ev, err := s.conn.ExistsW(path)
+	if err != nil || !ok {
+		return false, err
+	}
+	w.path, w.ev = path, ev
+	return true, nil
+}
+
+// wake is what the loop waits for after a step: an immediate retry, or
+// one of the armed watches (nil channels never fire).
+type wake struct {
+	retry    <-chan time.Time
+	pred, hd <-chan zk.Event
 }
 
 // Leadership is one instance's part in the election of the leader
@@ -55,8 +97,16 @@ var _ Leadership = (*Election)(nil)
 // Campaign starts taking part in the election as memberID. Close the
 // returned Election to withdraw.
 func (s *Store) Campaign(memberID uint64) Leadership {
+	return s.campaign(memberID, electionRelook)
+}
+
+// electionRelook is how often the election looks again while no watch
+// fires, so the leader a follower reports stays current.
+const electionRelook = 5 * time.Second
+
+func (s *Store) campaign(memberID uint64, relook time.Duration) *Election {
 	e := &Election{
-		s: s, memberID: memberID, log: s.log.WithField("component", "election"),
+		s: s, memberID: memberID, relook: relook, log: s.log.WithField("component", "election"),
 		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go e.loop()
@@ -144,19 +194,23 @@ func (e *Election) loop() {
 			}
 			continue
 		}
-		wait, err := e.step(sid)
+		w, err := e.step(sid)
 		if err != nil {
 			e.log.WithError(err).Debug("election step")
 			e.set(false, 0)
-			wait = time.After(backoff)
+			w = wake{retry: time.After(backoff)}
 			backoff = min(2*backoff, 2*time.Second)
 		} else {
 			backoff = 100 * time.Millisecond
 		}
 		select {
-		case <-wait:
+		case <-w.retry:
+		case <-w.pred:
+			e.pred = armedWatch{}
+		case <-w.hd:
+			e.head = armedWatch{}
 		case <-sessCh:
-		case <-time.After(5 * time.Second):
+		case <-time.After(e.relook):
 			// A follower watches only its predecessor; look again now and
 			// then so the reported leader stays current.
 		case <-e.stop:
@@ -166,8 +220,9 @@ func (e *Election) loop() {
 }
 
 // step makes sure we have a znode, finds the leader, and returns what to
-// wait for before looking again.
-func (e *Election) step(sid int64) (<-chan time.Time, error) {
+// wait for before looking again. Only the loop goroutine calls it.
+func (e *Election) step(sid int64) (wake, error) {
+	now := wake{retry: time.After(0)}
 	e.mu.Lock()
 	node, nodeSession := e.node, e.session
 	e.mu.Unlock()
@@ -175,7 +230,7 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 		data := []byte(strconv.FormatUint(e.memberID, 16))
 		p, err := e.s.conn.CreateProtectedEphemeralSequential(e.s.l.electionPrefix(), data, e.s.acl)
 		if err != nil {
-			return nil, e.s.wrap("create election znode", err)
+			return wake{}, e.s.wrap("create election znode", err)
 		}
 		e.mu.Lock()
 		e.node, e.session = p, sid
@@ -184,7 +239,7 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 	}
 	names, _, err := e.s.conn.Children(e.s.l.election())
 	if err != nil {
-		return nil, e.s.wrap("list election", err)
+		return wake{}, e.s.wrap("list election", err)
 	}
 	sort.Slice(names, func(i, j int) bool { return seqOf(names[i]) < seqOf(names[j]) })
 	mine := node[strings.LastIndex(node, "/")+1:]
@@ -198,53 +253,44 @@ func (e *Election) step(sid int64) (<-chan time.Time, error) {
 		e.mu.Lock()
 		e.node = "" // gone with an expired session: campaign again
 		e.mu.Unlock()
-		return time.After(0), nil
+		return now, nil
 	}
 	leaderPath := e.s.l.electionNode(names[0])
 	data, _, err := e.s.conn.Get(leaderPath)
 	if errors.Is(err, zk.ErrNoNode) {
-		return time.After(0), nil
+		return now, nil
 	}
 	if err != nil {
-		return nil, e.s.wrap("read leader", err)
+		return wake{}, e.s.wrap("read leader", err)
 	}
 	leaderID, _ := strconv.ParseUint(string(data), 16, 64)
 	watch := node
 	if idx > 0 {
 		watch = e.s.l.electionNode(names[idx-1])
 	}
-	exists, _, ev, err := e.s.conn.ExistsW(watch)
+	exists, err := e.pred.arm(e.s, watch)
 	if err != nil {
-		return nil, e.s.wrap("watch election", err)
+		return wake{}, e.s.wrap("watch election", err)
 	}
 	if !exists {
-		return time.After(0), nil
+		return now, nil
 	}
 	// A follower also watches the leader's znode, so that the leader it
 	// reports (where other instances forward their writes) changes as soon
 	// as that znode goes, not only when its own predecessor does.
-	var leaderEv <-chan zk.Event
+	w := wake{pred: e.pred.ev}
 	if idx > 1 {
-		ok, _, lev, err := e.s.conn.ExistsW(leaderPath)
+		ok, err := e.head.arm(e.s, leaderPath)
 		if err != nil {
-			return nil, e.s.wrap("watch election leader", err)
+			return wake{}, e.s.wrap("watch election leader", err)
 		}
 		if !ok {
-			return time.After(0), nil
+			return now, nil
 		}
-		leaderEv = lev
+		w.hd = e.head.ev
 	}
 	e.set(idx == 0, leaderID)
-	fired := make(chan time.Time, 1)
-	go func() {
-		select {
-		case <-ev:
-		case <-leaderEv:
-		case <-e.stop:
-		}
-		fired <- time.Now()
-	}()
-	return fired, nil
+	return w, nil
 }
 
 // Fence proves leadership inside a multi: it checks that the leader's

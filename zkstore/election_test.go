@@ -1,0 +1,86 @@
+package zkstore
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// TestElectionRelooksHoldNoMoreWatches: a quiet election looks again every
+// relook period; each look must reuse the watch still pending on the same
+// znode, not set a new one with a goroutine waiting on it (which grew by
+// one goroutine per instance per look until the session ended).
+func TestElectionRelooksHoldNoMoreWatches(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	var elections []*Election
+	for id := uint64(1); id <= 3; id++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		st, err := Open(ctx, Config{Servers: []string{srv.Addr()}, Root: "/relook", Logger: logrus.NewEntry(lg)})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		e := st.campaign(id, 10*time.Millisecond)
+		t.Cleanup(e.Close)
+		elections = append(elections, e)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		leader, _, id := elections[0].State()
+		_, _, id2 := elections[2].State()
+		if leader && id == 1 && id2 == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader elected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := electionGoroutines()
+	time.Sleep(time.Second) // ~100 looks per instance
+	after := electionGoroutines()
+	t.Logf("goroutines in zkstore's election: %d, after ~100 looks each: %d", before, after)
+	if after > before {
+		t.Errorf("election goroutines grew from %d to %d over a quiet second of re-looks", before, after)
+	}
+	for _, e := range elections {
+		if e.pred.ev == nil {
+			t.Errorf("member %d holds no pending watch on its predecessor", e.memberID)
+		}
+	}
+	// The watches still work: the leader going makes the next one lead.
+	elections[0].Close()
+	for deadline = time.Now().Add(10 * time.Second); ; {
+		leader, _, _ := elections[1].State()
+		_, _, id := elections[2].State()
+		if leader && id == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("member 2 did not take over when member 1 withdrew")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// electionGoroutines counts the goroutines running zkstore's election code.
+func electionGoroutines() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("zkstore.(*Election)")) {
+			n++
+		}
+	}
+	return n
+}
