@@ -146,7 +146,7 @@ func newFwdMetrics(reg prometheus.Registerer) *fwdMetrics {
 	m := &fwdMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "forward_requests_total",
-			Help: "Requests this instance forwarded to the leader instance, by method and outcome (ok, duplicate, failed, error, local: committed here because the leader could not be reached before sending).",
+			Help: "Requests this instance forwarded to the leader instance, by method and outcome (ok, duplicate, failed, error, local: committed here because the leader could not be reached before sending; for keepalives and lease reads, answered here because the leader did not answer).",
 		}, []string{"method", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "zketcd", Name: "forward_duration_seconds",
