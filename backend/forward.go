@@ -41,6 +41,9 @@ var (
 	// ErrNotSent is a Forwarder's answer when the request was not sent (no
 	// connection to the peer could be made).
 	ErrNotSent = errors.New("zketcd: the request was not sent to the leader")
+	// ErrUnsupported is a Forwarder's answer when the peer does not know
+	// the request (an older version): nothing ran there.
+	ErrUnsupported = errors.New("zketcd: the peer does not serve this request")
 )
 
 // Peer is another instance's internal endpoint as its member znode
@@ -87,6 +90,13 @@ type Forwarder interface {
 	// KeepAlive renews lease id at the peer and returns its TTL (0: no
 	// such lease).
 	KeepAlive(ctx context.Context, to Peer, id int64) (int64, error)
+	// LeaseTimeToLive and Leases answer the lease reads at the peer
+	// (ServeLeaseTimeToLive and ServeLeases there) and return the answer
+	// with the log position the peer's view had applied when it answered.
+	// A peer that does not know the request answers ErrUnsupported, one
+	// that does not lead ErrNotLeader.
+	LeaseTimeToLive(ctx context.Context, to Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error)
+	Leases(ctx context.Context, to Peer) (*pb.LeaseLeasesResponse, int64, error)
 }
 
 // FinalError is a forwarded request's failure as the leader answered it.
@@ -136,7 +146,7 @@ func newFwdMetrics(reg prometheus.Registerer) *fwdMetrics {
 	m := &fwdMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "forward_requests_total",
-			Help: "Requests this instance forwarded to the leader instance, by method and outcome (ok, duplicate, failed, error, local: committed here because the leader could not be reached before sending).",
+			Help: "Requests this instance forwarded to the leader instance, by method and outcome (ok, duplicate, failed, error, local: committed here because the leader could not be reached before sending; for keepalives and lease reads, answered here because the leader did not answer).",
 		}, []string{"method", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "zketcd", Name: "forward_duration_seconds",

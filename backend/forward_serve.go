@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
@@ -182,4 +183,84 @@ func (b *Backend) readIndex(ctx context.Context) (int64, error) {
 		}
 	}
 	return b.barrier.wait(ctx)
+}
+
+// ServeLeaseTimeToLive answers another instance's LeaseTimeToLive here
+// (never forwarded again): the whole response as LeaseTimeToLive at the
+// leader answers it (after a barrier; the remaining TTL from this
+// instance's deadlines, which keepalives renewed in its memory move; the
+// keys if asked), and the position the view had applied once it was read,
+// for the caller to wait for. Errors: ErrNotLeader when this instance does
+// not lead or does not forward (its answer would be no better than the
+// caller's own), else as LeaseTimeToLive. Safe for concurrent use.
+func (b *Backend) ServeLeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	return serveRead(b, "lease_time_to_live", func() (*pb.LeaseTimeToLiveResponse, error) { return b.leaseTimeToLiveHere(ctx, req) })
+}
+
+// ServeLeases answers another instance's LeaseLeases here, as
+// ServeLeaseTimeToLive answers LeaseTimeToLive (the order from this
+// instance's deadlines).
+func (b *Backend) ServeLeases(ctx context.Context) (*pb.LeaseLeasesResponse, int64, error) {
+	return serveRead(b, "lease_leases", func() (*pb.LeaseLeasesResponse, error) { return b.leasesHere(ctx) })
+}
+
+// serveRead runs read at the leader for another instance and returns its
+// answer with the position to wait for.
+func serveRead[T proto.Message](b *Backend, method string, read func() (T, error)) (T, int64, error) {
+	var zero T
+	if err := b.servable(); err != nil {
+		return zero, 0, err
+	}
+	if leader, _, _ := b.election.State(); !leader || !b.cfg.ForwardWrites {
+		b.fwd.metrics.served.WithLabelValues(method, "not_leader").Inc()
+		return zero, 0, ErrNotLeader
+	}
+	resp, err := read()
+	if err != nil {
+		b.fwd.metrics.served.WithLabelValues(method, "error").Inc()
+		return zero, 0, err
+	}
+	b.fwd.metrics.served.WithLabelValues(method, "ok").Inc()
+	return resp, b.view.State().LSN, nil
+}
+
+// leaderRead asks the leader for a lease read (ask) when forwarding and
+// another instance leads, and returns its answer once this view applied
+// the position the answer reflects (ok). ok is false, with a nil error,
+// when the caller must answer locally: not forwarding, no leader endpoint
+// known, or the leader did not answer within readIndexLimit (unreachable,
+// no longer leading, or an older version without the request). The
+// answer's header is reset for the caller's server to fill from this
+// view. Errors: the instance's own (halted, stopped), ctx's, or
+// ErrGRPCCorrupt for a view that cannot reach the position.
+func leaderRead[T proto.Message](ctx context.Context, b *Backend, method string, ask func(context.Context, Peer) (T, int64, error), reset func(T)) (T, bool, error) {
+	var zero T
+	if !b.forwarding() {
+		return zero, false, nil
+	}
+	if err := b.servable(); err != nil {
+		return zero, false, err
+	}
+	peer, ok, _ := b.leaderPeer()
+	if !ok {
+		return zero, false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
+	resp, lsn, err := ask(rctx, peer)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return zero, false, ctx.Err()
+		}
+		b.fwd.metrics.requests.WithLabelValues(method, "local").Inc()
+		b.log.WithError(err).WithFields(logrus.Fields{"method": method, "leader": fmt.Sprintf("%x", peer.ID)}).
+			Debug("lease read at the leader failed; answering here")
+		return zero, false, nil
+	}
+	if err := b.waitApplied(ctx, lsn); err != nil {
+		return zero, false, err
+	}
+	reset(resp)
+	b.fwd.metrics.requests.WithLabelValues(method, "ok").Inc()
+	return resp, true, nil
 }

@@ -23,8 +23,11 @@ type memForwarder struct {
 	mu          sync.Mutex
 	peers       map[string]*Backend
 	loseAnswers int
-	// served counts ServeForward calls, readIndex ReadIndex calls.
-	served, readIndex int
+	// served counts ServeForward calls, readIndex ReadIndex calls, reads
+	// lease reads answered by the peer.
+	served, readIndex, reads int
+	// unsupported makes the lease reads answer as a peer without them.
+	unsupported bool
 	// afterLoss runs once an answer was lost, before Forward returns.
 	afterLoss func()
 }
@@ -92,6 +95,45 @@ func (f *memForwarder) KeepAlive(ctx context.Context, to Peer, id int64) (int64,
 		return 0, err
 	}
 	return b.ServeKeepAlive(ctx, id)
+}
+
+// leaseRead is the peer for a lease read, counting it.
+func (f *memForwarder) leaseRead(to Peer) (*Backend, error) {
+	b, err := f.peer(to.URL)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unsupported {
+		return nil, fmt.Errorf("%w: lease read", ErrUnsupported)
+	}
+	f.reads++
+	return b, nil
+}
+
+func (f *memForwarder) LeaseTimeToLive(ctx context.Context, to Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	b, err := f.leaseRead(to)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, lsn, err := b.ServeLeaseTimeToLive(ctx, proto.Clone(req).(*pb.LeaseTimeToLiveRequest))
+	if err != nil {
+		return nil, 0, err
+	}
+	return proto.Clone(resp).(*pb.LeaseTimeToLiveResponse), lsn, nil
+}
+
+func (f *memForwarder) Leases(ctx context.Context, to Peer) (*pb.LeaseLeasesResponse, int64, error) {
+	b, err := f.leaseRead(to)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, lsn, err := b.ServeLeases(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return proto.Clone(resp).(*pb.LeaseLeasesResponse), lsn, nil
 }
 
 // forwardingPair starts two forwarding instances on one store: a (the

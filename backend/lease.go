@@ -62,9 +62,30 @@ func (b *Backend) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (
 		})
 }
 
-// Leases lists every lease, after a barrier, soonest expiry first as etcd
-// orders them (estimated from when each lease's token was last written).
+// Leases lists every lease, linearizably, soonest expiry first as etcd
+// orders them. When forwarding, a follower asks the leader (ServeLeases),
+// whose deadlines hold the keepalives it renewed in memory, and answers the
+// leader's list once its own view applied the position the list reflects
+// (the header revision is this view's, filled by the server: at least the
+// list's); if the leader is unknown or does not answer within
+// readIndexLimit, it answers here as leasesHere does. Errors: Linearize's,
+// the log's.
 func (b *Backend) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
+	resp, ok, err := leaderRead(ctx, b, "lease_leases",
+		func(ctx context.Context, p Peer) (*pb.LeaseLeasesResponse, int64, error) {
+			return b.cfg.Forwarder.Leases(ctx, p)
+		},
+		func(r *pb.LeaseLeasesResponse) { r.Header = &pb.ResponseHeader{} })
+	if ok || err != nil {
+		return resp, err
+	}
+	return b.leasesHere(ctx)
+}
+
+// leasesHere is Leases from this instance alone, after a barrier: each
+// lease's expiry estimated from when its token was last written and, on the
+// leader, from its own deadline.
+func (b *Backend) leasesHere(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 	if err := b.Linearize(ctx); err != nil {
 		return nil, err
 	}
@@ -87,13 +108,38 @@ func (b *Backend) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 	return translate.LeaseLeases(items), nil
 }
 
-// LeaseTimeToLive reports a lease's granted TTL and an estimate of its
-// remaining TTL (from when its renewal token was last written, by
-// ZooKeeper's clock, or a remaining TTL checkpointed since; on the leader,
-// also from its own deadline, which renewals in memory move), and its keys
-// if asked. A lease that does not exist
-// has TTL -1, as etcd answers.
+// LeaseTimeToLive reports, linearizably, a lease's granted TTL, an
+// estimate of its remaining TTL and its keys if asked. A lease that does
+// not exist has TTL -1, as etcd answers.
+//
+// When forwarding, a follower asks the leader (ServeLeaseTimeToLive): keepalives
+// are renewed in the leader's memory, which the renewal tokens a follower
+// could read do not show. The leader answers everything (remaining and
+// granted TTL, keys), and the follower answers that once its own view
+// applied the position the answer reflects, so the header revision (this
+// view's, filled by the server) is at least the answer's and a read here
+// after it sees every write the answer does. If the leader is unknown or
+// does not answer within readIndexLimit (unreachable, deposed, or an older
+// version without the request), the follower answers here as
+// leaseTimeToLiveHere does, which can underestimate the remaining TTL of a
+// lease kept alive at the leader. Errors: Linearize's, the log's.
 func (b *Backend) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	resp, ok, err := leaderRead(ctx, b, "lease_time_to_live",
+		func(ctx context.Context, p Peer) (*pb.LeaseTimeToLiveResponse, int64, error) {
+			return b.cfg.Forwarder.LeaseTimeToLive(ctx, p, req)
+		},
+		func(r *pb.LeaseTimeToLiveResponse) { r.Header = &pb.ResponseHeader{} })
+	if ok || err != nil {
+		return resp, err
+	}
+	return b.leaseTimeToLiveHere(ctx, req)
+}
+
+// leaseTimeToLiveHere is LeaseTimeToLive from this instance alone, after a
+// barrier: the remaining TTL from when the lease's renewal token was last
+// written, by ZooKeeper's clock, or a remaining TTL checkpointed since; on
+// the leader, also from its own deadline, which renewals in memory move.
+func (b *Backend) leaseTimeToLiveHere(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	if err := b.Linearize(ctx); err != nil {
 		return nil, err
 	}

@@ -9,10 +9,12 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -213,4 +215,53 @@ func (c *Client) KeepAlive(ctx context.Context, to backend.Peer, id int64) (int6
 		return 0, fmt.Errorf("keepalive at %s: %w", to.URL, err)
 	}
 	return out.TTL, nil
+}
+
+// LeaseTimeToLive implements backend.Forwarder.
+func (c *Client) LeaseTimeToLive(ctx context.Context, to backend.Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	out := &pb.LeaseTimeToLiveResponse{}
+	lsn, err := c.read(ctx, to, "LeaseTimeToLive", req, out)
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, lsn, nil
+}
+
+// Leases implements backend.Forwarder.
+func (c *Client) Leases(ctx context.Context, to backend.Peer) (*pb.LeaseLeasesResponse, int64, error) {
+	out := &pb.LeaseLeasesResponse{}
+	lsn, err := c.read(ctx, to, "LeaseLeases", &pb.LeaseLeasesRequest{}, out)
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, lsn, nil
+}
+
+// read calls a read method of the leader, filling out, and returns the
+// position its answer carries. Errors: backend.ErrUnsupported for a peer
+// without the method (an older version), backend.ErrNotLeader, else the
+// call's.
+func (c *Client) read(ctx context.Context, to backend.Peer, method string, req, out proto.Message) (int64, error) {
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	var header, trailer metadata.MD
+	if err := cc.Invoke(ctx, "/"+serviceName+"/"+method, req, out, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+		switch {
+		case status.Code(err) == codes.Unimplemented:
+			return 0, fmt.Errorf("%w: %s at %s: %w", backend.ErrUnsupported, method, to.URL, err)
+		case first(trailer, mdOutcome) == outcomeNotLeader:
+			return 0, backend.ErrNotLeader
+		}
+		return 0, fmt.Errorf("%s at %s: %w", method, to.URL, err)
+	}
+	lsn, err := strconv.ParseInt(first(header, mdLSN), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s at %s: answer without a log position", method, to.URL)
+	}
+	return lsn, nil
 }

@@ -1,6 +1,6 @@
 // Package forward is zketcd's internal endpoint: the gRPC service through
-// which an instance sends its writes, keepalives and ReadIndex requests to
-// the leader instance (Server, on the leader's backend), and the client
+// which an instance sends its writes, keepalives, ReadIndex requests and
+// lease reads (LeaseTimeToLive, LeaseLeases) to the leader instance (Server, on the leader's backend), and the client
 // side the backend uses for it (Client, a backend.Forwarder).
 //
 // The messages are etcd's own (PutRequest, TxnResponse, ...); what the
@@ -10,4 +10,6 @@
 // its revision, come back in the response header; the kind of a failure
 // (not the leader, auth changed, or the request's own final failure) in the
 // trailer. A failure without that trailer leaves the outcome unknown.
+// The protocol grows by adding methods; a method an older peer lacks is
+// answered Unimplemented, reported as backend.ErrUnsupported.
 package forward

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/zketcd/zketcd/backend"
@@ -28,7 +29,20 @@ func (f *fakeLeader) ServeForward(_ context.Context, call backend.ForwardCall) (
 }
 func (f *fakeLeader) ReadIndex(context.Context) (int64, error)                  { return 77, nil }
 func (f *fakeLeader) ServeKeepAlive(_ context.Context, id int64) (int64, error) { return id * 10, nil }
-func (f *fakeLeader) InternalToken() string                                     { return "secret" }
+func (f *fakeLeader) ServeLeaseTimeToLive(_ context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	if req.ID == 404 {
+		return nil, 0, backend.ErrNotLeader
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{Revision: 5}, ID: req.ID, TTL: 8, GrantedTTL: 10}
+	if req.Keys {
+		resp.Keys = [][]byte{[]byte("a"), []byte("b")}
+	}
+	return resp, 21, nil
+}
+func (f *fakeLeader) ServeLeases(context.Context) (*pb.LeaseLeasesResponse, int64, error) {
+	return &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: []*pb.LeaseStatus{{ID: 2}, {ID: 1}}}, 22, nil
+}
+func (f *fakeLeader) InternalToken() string { return "secret" }
 
 func serve(t *testing.T, l Leader) backend.Peer {
 	t.Helper()
@@ -136,5 +150,67 @@ func TestFirstSendToAnUnreachablePeerIsNotSent(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*DefaultConnectWait {
 		t.Errorf("took %s to find the peer unreachable", d)
+	}
+}
+
+func TestLeaseReadsCarryTheAnswerAndItsPosition(t *testing.T) {
+	peer := serve(t, &fakeLeader{})
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ttl, lsn, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3, Keys: true})
+	if err != nil || lsn != 21 || ttl.ID != 3 || ttl.TTL != 8 || ttl.GrantedTTL != 10 || len(ttl.Keys) != 2 ||
+		string(ttl.Keys[0]) != "a" || ttl.Header.GetRevision() != 5 {
+		t.Fatalf("time to live with keys: %v at %d, %v", ttl, lsn, err)
+	}
+	if ttl, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); err != nil || len(ttl.Keys) != 0 {
+		t.Fatalf("time to live without keys: %v %v", ttl, err)
+	}
+	if _, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 404}); !errors.Is(err, backend.ErrNotLeader) {
+		t.Fatalf("time to live at a follower: %v, want ErrNotLeader", err)
+	}
+	leases, lsn, err := c.Leases(ctx, peer)
+	if err != nil || lsn != 22 || len(leases.Leases) != 2 || leases.Leases[0].ID != 2 || leases.Leases[1].ID != 1 {
+		t.Fatalf("leases: %v at %d, %v", leases, lsn, err)
+	}
+	bad := peer
+	bad.Token = "wrong"
+	if _, _, err := c.Leases(ctx, bad); err == nil || errors.Is(err, backend.ErrUnsupported) {
+		t.Fatalf("leases with a bad token: %v", err)
+	}
+}
+
+// TestLeaseReadsAtAnOlderPeerAreUnsupported: a peer whose service lacks
+// the lease reads (an older version) answers ErrUnsupported, for the
+// caller to answer locally; its other methods still work.
+func TestLeaseReadsAtAnOlderPeerAreUnsupported(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	s := &server{l: &fakeLeader{}, lg: logrus.NewEntry(lg)}
+	srv := grpc.NewServer()
+	srv.RegisterService(&grpc.ServiceDesc{ServiceName: serviceName, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
+		{MethodName: "ReadIndex", Handler: s.readIndex},
+		{MethodName: "KeepAlive", Handler: s.keepAlive},
+	}}, s)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	peer := backend.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); !errors.Is(err, backend.ErrUnsupported) {
+		t.Fatalf("time to live at an older peer: %v, want ErrUnsupported", err)
+	}
+	if _, _, err := c.Leases(ctx, peer); !errors.Is(err, backend.ErrUnsupported) {
+		t.Fatalf("leases at an older peer: %v, want ErrUnsupported", err)
+	}
+	if lsn, err := c.ReadIndex(ctx, peer); err != nil || lsn != 77 {
+		t.Fatalf("read index at an older peer: %d %v", lsn, err)
 	}
 }

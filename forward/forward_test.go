@@ -299,3 +299,61 @@ func TestPermissionsAreCheckedOnForwardedWrites(t *testing.T) {
 		t.Fatalf("%d keys under /w/, want bob's one permitted put", len(resp.Kvs))
 	}
 }
+
+// TestLeaseReadsThroughAFollowerSeeKeepalivesInTheLeadersMemory keeps a
+// lease alive through a follower past its TTL (the leader renews it in
+// memory; its token in ZooKeeper stays as granted): the follower's
+// TimeToLive is not decayed and its Leases lists the lease.
+func TestLeaseReadsThroughAFollowerSeeKeepalivesInTheLeadersMemory(t *testing.T) {
+	ins := cluster(t, 2)
+	follower := ins[1].Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := follower.Grant(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follower.Put(ctx, "leased", "v", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	kctx, kcancel := context.WithCancel(ctx)
+	defer kcancel()
+	ka, err := follower.KeepAlive(kctx, lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range ka {
+		}
+	}()
+	time.Sleep(7 * time.Second)
+	ttl, err := follower.TimeToLive(ctx, lease.ID, clientv3.WithAttachedKeys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("time to live through the follower after 7 s of keepalives: %d of %d, keys %q", ttl.TTL, ttl.GrantedTTL, ttl.Keys)
+	if ttl.TTL < 3 || ttl.GrantedTTL != 5 || len(ttl.Keys) != 1 || string(ttl.Keys[0]) != "leased" {
+		t.Fatalf("time to live through the follower: TTL %d, granted %d, keys %q", ttl.TTL, ttl.GrantedTTL, ttl.Keys)
+	}
+	if ttl.ResponseHeader.MemberId != ins[1].Backend().MemberID() || ttl.ResponseHeader.Revision == 0 {
+		t.Fatalf("header %v: want the follower's", ttl.ResponseHeader)
+	}
+	leases, err := follower.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range leases.Leases {
+		found = found || l.ID == lease.ID
+	}
+	if !found {
+		t.Fatalf("leases through the follower %v, without %x", leases.Leases, lease.ID)
+	}
+	kcancel()
+	if _, err := ins[0].Client(t).Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := follower.TimeToLive(ctx, lease.ID); err != nil || ttl.TTL != -1 {
+		t.Fatalf("time to live of the revoked lease through the follower: %+v %v", ttl, err)
+	}
+}

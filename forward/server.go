@@ -29,6 +29,8 @@ type Leader interface {
 	ServeForward(ctx context.Context, call backend.ForwardCall) (proto.Message, backend.ForwardReply, error)
 	ReadIndex(ctx context.Context) (int64, error)
 	ServeKeepAlive(ctx context.Context, id int64) (int64, error)
+	ServeLeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error)
+	ServeLeases(ctx context.Context) (*pb.LeaseLeasesResponse, int64, error)
 	InternalToken() string
 }
 
@@ -55,6 +57,12 @@ func NewServer(l Leader, lg *logrus.Entry, reg prometheus.Registerer) *grpc.Serv
 			write[*pb.LeaseRevokeRequest]("LeaseRevoke"),
 			{MethodName: "ReadIndex", Handler: s.readIndex},
 			{MethodName: "KeepAlive", Handler: s.keepAlive},
+			read("LeaseTimeToLive", func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+				return l.ServeLeaseTimeToLive(ctx, req)
+			}),
+			read("LeaseLeases", func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
+				return l.ServeLeases(ctx)
+			}),
 		},
 	}, s)
 	return srv
@@ -80,6 +88,33 @@ func write[R proto.Message](name string) grpc.MethodDesc {
 			return nil, err
 		}
 		return s.forward(ctx, req)
+	}}
+}
+
+// read is the method desc of a lease read served at the leader: the
+// response, with the position the caller waits for in the mdLSN header, or
+// the not-leader outcome.
+func read[R, T proto.Message](name string, serve func(context.Context, Leader, R) (T, int64, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		s := srv.(*server)
+		req := newMessage[R]()
+		if err := dec(req); err != nil {
+			return nil, err
+		}
+		if _, err := s.auth(ctx); err != nil {
+			return nil, err
+		}
+		resp, lsn, err := serve(ctx, s.l, req)
+		switch {
+		case errors.Is(err, backend.ErrNotLeader):
+			return nil, s.fail(ctx, outcomeNotLeader, status.Error(codes.Unavailable, err.Error()))
+		case err != nil:
+			return nil, statusOf(err)
+		}
+		if err := grpc.SetHeader(ctx, metadata.Pairs(mdLSN, strconv.FormatInt(lsn, 10))); err != nil {
+			return nil, err
+		}
+		return resp, nil
 	}}
 }
 

@@ -11,7 +11,15 @@ import (
 	"github.com/zketcd/zketcd/revision"
 )
 
-// serviceName is the internal gRPC service.
+// serviceName is the internal gRPC service. Its methods carry etcd's own
+// protobuf messages; the protocol grows by adding methods, never by
+// changing one: a peer of an older version answers a method it lacks with
+// codes.Unimplemented, which the client reports as backend.ErrUnsupported
+// (the caller answers locally). Methods: Put, DeleteRange, Txn, Compact,
+// LeaseGrant, LeaseRevoke (writes: tag, auth fingerprint, position and
+// duplicate revision in metadata), ReadIndex, KeepAlive, and the lease
+// reads LeaseTimeToLive and LeaseLeases (the answer, with the position it
+// reflects in mdLSN).
 const serviceName = "zketcd.internal.Forward"
 
 // Metadata keys of the protocol.
