@@ -1,6 +1,11 @@
 package auth
 
-import "context"
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+)
 
 // Eval evaluates one auth change against the current encoded auth state
 // (as staged in the commit batch) and returns the next state (nil: nothing
@@ -26,4 +31,55 @@ func WithCheck(ctx context.Context, check Check) context.Context {
 func CheckFrom(ctx context.Context) Check {
 	c, _ := ctx.Value(checkKey{}).(Check)
 	return c
+}
+
+// Change returns the Eval of a changing request as it goes into the log
+// (prepared by Store.Prepare), with entropy drawn once for the request:
+// every evaluation of it, on any instance, computes the same change. The
+// response is Apply's (its header left to the caller).
+func Change(req proto.Message, entropy []byte) Eval {
+	return func(cur []byte) ([]byte, any, error) {
+		st, err := Decode(cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		next, resp, err := st.Apply(req, entropy)
+		if err != nil {
+			return nil, nil, err
+		}
+		if next == st {
+			return nil, resp, nil
+		}
+		return next.Encode(), resp, nil
+	}
+}
+
+// NewResponse returns an empty message of the type Apply answers req with,
+// and false if req is not a changing request.
+func NewResponse(req proto.Message) (proto.Message, bool) {
+	switch req.(type) {
+	case *pb.AuthEnableRequest:
+		return &pb.AuthEnableResponse{}, true
+	case *pb.AuthDisableRequest:
+		return &pb.AuthDisableResponse{}, true
+	case *pb.AuthUserAddRequest:
+		return &pb.AuthUserAddResponse{}, true
+	case *pb.AuthUserDeleteRequest:
+		return &pb.AuthUserDeleteResponse{}, true
+	case *pb.AuthUserChangePasswordRequest:
+		return &pb.AuthUserChangePasswordResponse{}, true
+	case *pb.AuthUserGrantRoleRequest:
+		return &pb.AuthUserGrantRoleResponse{}, true
+	case *pb.AuthUserRevokeRoleRequest:
+		return &pb.AuthUserRevokeRoleResponse{}, true
+	case *pb.AuthRoleAddRequest:
+		return &pb.AuthRoleAddResponse{}, true
+	case *pb.AuthRoleDeleteRequest:
+		return &pb.AuthRoleDeleteResponse{}, true
+	case *pb.AuthRoleGrantPermissionRequest:
+		return &pb.AuthRoleGrantPermissionResponse{}, true
+	case *pb.AuthRoleRevokePermissionRequest:
+		return &pb.AuthRoleRevokePermissionResponse{}, true
+	}
+	return nil, false
 }

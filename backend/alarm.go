@@ -28,15 +28,25 @@ func (b *Backend) Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmM
 		alarms, _ := translate.AlarmResponse(b.view.Alarms(), req)
 		return alarms, nil
 	}
-	return write(ctx, b, req, func(bt *revision.Batch) ([]*pb.AlarmMember, error) {
+	resp, err := writeFwd(ctx, b, req, func() *pb.AlarmResponse { return &pb.AlarmResponse{} }, b.alarmEval(req), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Alarms, nil
+}
+
+// alarmEval is the batch evaluation of an alarm activation or
+// deactivation (on the origin, or on the leader for a forwarded one).
+func (b *Backend) alarmEval(req *pb.AlarmRequest) func(*revision.Batch) (*pb.AlarmResponse, error) {
+	return func(bt *revision.Batch) (*pb.AlarmResponse, error) {
 		resp, change := translate.AlarmResponse(bt.Alarms(), req)
 		if change != nil && bt.ChangeAlarm(*change) {
 			b.log.WithFields(logrus.Fields{
 				"alarm": req.Alarm.String(), "member": memberHex(req.MemberID), "activate": change.Activate,
 			}).Warn("alarm change staged")
 		}
-		return resp, nil
-	})
+		return &pb.AlarmResponse{Alarms: resp}, nil
+	}
 }
 
 // Alarms returns the active alarms of the view, without a barrier (Status,

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/protobuf/proto"
 
@@ -17,11 +18,25 @@ func (b *Backend) AuthState() ([]byte, int64) { return b.view.AuthState() }
 // AuthWrite commits an auth change as an OpAuth op of the log, in log
 // order with every other write, so that every instance applies it at the
 // same position. It does not take an etcd revision. req is the request as
-// it goes into the log (its size is checked against --max-request-bytes).
-// When AuthWrite returns without error the change is applied to this
-// instance's view.
-func (b *Backend) AuthWrite(ctx context.Context, req proto.Message, eval auth.Eval) (any, error) {
-	return write(ctx, b, req, func(bt *revision.Batch) (any, error) {
+// it goes into the log (prepared by auth.Store.Prepare; its size is checked
+// against --max-request-bytes) and entropy the random bytes drawn once for
+// it. When forwarding writes, a follower sends both to the leader, which
+// evaluates the change as this instance would (auth.Change). It returns
+// auth.State.Apply's response; when AuthWrite returns without error the
+// change is applied to this instance's view.
+func (b *Backend) AuthWrite(ctx context.Context, req proto.Message, entropy []byte) (proto.Message, error) {
+	newResp, ok := auth.NewResponse(req)
+	if !ok {
+		return nil, fmt.Errorf("zketcd: %T is not an auth change", req)
+	}
+	return writeFwdWith(ctx, b, req, entropy, func() proto.Message { return proto.Clone(newResp) }, authEval(req, entropy), nil)
+}
+
+// authEval is the batch evaluation of an auth change (on the origin, or
+// on the leader for a forwarded one).
+func authEval(req proto.Message, entropy []byte) func(*revision.Batch) (proto.Message, error) {
+	eval := auth.Change(req, entropy)
+	return func(bt *revision.Batch) (proto.Message, error) {
 		next, resp, err := eval(bt.AuthState())
 		if err != nil {
 			return nil, err
@@ -29,8 +44,8 @@ func (b *Backend) AuthWrite(ctx context.Context, req proto.Message, eval auth.Ev
 		if next != nil {
 			bt.SetAuthState(next)
 		}
-		return resp, nil
-	})
+		return resp.(proto.Message), nil
+	}
 }
 
 // LeaseKeys returns the keys attached to lease id in the view, sorted, and

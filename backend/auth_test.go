@@ -16,13 +16,16 @@ func TestAuthWriteIsInTheLogAndAuthChecksSeeTheBatchState(t *testing.T) {
 	be := in.Backend()
 	ctx := ctxT(t)
 	rev := be.State().Rev
-	if _, err := be.AuthWrite(ctx, &pb.AuthRoleAddRequest{Name: "x"}, func(cur []byte) ([]byte, any, error) {
-		return []byte("state-1"), &pb.AuthRoleAddResponse{}, nil
-	}); err != nil {
+	resp, err := be.AuthWrite(ctx, &pb.AuthRoleAddRequest{Name: "x"}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := be.AuthState(); string(got) != "state-1" || be.State().Rev != rev {
-		t.Fatalf("auth state %q at rev %d; want state-1 at rev %d (auth takes no revision)", got, be.State().Rev, rev)
+	if _, ok := resp.(*pb.AuthRoleAddResponse); !ok {
+		t.Fatalf("response %T, want *AuthRoleAddResponse", resp)
+	}
+	state1, _ := be.AuthState()
+	if st, err := auth.Decode(state1); err != nil || st.Role("x") == nil || be.State().Rev != rev {
+		t.Fatalf("auth state %v (%v) at rev %d; want role x at rev %d (auth takes no revision)", st, err, be.State().Rev, rev)
 	}
 	// A write whose check refuses the staged state fails with its error,
 	// and one whose check accepts it commits.
@@ -35,7 +38,7 @@ func TestAuthWriteIsInTheLogAndAuthChecksSeeTheBatchState(t *testing.T) {
 	if _, err := be.Put(checked, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); !errors.Is(err, refused) {
 		t.Fatalf("put with a refusing check: %v", err)
 	}
-	if !bytes.Equal(seen, []byte("state-1")) {
+	if !bytes.Equal(seen, state1) {
 		t.Fatalf("check saw %q", seen)
 	}
 	ok := auth.WithCheck(ctx, func([]byte) error { return nil })
@@ -43,7 +46,7 @@ func TestAuthWriteIsInTheLogAndAuthChecksSeeTheBatchState(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Restart()
-	if got, _ := in.Backend().AuthState(); string(got) != "state-1" {
+	if got, _ := in.Backend().AuthState(); !bytes.Equal(got, state1) {
 		t.Fatalf("after restart: %q", got)
 	}
 }

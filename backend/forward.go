@@ -55,13 +55,17 @@ type Peer struct {
 }
 
 // ForwardCall is one forwarded write: Req is the etcd request (Put,
-// DeleteRange, Txn, Compaction, LeaseGrant with its ID chosen, LeaseRevoke),
+// DeleteRange, Txn, Compaction, LeaseGrant with its ID chosen, LeaseRevoke,
+// an Alarm activation or deactivation, an auth change as prepared),
 // Resp the empty response of its type, filled by a successful Forward.
 type ForwardCall struct {
 	Origin revision.WriterTag
 	AuthFP uint64
 	Req    proto.Message
-	Resp   proto.Message
+	// Entropy is the random bytes an auth change was evaluated with at
+	// its origin (nil for other requests).
+	Entropy []byte
+	Resp    proto.Message
 	// Fresh is set on the first send: a Forwarder that cannot reach the
 	// peer without sending anything answers ErrNotSent.
 	Fresh bool
@@ -239,6 +243,11 @@ func methodOf(req proto.Message) string {
 		return "lease_grant"
 	case *pb.LeaseRevokeRequest:
 		return "lease_revoke"
+	case *pb.AlarmRequest:
+		return "alarm"
+	}
+	if _, ok := auth.NewResponse(req); ok {
+		return "auth"
 	}
 	return "unknown"
 }
@@ -251,6 +260,14 @@ func methodOf(req proto.Message) string {
 // a request found committed already (nil: it cannot be rebuilt, the client
 // gets etcd's "request timed out, possibly due to connection lost").
 func writeFwd[T proto.Message](ctx context.Context, b *Backend, req proto.Message, newResp func() T,
+	eval func(*revision.Batch) (T, error), dup func(lsn, rev int64) (T, error)) (T, error) {
+	return writeFwdWith(ctx, b, req, nil, newResp, eval, dup)
+}
+
+// writeFwdWith is writeFwd for a request whose evaluation also takes
+// entropy drawn once at its origin (an auth change): it travels with the
+// request, so the leader evaluates it as this instance would.
+func writeFwdWith[T proto.Message](ctx context.Context, b *Backend, req proto.Message, entropy []byte, newResp func() T,
 	eval func(*revision.Batch) (T, error), dup func(lsn, rev int64) (T, error)) (T, error) {
 	var zero T
 	if err := b.servable(); err != nil {
@@ -332,7 +349,7 @@ func writeFwd[T proto.Message](ctx context.Context, b *Backend, req proto.Messag
 		resp := newResp()
 		actx, acancel := context.WithCancel(ctx)
 		go b.cancelOnLeaderChange(actx, acancel, peer.ID)
-		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Req: req, Resp: resp, Fresh: fresh})
+		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Req: req, Entropy: entropy, Resp: resp, Fresh: fresh})
 		acancel()
 		var final *FinalError
 		switch {

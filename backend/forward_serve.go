@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/zketcd/zketcd/auth"
 	"github.com/zketcd/zketcd/revision"
 	"github.com/zketcd/zketcd/translate"
 )
@@ -115,6 +116,14 @@ func (b *Backend) serveForward(ctx context.Context, call ForwardCall) (proto.Mes
 		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
 	case *pb.LeaseRevokeRequest:
 		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
+	case *pb.AlarmRequest:
+		if req.Action == pb.AlarmRequest_GET {
+			return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: an alarm GET is a read, not forwarded")}
+		}
+		return serveAs(ctx, b, p, req, b.alarmEval(req))
+	}
+	if _, ok := auth.NewResponse(call.Req); ok {
+		return serveAs(ctx, b, p, call.Req, authEval(call.Req, call.Entropy))
 	}
 	return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
 }

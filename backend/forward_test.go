@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/zketcd/zketcd/auth"
 	"github.com/zketcd/zketcd/internal/memlog"
 	"github.com/zketcd/zketcd/revision"
 )
@@ -54,7 +58,7 @@ func (f *memForwarder) Forward(ctx context.Context, to Peer, call ForwardCall) (
 		return ForwardReply{}, errors.New("bad token")
 	}
 	req := proto.Clone(call.Req)
-	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req})
+	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req, Entropy: call.Entropy})
 	f.mu.Lock()
 	f.served++
 	lose := f.loseAnswers > 0
@@ -251,6 +255,57 @@ func TestForwardedWritesAreCommittedByTheLeaderAndReadOnTheFollower(t *testing.T
 	}
 	if fw.readIndex == 0 {
 		t.Error("the follower's linearizable read did not use the leader's read index")
+	}
+}
+
+// TestAuthAndAlarmChangesThroughTheFollowerAreCommittedByTheLeader: auth
+// changes (with the entropy drawn at their origin) and alarm changes are
+// forwarded like the KV writes, so the leader is the only writer of the
+// log and both instances hold the same auth state, secret included.
+func TestAuthAndAlarmChangesThroughTheFollowerAreCommittedByTheLeader(t *testing.T) {
+	st, fw, a, _, b, _ := forwardingPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	entropy := []byte("0123456789abcdef0123456789abcdef")
+	for _, req := range []proto.Message{
+		&pb.AuthUserAddRequest{Name: "root", Options: &authpb.UserAddOptions{NoPassword: true}},
+		&pb.AuthRoleAddRequest{Name: "root"},
+		&pb.AuthUserGrantRoleRequest{User: "root", Role: "root"},
+		&pb.AuthEnableRequest{},
+	} {
+		resp, err := b.AuthWrite(ctx, req, entropy)
+		if err != nil {
+			t.Fatalf("%T through the follower: %v", req, err)
+		}
+		if want, _ := auth.NewResponse(req); proto.MessageName(resp) != proto.MessageName(want) {
+			t.Fatalf("%T answered with %T", req, resp)
+		}
+	}
+	// A change the leader refuses comes back with its error, unchanged.
+	if _, err := b.AuthWrite(ctx, &pb.AuthRoleAddRequest{Name: "root"}, nil); !errors.Is(err, rpctypes.ErrGRPCRoleAlreadyExist) {
+		t.Fatalf("adding an existing role through the follower: %v, want %v", err, rpctypes.ErrGRPCRoleAlreadyExist)
+	}
+	if _, err := b.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: b.MemberID(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Linearize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := a.AuthState()
+	sb, _ := b.AuthState()
+	if st, err := auth.Decode(sb); err != nil || !st.Enabled || !bytes.Equal(sa, sb) {
+		t.Fatalf("auth state on the follower: enabled %v (%v), equal to the leader's: %v", st != nil && st.Enabled, err, bytes.Equal(sa, sb))
+	}
+	if alarms := a.Alarms(); len(alarms) != 1 || alarms[0].MemberID != b.MemberID() {
+		t.Fatalf("leader's alarms: %v", alarms)
+	}
+	if fw.served != 6 {
+		t.Errorf("leader served %d forwards, want 6", fw.served)
+	}
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce != a.nonce {
+			t.Fatalf("entry %d written by %x, want only the leader %x", e.LSN, e.Writer.Nonce, a.nonce)
+		}
 	}
 }
 

@@ -112,14 +112,10 @@ func (b *Backend) rebuildPut(req *pb.PutRequest, rev int64) (*pb.PutResponse, er
 	return resp, nil
 }
 
-// write queues a validated request (its size checked by the caller) for
-// the committer and returns its typed response.
-func write[T any](ctx context.Context, b *Backend, req proto.Message, eval func(*revision.Batch) (T, error)) (T, error) {
-	return writeGuarded(ctx, b, req, eval, nil)
-}
-
-// writeGuarded is write; the active alarms may refuse req when it is
-// evaluated (translate.AlarmGate). With guards not nil, the request is committed in
+// writeGuarded queues a validated request (its size checked by the
+// caller) for this instance's committer and returns its typed response;
+// the active alarms may refuse req when it is evaluated
+// (translate.AlarmGate). With guards not nil, the request is committed in
 // an entry of its own under the preconditions guards returns.
 func writeGuarded[T any](ctx context.Context, b *Backend, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
 	if err := b.servable(); err != nil {

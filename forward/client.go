@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -131,6 +132,11 @@ func methodName(req proto.Message) (string, error) {
 		return "LeaseGrant", nil
 	case *pb.LeaseRevokeRequest:
 		return "LeaseRevoke", nil
+	case *pb.AlarmRequest:
+		return "Alarm", nil
+	}
+	if name, ok := authMethods[reflect.TypeOf(req)]; ok {
+		return name, nil
 	}
 	return "", fmt.Errorf("zketcd: %T cannot be forwarded", req)
 }
@@ -155,6 +161,9 @@ func (c *Client) Forward(ctx context.Context, to backend.Peer, call backend.Forw
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token, mdOrigin, formatTag(call.Origin),
 		mdAuth, strconv.FormatUint(call.AuthFP, 16))
+	if call.Entropy != nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, mdEntropy, string(call.Entropy))
+	}
 	var header, trailer metadata.MD
 	err = cc.Invoke(ctx, "/"+serviceName+"/"+name, call.Req, call.Resp, grpc.Header(&header), grpc.Trailer(&trailer))
 	if err != nil {
@@ -170,6 +179,11 @@ func (c *Client) Forward(ctx context.Context, to backend.Peer, call backend.Forw
 			if call.Fresh {
 				return backend.ForwardReply{}, fmt.Errorf("%w: %s refused the token: %w", backend.ErrNotSent, to.URL, err)
 			}
+		}
+		if status.Code(err) == codes.Unimplemented && call.Fresh {
+			// A leader of an older build that does not forward this
+			// method: nothing ran there.
+			return backend.ForwardReply{}, fmt.Errorf("%w: %s does not serve %s: %w", backend.ErrNotSent, to.URL, name, err)
 		}
 		return backend.ForwardReply{}, fmt.Errorf("forward to %s: %w", to.URL, err)
 	}

@@ -6,6 +6,7 @@ package forward_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
@@ -355,5 +358,62 @@ func TestLeaseReadsThroughAFollowerSeeKeepalivesInTheLeadersMemory(t *testing.T)
 	}
 	if ttl, err := follower.TimeToLive(ctx, lease.ID); err != nil || ttl.TTL != -1 {
 		t.Fatalf("time to live of the revoked lease through the follower: %+v %v", ttl, err)
+	}
+}
+
+// TestAuthAndAlarmChangesThroughAFollowerAreTheLeaders: an administrator on
+// a follower sets up auth and raises and disarms an alarm; every change is
+// committed by the leader (one writer in the log), and a user created
+// through the follower logs in on either instance.
+func TestAuthAndAlarmChangesThroughAFollowerAreTheLeaders(t *testing.T) {
+	ins := cluster(t, 2)
+	leader, follower := ins[0], ins[1]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := follower.Client(t)
+	for i, step := range []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.UserAdd(ctx, "carol", "carolpw"); return err },
+		func() error {
+			_, err := pb.NewMaintenanceClient(admin.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
+				Action: pb.AlarmRequest_ACTIVATE, MemberID: follower.Backend().MemberID(), Alarm: pb.AlarmType_NOSPACE})
+			return err
+		},
+		func() error {
+			_, err := admin.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: follower.Backend().MemberID(), Alarm: pb.AlarmType_NOSPACE})
+			return err
+		},
+		func() error {
+			if _, err := admin.RoleAdd(ctx, "root"); !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+				return fmt.Errorf("adding an existing role: %v, want %v", err, rpctypes.ErrRoleAlreadyExist)
+			}
+			return nil
+		},
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("step %d through the follower: %v", i, err)
+		}
+	}
+	for _, in := range []*zketcdtest.Instance{leader, follower} {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{in.Endpoint()}, DialTimeout: 20 * time.Second,
+			Username: "carol", Password: "carolpw", Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatalf("carol's login: %v", err)
+		}
+		_, err = c.Get(ctx, "anything")
+		c.Close()
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Fatalf("carol, with no role, reading: %v, want permission denied (auth enabled everywhere)", err)
+		}
+	}
+	writers := map[uint64]bool{}
+	for _, e := range logOf(t, leader.Root()) {
+		writers[e.Writer.Nonce] = true
+	}
+	if len(writers) != 1 {
+		t.Errorf("%d writers in the log, want one (the leader)", len(writers))
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"math"
+	"reflect"
+	"sort"
 	"strconv"
 	"time"
 
@@ -45,25 +47,31 @@ func NewServer(l Leader, lg *logrus.Entry, reg prometheus.Registerer) *grpc.Serv
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	)
+	methods := []grpc.MethodDesc{
+		write[*pb.PutRequest]("Put"),
+		write[*pb.DeleteRangeRequest]("DeleteRange"),
+		write[*pb.TxnRequest]("Txn"),
+		write[*pb.CompactionRequest]("Compact"),
+		write[*pb.LeaseGrantRequest]("LeaseGrant"),
+		write[*pb.LeaseRevokeRequest]("LeaseRevoke"),
+		write[*pb.AlarmRequest]("Alarm"),
+		{MethodName: "ReadIndex", Handler: s.readIndex},
+		{MethodName: "KeepAlive", Handler: s.keepAlive},
+		read("LeaseTimeToLive", func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+			return l.ServeLeaseTimeToLive(ctx, req)
+		}),
+		read("LeaseLeases", func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
+			return l.ServeLeases(ctx)
+		}),
+	}
+	for typ, name := range authMethods {
+		methods = append(methods, writeOf(name, reflect.New(typ.Elem()).Interface().(proto.Message)))
+	}
+	sort.Slice(methods, func(i, j int) bool { return methods[i].MethodName < methods[j].MethodName })
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{
-			write[*pb.PutRequest]("Put"),
-			write[*pb.DeleteRangeRequest]("DeleteRange"),
-			write[*pb.TxnRequest]("Txn"),
-			write[*pb.CompactionRequest]("Compact"),
-			write[*pb.LeaseGrantRequest]("LeaseGrant"),
-			write[*pb.LeaseRevokeRequest]("LeaseRevoke"),
-			{MethodName: "ReadIndex", Handler: s.readIndex},
-			{MethodName: "KeepAlive", Handler: s.keepAlive},
-			read("LeaseTimeToLive", func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-				return l.ServeLeaseTimeToLive(ctx, req)
-			}),
-			read("LeaseLeases", func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
-				return l.ServeLeases(ctx)
-			}),
-		},
+		Methods:     methods,
 	}, s)
 	return srv
 }
@@ -80,10 +88,14 @@ func newMessage[M proto.Message]() M {
 }
 
 // write is the method desc of a forwarded write of request type R.
-func write[R proto.Message](name string) grpc.MethodDesc {
+func write[R proto.Message](name string) grpc.MethodDesc { return writeOf(name, newMessage[R]()) }
+
+// writeOf is the method desc of a forwarded write whose requests are of
+// prototype's type.
+func writeOf(name string, prototype proto.Message) grpc.MethodDesc {
 	return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*server)
-		req := newMessage[R]()
+		req := prototype.ProtoReflect().New().Interface()
 		if err := dec(req); err != nil {
 			return nil, err
 		}
@@ -140,7 +152,11 @@ func (s *server) forward(ctx context.Context, req proto.Message) (any, error) {
 	if err != nil {
 		return nil, s.fail(ctx, outcomeFailed, status.Error(codes.InvalidArgument, "zketcd: bad auth fingerprint"))
 	}
-	resp, reply, err := s.l.ServeForward(ctx, backend.ForwardCall{Origin: tag, AuthFP: fp, Req: req})
+	var entropy []byte
+	if v := md.Get(mdEntropy); len(v) > 0 {
+		entropy = []byte(v[0])
+	}
+	resp, reply, err := s.l.ServeForward(ctx, backend.ForwardCall{Origin: tag, AuthFP: fp, Req: req, Entropy: entropy})
 	var final *backend.FinalError
 	switch {
 	case errors.Is(err, backend.ErrNotLeader):

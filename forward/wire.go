@@ -3,9 +3,11 @@ package forward
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/zketcd/zketcd/revision"
@@ -30,7 +32,25 @@ const (
 	mdLSN     = "zketcd-lsn"
 	mdDup     = "zketcd-dup-rev"
 	mdOutcome = "zketcd-outcome"
+	// mdEntropy carries an auth change's entropy (binary metadata).
+	mdEntropy = "zketcd-entropy-bin"
 )
+
+// authMethods name the forwarded auth changes by request type; the
+// server registers one method per entry.
+var authMethods = map[reflect.Type]string{
+	reflect.TypeOf(&pb.AuthEnableRequest{}):               "AuthEnable",
+	reflect.TypeOf(&pb.AuthDisableRequest{}):              "AuthDisable",
+	reflect.TypeOf(&pb.AuthUserAddRequest{}):              "UserAdd",
+	reflect.TypeOf(&pb.AuthUserDeleteRequest{}):           "UserDelete",
+	reflect.TypeOf(&pb.AuthUserChangePasswordRequest{}):   "UserChangePassword",
+	reflect.TypeOf(&pb.AuthUserGrantRoleRequest{}):        "UserGrantRole",
+	reflect.TypeOf(&pb.AuthUserRevokeRoleRequest{}):       "UserRevokeRole",
+	reflect.TypeOf(&pb.AuthRoleAddRequest{}):              "RoleAdd",
+	reflect.TypeOf(&pb.AuthRoleDeleteRequest{}):           "RoleDelete",
+	reflect.TypeOf(&pb.AuthRoleGrantPermissionRequest{}):  "RoleGrantPermission",
+	reflect.TypeOf(&pb.AuthRoleRevokePermissionRequest{}): "RoleRevokePermission",
+}
 
 // Values of mdOutcome.
 const (

@@ -19,10 +19,11 @@ type Auth interface {
 	// encoding; nil if it never changed) and the log position it was read
 	// at.
 	AuthState() ([]byte, int64)
-	// AuthWrite commits an auth change through the log, in order with
-	// every other write; once it returns without error the change is
-	// applied to this instance's view. eval may run more than once.
-	AuthWrite(ctx context.Context, req proto.Message, eval auth.Eval) (any, error)
+	// AuthWrite commits an auth change (req as Store.Prepare made it, with
+	// entropy drawn once for it) through the log, in order with every
+	// other write, and returns Apply's response; once it returns without
+	// error the change is applied to this instance's view.
+	AuthWrite(ctx context.Context, req proto.Message, entropy []byte) (proto.Message, error)
 	// Linearize waits until the view holds every write acknowledged
 	// before the call.
 	Linearize(ctx context.Context) error
@@ -43,7 +44,7 @@ type authServer struct {
 	st        *auth.Store
 	hdr       header
 	lg        *logrus.Entry
-	write     func(ctx context.Context, req proto.Message, eval auth.Eval) (any, error)
+	write     func(ctx context.Context, req proto.Message, entropy []byte) (proto.Message, error)
 	linearize func(ctx context.Context) error
 }
 
@@ -70,24 +71,11 @@ func (s *authServer) change(ctx context.Context, req proto.Message) (proto.Messa
 	if _, err := rand.Read(entropy); err != nil {
 		return nil, toGRPCError(s.lg, fmt.Errorf("auth entropy: %w", err))
 	}
-	resp, err := s.write(ctx, prepared, func(cur []byte) ([]byte, any, error) {
-		st, err := auth.Decode(cur)
-		if err != nil {
-			return nil, nil, err
-		}
-		next, resp, err := st.Apply(prepared, entropy)
-		if err != nil {
-			return nil, nil, err
-		}
-		if next == st {
-			return nil, resp, nil
-		}
-		return next.Encode(), resp, nil
-	})
+	resp, err := s.write(ctx, prepared, entropy)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	return s.withHeader(resp.(proto.Message)), nil
+	return s.withHeader(resp), nil
 }
 
 // read answers a read-only request after catching up with the log.
