@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/zketcd/zketcd/auth"
 	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/revision"
 )
@@ -212,5 +213,17 @@ func TestLeaseReadsAtAnOlderPeerAreUnsupported(t *testing.T) {
 	}
 	if lsn, err := c.ReadIndex(ctx, peer); err != nil || lsn != 77 {
 		t.Fatalf("read index at an older peer: %d %v", lsn, err)
+	}
+	// An auth or alarm change sent first to a leader that does not serve
+	// it ran nothing there: the origin may commit it itself.
+	for _, req := range []proto.Message{&pb.AuthRoleAddRequest{Name: "r"}, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE}} {
+		resp, _ := auth.NewResponse(req)
+		if resp == nil {
+			resp = &pb.AlarmResponse{}
+		}
+		_, err := c.Forward(ctx, peer, backend.ForwardCall{Req: req, Resp: resp, Entropy: []byte("e"), Fresh: true})
+		if !errors.Is(err, backend.ErrNotSent) {
+			t.Fatalf("%T at an older peer: %v, want ErrNotSent", req, err)
+		}
 	}
 }
