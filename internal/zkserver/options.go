@@ -165,10 +165,12 @@ type Options struct {
 	//
 	// A member dials another's quorum port only to follow it as leader, so
 	// routing the quorum links is what cuts a follower off from its leader.
-	// ZooKeeper's election connections carry the dialer's own election
-	// address, which the dialed member may use to connect back directly,
-	// around the route; an election connection does not make a member
-	// serve, so this does not undo a partition of the quorum links.
+	// Election links are routed only in part: in ZooKeeper 3.8 a member
+	// that dials one with a higher myid sends its own election address,
+	// and the dialed member drops that connection and dials the address
+	// back directly, around the route. An election connection does not
+	// make a member serve, so this does not undo a partition of the
+	// quorum links.
 	RoutePeer func(PeerLink) (string, error)
 }
 
