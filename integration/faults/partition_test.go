@@ -118,20 +118,20 @@ func zkFollowerPartition(t *testing.T, cl *cluster) (string, func()) {
 		t.Logf("zketcd %s made no commit in 0.5 s after it was moved to member %d", name, f+1)
 	}
 
-	c0v, c0o := commits(victim), commits(other)
+	c0v := commits(victim)
 	cl.isolate(f, true)
-	mon := watchPartition(cl.ens, zl, f)
+	mon := watchPartition(cl.ens, zl, f, victim, other)
 	what := fmt.Sprintf("blackhole ZooKeeper follower (member %d) <-> the other 2 members for %v (syncLimit x tickTime %v, session timeout %v) while the zketcd leader (%s) reaches ZooKeeper through it alone, heal",
 		f+1, followerPartitionHold, followerSyncLimit*500*time.Millisecond, sessionTimeout, name)
 	return what, func() {
-		dv, do := commits(victim)-c0v, commits(other)-c0o
 		obs := mon.stop()
+		late := commits(victim) - obs.victimAt1s
 		cl.isolate(f, false)
 		for _, p := range append(append([]*faultproxy.Proxy(nil), vp...), op...) {
 			p.Heal()
 		}
-		note := fmt.Sprintf("member %d cut off: it answered srvr as a follower for %s after the cut, then %s; ZooKeeper leader (member %d) saw %s synced followers during the partition (it kept leading: %v); during the partition zketcd %s (on member %d alone) made %.0f commits, %s (on the other two) %.0f",
-			f+1, obs.servedFor(), obs.firstOther, zl+1, obs.syncedSeen(), obs.leaderKept, name, f+1, dv, otherName, do)
+		note := fmt.Sprintf("member %d cut off: it answered srvr as a follower for %s after the cut, then %s; the ZooKeeper leader (member %d) reported %s synced followers during the partition (it kept leading: %v); zketcd %s (on member %d alone) committed %.0f entries in the first second (in flight at the cut) and %.0f after; %s (on the other two) committed from %s after the cut on, %.0f entries until the heal",
+			f+1, obs.servedFor(), obs.firstOther, zl+1, obs.syncedSeen(), obs.leaderKept, name, f+1, obs.victimAt1s-c0v, late, otherName, obs.tookOver(), obs.otherCommits)
 		t.Log(note)
 		cl.notes = append(cl.notes, note)
 		switch {
@@ -139,8 +139,10 @@ func zkFollowerPartition(t *testing.T, cl *cluster) (string, func()) {
 			t.Errorf("ZooKeeper member %d served as a follower all through its partition", f+1)
 		case !obs.leaderKept || !obs.synced[1]:
 			t.Errorf("the ZooKeeper leader (member %d) did not keep its quorum with one synced follower: %s", zl+1, note)
-		case do == 0:
+		case obs.otherCommits == 0:
 			t.Errorf("zketcd %s made no commit during the partition: it did not take over", otherName)
+		case obs.victimSampled && late > 0:
+			t.Errorf("zketcd %s committed %.0f entries through a follower cut off from its leader for over a second: the partition leaks", name, late)
 		}
 	}
 }
@@ -156,18 +158,36 @@ type partitionWatch struct {
 	obs partitionObs
 }
 
-func watchPartition(ens *zkserver.Ensemble, leader, cut int) *partitionWatch {
+// watchPartition starts polling, every 100 ms, the cut-off member's
+// srvr, the ZooKeeper leader's mntr and the commits of both zketcd
+// instances (victim on the cut-off member, other on the rest).
+func watchPartition(ens *zkserver.Ensemble, leader, cut int, victim, other *Zketcd) *partitionWatch {
 	w := &partitionWatch{done: make(chan struct{}), began: time.Now(), obs: partitionObs{synced: map[int]bool{}, leaderKept: true}}
+	o0 := commits(other)
 	w.wg.Go(func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
+		sampled := false
 		for {
+			oc := commits(other) - o0
+			var vc float64
+			first := !sampled && time.Since(w.began) >= time.Second
+			if first {
+				vc, sampled = commits(victim), true
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			mode, err := ens.Member(cut).Mode(ctx)
 			m, merr := ens.Member(leader).Monitor(ctx)
 			cancel()
 			w.mu.Lock()
 			o := &w.obs
+			if oc > 0 && o.otherCommits == 0 {
+				o.otherFrom = time.Since(w.began)
+			}
+			o.otherCommits = oc
+			if first {
+				o.victimSampled, o.victimAt1s = true, vc
+			}
 			if !o.stopped && (err != nil || mode != zkserver.ModeFollower) {
 				o.stopped, o.stoppedAt = true, time.Since(w.began)
 				o.firstOther = "it answered " + mode
@@ -201,6 +221,21 @@ type partitionObs struct {
 	firstOther string        // what it answered then
 	synced     map[int]bool  // zk_synced_followers values the leader reported
 	leaderKept bool          // the leader answered as leader at every poll
+	// otherCommits: the other instance's commits since the cut, the
+	// first seen otherFrom after it.
+	otherCommits float64
+	otherFrom    time.Duration
+	// victimAt1s: the victim's commit count (since its start) 1 s after
+	// the cut.
+	victimSampled bool
+	victimAt1s    float64
+}
+
+func (o partitionObs) tookOver() string {
+	if o.otherCommits == 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.1f s", o.otherFrom.Seconds())
 }
 
 func (o partitionObs) servedFor() string {
