@@ -165,7 +165,8 @@ bench-long: deps-zookeeper deps-postgresql build
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1; leaders
 # and followers killed, the ensemble restarted, zketcd SIGSTOPped, killed and
 # partitioned from ZooKeeper, a rolling restart of the ensemble, zketcd
-# restarted onto another --zk list, a slow disk) for FAULTS_DURATION of workload each (~6 min
+# restarted onto another --zk list, a slow disk, a ZooKeeper follower cut off
+# from its quorum under the zketcd leader) for FAULTS_DURATION of workload each (~7 min
 # in all at 30s), checks linearizability, watch guarantees, lost and
 # duplicated writes and lease expiry, prints the summary table and writes it
 # to docs/reliability.md. make test runs a short variant (two scenarios).

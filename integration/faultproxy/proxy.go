@@ -111,6 +111,14 @@ func (p *Proxy) Stats() Stats {
 	return p.stats
 }
 
+// Open returns how many connections are open: accepted and not yet
+// closed, whether forwarding or blackholed.
+func (p *Proxy) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
 // Cut closes every open connection and refuses new ones until Heal.
 func (p *Proxy) Cut() { p.setMode(Cut) }
 

@@ -75,7 +75,13 @@ func TestPassCutHeal(t *testing.T) {
 	if err := roundTrip(c, r, 2*time.Second); err != nil {
 		t.Fatalf("pass: %v", err)
 	}
+	if n := p.Open(); n != 1 {
+		t.Fatalf("Open() = %d with one connection; want 1", n)
+	}
 	p.Cut()
+	if n := p.Open(); n != 0 {
+		t.Fatalf("Open() = %d after Cut; want 0", n)
+	}
 	if err := roundTrip(c, r, 2*time.Second); err == nil {
 		t.Fatal("a cut connection still carries data")
 	}

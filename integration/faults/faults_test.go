@@ -96,12 +96,19 @@ func durationSetting() string {
 }
 
 // cluster is a 3-member ensemble, zketcd A (reaching ZooKeeper through one
-// fault proxy per member) and zketcd B (direct), and clients.
+// fault proxy per member) and zketcd B (direct, or with clusterOptions.links
+// through proxies of its own), and clients.
 type cluster struct {
 	t       *testing.T
 	dir     string
 	ens     *zkserver.Ensemble
-	proxies []*faultproxy.Proxy
+	proxies []*faultproxy.Proxy // A's, one per member in index order
+	// bProxies are B's, one per member, with clusterOptions.links (else
+	// nil: B reaches the members directly).
+	bProxies []*faultproxy.Proxy
+	// links are the fault proxies on the members' links to each other
+	// (key: the link without its address), with clusterOptions.links.
+	links map[zkserver.PeerLink]*faultproxy.Proxy
 	// internal are the fault proxies in front of A's and B's internal
 	// endpoints: the addresses each advertises to the other.
 	internal map[*Zketcd]*faultproxy.Proxy
@@ -113,9 +120,19 @@ type cluster struct {
 	notes  []string
 }
 
-// newCluster starts the cluster; zk, if not nil, adjusts the ensemble's
-// options first.
-func newCluster(t *testing.T, zk func(*testing.T, *zkserver.Options)) *cluster {
+// clusterOptions shape a cluster.
+type clusterOptions struct {
+	// zk, if not nil, adjusts the ensemble's options first.
+	zk func(*testing.T, *zkserver.Options)
+	// links routes every member-to-member link of the ensemble through a
+	// fault proxy (cluster.links) and puts zketcd B behind proxies of its
+	// own (cluster.bProxies), so that a member can be partitioned from
+	// the others and either instance kept off chosen members.
+	links bool
+}
+
+// newCluster starts the cluster.
+func newCluster(t *testing.T, co clusterOptions) *cluster {
 	dir := t.TempDir()
 	if a := os.Getenv("FAULTS_ARTIFACTS"); a != "" {
 		// Keep the zketcd processes' logs with the scenario's artifacts.
@@ -128,21 +145,40 @@ func newCluster(t *testing.T, zk func(*testing.T, *zkserver.Options)) *cluster {
 	opts.Ports = ports
 	opts.TickTime = 500 * time.Millisecond // session timeouts from 1 s
 	opts.ExtraConfig = map[string]string{"forceSync": "no"}
-	if zk != nil {
-		zk(t, &opts)
+	if co.zk != nil {
+		co.zk(t, &opts)
 	}
-	cl := &cluster{t: t, dir: dir, ens: zkservertest.EnsembleWith(t, 3, opts), clients: map[string]*clientv3.Client{}, zkOpts: opts}
-	for _, addr := range cl.ens.Addrs() {
-		p, err := faultproxy.Start(addr)
-		if err != nil {
-			t.Fatal(err)
+	cl := &cluster{t: t, dir: dir, clients: map[string]*clientv3.Client{}}
+	if co.links {
+		cl.links = map[zkserver.PeerLink]*faultproxy.Proxy{}
+		opts.RoutePeer = func(l zkserver.PeerLink) (string, error) {
+			p, err := faultproxy.Start(l.Addr)
+			if err != nil {
+				return "", err
+			}
+			t.Cleanup(func() { p.Close() })
+			l.Addr = "" // a start retried on new ports replaces the proxy
+			cl.links[l] = p
+			return p.Addr(), nil
 		}
-		t.Cleanup(func() { p.Close() })
-		cl.proxies = append(cl.proxies, p)
+	}
+	cl.ens, cl.zkOpts = zkservertest.EnsembleWith(t, 3, opts), opts
+	memberProxies := func() (ps []*faultproxy.Proxy, addrs []string) {
+		for _, addr := range cl.ens.Addrs() {
+			p, err := faultproxy.Start(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			ps, addrs = append(ps, p), append(addrs, p.Addr())
+		}
+		return ps, addrs
 	}
 	var viaProxy []string
-	for _, p := range cl.proxies {
-		viaProxy = append(viaProxy, p.Addr())
+	cl.proxies, viaProxy = memberProxies()
+	bZK := cl.ens.Addrs()
+	if co.links {
+		cl.bProxies, bZK = memberProxies()
 	}
 	root := "/faults-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 	pp, err := ports.PickN(6)
@@ -170,7 +206,7 @@ func newCluster(t *testing.T, zk func(*testing.T, *zkserver.Options)) *cluster {
 		return z
 	}
 	cl.a = mk("a", viaProxy, pp[0], pp[1], pp[4])
-	cl.b = mk("b", cl.ens.Addrs(), pp[2], pp[3], pp[5])
+	cl.b = mk("b", bZK, pp[2], pp[3], pp[5])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, z := range []*Zketcd{cl.a, cl.b} {
@@ -219,6 +255,9 @@ type scenario struct {
 	hold   time.Duration
 	// zk, if not nil, adjusts the ensemble's options (slowDisk).
 	zk func(t *testing.T, o *zkserver.Options)
+	// links: the cluster's member links and B's ZooKeeper connections go
+	// through fault proxies (clusterOptions.links).
+	links bool
 	// putRate adds open-loop blind puts at this rate (Config.PutRate), so
 	// that how many writes wait on a commit follows its latency.
 	putRate float64
@@ -402,6 +441,7 @@ var scenarios = []scenario{
 	{name: "ZKRollingRestart", inject: rollingRestart},
 	{name: "ZKConnectStringChange", hold: 2 * time.Second, inject: changeConnectString},
 	{name: "ZKSlowDisk", hold: slowHold, zk: slowDisk, inject: slowFsync, putRate: 30},
+	{name: "ZKFollowerPartition", links: true, hold: followerPartitionHold, zk: longSyncLimit, inject: zkFollowerPartition},
 }
 
 func TestFaults(t *testing.T) {
@@ -425,7 +465,7 @@ func TestFaults(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
-	cl := newCluster(t, sc.zk)
+	cl := newCluster(t, clusterOptions{zk: sc.zk, links: sc.links})
 	w, err := Start(Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},

@@ -250,7 +250,8 @@ func scrape(t *testing.T, z *Zketcd) commitStats {
 }
 
 // scrapeMetrics reads a Prometheus text page and sums each metric's series
-// over their labels.
+// over their labels; each labelled series is there under its full name as
+// well (name{label="value"}).
 func scrapeMetrics(addr string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -273,12 +274,13 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 			continue
 		}
 		name := l[:i]
-		if j := strings.IndexByte(name, '{'); j >= 0 {
-			name = name[:j]
-		}
 		v, err := strconv.ParseFloat(l[i+1:], 64)
 		if err != nil {
 			continue
+		}
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			out[name] = v
+			name = name[:j]
 		}
 		out[name] += v
 	}

@@ -103,10 +103,10 @@ func TestSoak(t *testing.T) {
 	// ZooKeeper keeps every transaction log and snapshot unless told to
 	// purge them, as an operator's ensemble would be (hourly, the
 	// shortest interval ZooKeeper has).
-	cl := newCluster(t, func(_ *testing.T, o *zkserver.Options) {
+	cl := newCluster(t, clusterOptions{zk: func(_ *testing.T, o *zkserver.Options) {
 		o.ExtraConfig["autopurge.purgeInterval"] = "1"
 		o.ExtraConfig["autopurge.snapRetainCount"] = "3"
-	})
+	}})
 	w, err := Start(Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},

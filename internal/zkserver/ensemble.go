@@ -95,7 +95,11 @@ func startEnsembleOnce(ctx context.Context, n int, o Options) (*Ensemble, error)
 	for i := range n {
 		mo := o
 		mo.Dir = filepath.Join(o.Dir, "member-"+strconv.Itoa(i+1))
-		e.members = append(e.members, newServer(mo, i+1, clientPorts[i], peers, quorumMain))
+		view, err := routedPeers(i+1, peers, o.RoutePeer)
+		if err != nil {
+			return nil, err
+		}
+		e.members = append(e.members, newServer(mo, i+1, clientPorts[i], view, quorumMain))
 	}
 	for _, m := range e.members {
 		if err := m.Launch(); err != nil {

@@ -52,3 +52,42 @@ func TestParseMntrSplitsNamesAndValues(t *testing.T) {
 		t.Fatalf("not serving: err = %v, want ErrNotServing", err)
 	}
 }
+
+func TestRoutedPeersKeepSelfAndRouteOthers(t *testing.T) {
+	t.Parallel()
+	peers := []quorumPeer{{id: 1, quorumPort: 11, elecPort: 12}, {id: 2, quorumPort: 21, elecPort: 22}}
+	var calls []PeerLink
+	route := func(l PeerLink) (string, error) {
+		calls = append(calls, l)
+		if l.Port == QuorumPort {
+			return "127.0.0.1:9001", nil
+		}
+		return "127.0.0.1:9002", nil
+	}
+	view, err := routedPeers(1, peers, route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []quorumPeer{{id: 1, quorumPort: 11, elecPort: 12}, {id: 2, quorumPort: 9001, elecPort: 9002}}
+	if len(view) != 2 || view[0] != want[0] || view[1] != want[1] {
+		t.Fatalf("view = %+v; want %+v", view, want)
+	}
+	if len(calls) != 2 || calls[0] != (PeerLink{From: 1, To: 2, Port: QuorumPort, Addr: "127.0.0.1:21"}) ||
+		calls[1] != (PeerLink{From: 1, To: 2, Port: ElectionPort, Addr: "127.0.0.1:22"}) {
+		t.Fatalf("calls = %+v", calls)
+	}
+	if peers[1].quorumPort != 21 {
+		t.Fatal("routedPeers changed its input")
+	}
+	if v, err := routedPeers(2, peers, nil); err != nil || &v[0] != &peers[0] {
+		t.Fatalf("nil route: %v, %v", v, err)
+	}
+	for _, bad := range []string{"localhost:1", "127.0.0.1", "127.0.0.1:0", "10.0.0.1:5"} {
+		if _, err := routedPeers(1, peers, func(PeerLink) (string, error) { return bad, nil }); err == nil {
+			t.Errorf("route answer %q accepted", bad)
+		}
+	}
+	if _, err := routedPeers(1, peers, func(PeerLink) (string, error) { return "", errors.New("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("route error = %v", err)
+	}
+}

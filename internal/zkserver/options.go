@@ -3,10 +3,12 @@ package zkserver
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -148,6 +150,48 @@ type Options struct {
 	// Ports allocates free ports; nil means a process-wide allocator shared by
 	// all servers of this process (see [PortAllocator]).
 	Ports *PortAllocator
+
+	// RoutePeer, if not nil, gives each ensemble member its own view of
+	// where the other members are, so that a test can put something (a
+	// TCP proxy that can blackhole traffic) between every pair of members.
+	// Every member's zoo.cfg lists the member itself at its real quorum and
+	// election ports; for each other member it lists the address RoutePeer
+	// returns for that link. [StartEnsemble] calls it once per link (2 per
+	// ordered pair of members, n*(n-1)*2 calls), from one goroutine, after
+	// picking the ports and before launching any member; restarts reuse the
+	// answers. The answer must be 127.0.0.1:port; an error aborts the
+	// start. Nil (the default) lists every member at its real ports
+	// everywhere. Ignored for a standalone server.
+	//
+	// A member dials another's quorum port only to follow it as leader, so
+	// routing the quorum links is what cuts a follower off from its leader.
+	// Election links are routed only in part: in ZooKeeper 3.8 a member
+	// that dials one with a higher myid sends its own election address,
+	// and the dialed member drops that connection and dials the address
+	// back directly, around the route. An election connection does not
+	// make a member serve, so this does not undo a partition of the
+	// quorum links.
+	RoutePeer func(PeerLink) (string, error)
+}
+
+// PeerPort names one of an ensemble member's two member-to-member ports.
+type PeerPort string
+
+// The ports of a [PeerLink].
+const (
+	// QuorumPort is the port a leader accepts its followers on.
+	QuorumPort PeerPort = "quorum"
+	// ElectionPort is the port of leader election.
+	ElectionPort PeerPort = "election"
+)
+
+// PeerLink is one directed member-to-member link of an ensemble, passed to
+// [Options.RoutePeer]: member From (a myid) reaching Port of member To (a
+// myid), whose real address is Addr (127.0.0.1:port).
+type PeerLink struct {
+	From, To int
+	Port     PeerPort
+	Addr     string
 }
 
 // withDefaults returns a copy of o with defaults filled in and Dir made
@@ -277,10 +321,55 @@ func (o Options) jvmArgs(mainClass, cfg string) []string {
 	return args
 }
 
-// quorumPeer describes one ensemble member for zoo.cfg's server.N lines.
+// quorumPeer describes one ensemble member for zoo.cfg's server.N lines:
+// the ports on 127.0.0.1 that the member whose zoo.cfg it is uses for it.
 type quorumPeer struct {
 	id                   int
 	quorumPort, elecPort int
+}
+
+// routedPeers returns member self's view of peers (the real ports of every
+// member): peers itself when route is nil, else peers with every other
+// member's ports replaced by route's answers.
+func routedPeers(self int, peers []quorumPeer, route func(PeerLink) (string, error)) ([]quorumPeer, error) {
+	if route == nil {
+		return peers, nil
+	}
+	out := make([]quorumPeer, len(peers))
+	for i, p := range peers {
+		out[i] = p
+		if p.id == self {
+			continue
+		}
+		var err error
+		if out[i].quorumPort, err = routePort(route, PeerLink{From: self, To: p.id, Port: QuorumPort, Addr: loopback(p.quorumPort)}); err != nil {
+			return nil, err
+		}
+		if out[i].elecPort, err = routePort(route, PeerLink{From: self, To: p.id, Port: ElectionPort, Addr: loopback(p.elecPort)}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// routePort asks route for l's address and returns its port; the address
+// must be on 127.0.0.1, the host every zoo.cfg line names.
+func routePort(route func(PeerLink) (string, error), l PeerLink) (int, error) {
+	addr, err := route(l)
+	if err != nil {
+		return 0, fmt.Errorf("zkserver: route member %d to member %d's %s port: %w", l.From, l.To, l.Port, err)
+	}
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("zkserver: route member %d to member %d's %s port: %w", l.From, l.To, l.Port, err)
+	}
+	port, err := strconv.Atoi(ps)
+	if host != "127.0.0.1" || err != nil || port <= 0 || port > 65535 {
+		return 0, fmt.Errorf("zkserver: route member %d to member %d's %s port: %q is not 127.0.0.1:port", l.From, l.To, l.Port, addr)
+	}
+	return port, nil
 }
 
 // config renders zoo.cfg for a server whose data lives in dataDir and that
