@@ -34,6 +34,7 @@ type Backend struct {
 	compactKick chan struct{}
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
 	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
+	readLease   atomic.Pointer[heldLease] // the read lease, while held (readlease.go)
 
 	nonce         uint64
 	internalToken string

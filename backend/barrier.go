@@ -49,9 +49,10 @@ type barrier struct {
 	// observe, if not nil, is told of every completed round: whether a
 	// commit satisfied it, and how many reads it answered.
 	observe func(byCommit bool, reads int)
-	// proved, if not nil, is told the send time of every commit that
-	// landed: ZooKeeper applied it, so the session was alive after then.
-	proved func(sentAt time.Time)
+	// proved, if not nil, is told the send time and log position of every
+	// commit that landed: ZooKeeper applied it, so the session was alive
+	// after then.
+	proved func(sentAt time.Time, lsn int64)
 
 	mu       sync.Mutex
 	inflight int      // round trips in flight
@@ -169,7 +170,7 @@ func (b *barrier) landed(mark sendMark, lsn int64, committed bool) {
 	}
 	b.mu.Unlock()
 	if committed && b.proved != nil {
-		b.proved(mark.at)
+		b.proved(mark.at, lsn)
 	}
 	for _, r := range done {
 		b.complete(r, lsn, nil, true)

@@ -78,7 +78,20 @@ func (b *Backend) submit(ctx context.Context, p *proposal) error {
 // (nil: none), and returns eval's response from the evaluation that was
 // committed. The response is read only after the committer answered, so it
 // never races with a re-evaluation.
+//
+// A commit refused because the leader holds the read lease answers etcd's
+// "not leader" (a client retries); writeFwd, which can send the request to
+// the leader instead, uses proposeHere to tell it apart.
 func propose[T any](ctx context.Context, b *Backend, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	resp, err := proposeHere(ctx, b, size, eval, guards)
+	if errors.Is(err, errLeaseHeld) {
+		return resp, rpctypes.ErrGRPCNotLeader
+	}
+	return resp, err
+}
+
+// proposeHere is propose answering errLeaseHeld as such.
+func proposeHere[T any](ctx context.Context, b *Backend, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
 	resp, _, err := proposeAs(ctx, b, &proposal{size: size, guards: guards}, eval)
 	return resp, err
 }
@@ -301,12 +314,18 @@ func (c *committer) launch() bool {
 	if len(group) == 1 && group[0].guards != nil {
 		f.guarded = true
 		f.req.Guards = group[0].guards()
-	} else if b.cfg.ForwardWrites && leader {
+	}
+	if b.cfg.ForwardWrites && leader {
 		// Only the leader commits: its fence makes a deposed leader's
 		// commit fail, so a new leader that caught up with the log has seen
-		// every forwarded request its predecessor committed.
+		// every forwarded request its predecessor committed. The fence is
+		// the last guard (settle looks for it there).
 		f.fenced = true
 		f.req.Guards = append(f.req.Guards, fence.Guard())
+	} else {
+		// Any other commit is refused while a leader holds the read lease
+		// (readlease.go): it never lands behind reads served from memory.
+		f.req.Guards = append(f.req.Guards, b.store.ReadLeaseAbsent())
 	}
 	c.token = f.req.Token
 	c.flights = append(c.flights, f)
@@ -424,6 +443,10 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 			return false
 		}
 		again()
+	case res.Outcome == zkstore.Held:
+		// The leader holds the read lease: only it may commit. Nothing was
+		// written; a forwarded write's origin sends it to the leader again.
+		failed(errLeaseHeld)
 	case res.Outcome == zkstore.Refused:
 		if f.guarded {
 			failed(errRefused)

@@ -97,6 +97,12 @@ type Config struct {
 	// store's session timeout; negative: every keepalive answered in memory
 	// waits for a transaction that started after it (no clock assumption).
 	LeaderProofWindow time.Duration
+	// ReadLease lets the leader instance answer linearizable reads (and
+	// the ReadIndex of the others) from memory within LeaderProofWindow of
+	// a landed transaction of its session, while it holds the read lease
+	// znode (readlease.go). Needs ForwardWrites, a positive
+	// LeaderProofWindow and not RelaxedReads.
+	ReadLease bool
 	// Now is the time source of lease expiry (nil: time.Now). Expiry only
 	// compares its readings with each other, on the monotonic clock, so a
 	// step of the wall clock moves no deadline. For tests.
@@ -149,6 +155,8 @@ func (c *Config) Validate() error {
 		return errors.New("backend: no logger")
 	case c.CorruptCheckTime < 0:
 		return fmt.Errorf("corrupt check time %v must not be negative", c.CorruptCheckTime)
+	case c.ReadLease && (!c.ForwardWrites || c.RelaxedReads || c.LeaderProofWindow < 0):
+		return errors.New("--read-lease needs --forward-writes, a quorum barrier (not --relaxed-reads) and a positive leader proof window")
 	}
 	if err := c.AutoCompaction.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)

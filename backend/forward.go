@@ -322,7 +322,16 @@ func writeFwdWith[T proto.Message](ctx context.Context, b *Backend, req proto.Me
 			return answerDup(ctx, b, out.lsn, out.dupRev, dup)
 		case !known && tag == nil:
 			m.requests.WithLabelValues(method, "local").Inc()
-			return propose(ctx, b, size, eval, nil)
+			resp, err := proposeHere(ctx, b, size, eval, nil)
+			if !errors.Is(err, errLeaseHeld) {
+				return resp, err
+			}
+			// A leader holds the read lease: it alone commits. Wait until
+			// it can be reached (or is gone).
+			if err := wait(); err != nil {
+				return zero, err
+			}
+			continue
 		case !known:
 			if err := wait(); err != nil {
 				return zero, err
@@ -373,7 +382,13 @@ func writeFwdWith[T proto.Message](ctx context.Context, b *Backend, req proto.Me
 			lg.WithError(err).WithField("leader", fmt.Sprintf("%x", peer.ID)).Debug("leader unreachable; committing here")
 			b.forgetPeer(peer.ID)
 			m.requests.WithLabelValues(method, "local").Inc()
-			return propose(ctx, b, size, eval, nil)
+			resp, err := proposeHere(ctx, b, size, eval, nil)
+			if !errors.Is(err, errLeaseHeld) {
+				return resp, err
+			}
+			// The leader holds the read lease (so it is alive and leads):
+			// nothing was written; send the request to it again.
+			tag = nil
 		case errors.Is(err, ErrAuthChanged):
 			// Nothing was written: check again on a newer auth state.
 			if lerr := b.Linearize(ctx); lerr != nil {

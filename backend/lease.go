@@ -278,24 +278,33 @@ func later(a, b time.Time) time.Time {
 
 // liveProof is when a ZooKeeper transaction of session, since landed, was
 // sent.
+//
+// lsn is a log position ZooKeeper's log had reached when it landed (the
+// commit's entry, or the head a barrier round read after it): every
+// commit that landed before the transaction was sent is at or below it.
 type liveProof struct {
 	session int64
 	sent    time.Time
+	lsn     int64
 }
 
 // proveLive records that a transaction sent at sent landed on the current
-// session. The session reported now is the one it landed on or one created
-// after it was sent; either cannot expire within a session timeout of sent.
-func (b *Backend) proveLive(sent time.Time) {
+// session, with the log at lsn or beyond. The session reported now is the
+// one it landed on or one created after it was sent; either cannot expire
+// within a session timeout of sent.
+func (b *Backend) proveLive(sent time.Time, lsn int64) {
 	sid, ok := b.store.Session()
 	if !ok {
 		return
 	}
-	p := &liveProof{session: sid, sent: sent}
+	p := &liveProof{session: sid, sent: sent, lsn: lsn}
 	for {
 		old := b.proof.Load()
 		if old != nil && old.session == sid && !old.sent.Before(sent) {
 			return
+		}
+		if old != nil && old.session == sid && old.lsn > p.lsn {
+			p.lsn = old.lsn // ZooKeeper answers a session in order: never less
 		}
 		if b.proof.CompareAndSwap(old, p) {
 			return

@@ -33,6 +33,14 @@ type Log interface {
 	// LeaseGuard is the precondition that lease id's renewal token is
 	// still at version.
 	LeaseGuard(id int64, version int32) zkstore.Guard
+	// ReadLeaseAbsent is the precondition, on every commit without the
+	// leader's fence, that no instance holds the read lease.
+	ReadLeaseAbsent() zkstore.Guard
+	// TakeReadLease takes the read lease for the current session and
+	// returns it (zkstore.ErrLeaseHeld: another session holds it);
+	// ReleaseReadLease gives it up if this session holds it.
+	TakeReadLease(memberID uint64) (session int64, err error)
+	ReleaseReadLease() error
 
 	// Head reads the head; SyncHead after a sync with the leader;
 	// QuorumHead after a quorum round trip (the linearizable barrier).

@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		linearizableReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "linearizable_reads_total",
-			Help: "Linearizable reads by what proved them current: a barrier round trip (via=barrier) or a commit of this instance that landed after they arrived (via=commit).",
+			Help: "Linearizable reads by what proved them current: a barrier round trip (via=barrier) or a commit of this instance that landed after they arrived (via=commit), or the read lease (via=lease: answered from memory, --read-lease; counted at the leader for its own reads and the ReadIndex it serves).",
 		}, []string{"via"}),
 		barrierTrips: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "read_barrier_round_trips_total",

@@ -96,7 +96,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		sent := time.Now()
 		lsn, err := b.syncHead()
 		if err == nil && !cfg.RelaxedReads {
-			b.proveLive(sent)
+			b.proveLive(sent, lsn)
 		}
 		return lsn, err
 	}
@@ -145,6 +145,10 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 	go b.renewLoop()
 	go b.expireLoop()
 	go b.compactLoop()
+	if cfg.ReadLease {
+		b.wg.Add(1)
+		go b.readLeaseLoop()
+	}
 	if cfg.InitialCorruptCheck {
 		if err := b.initialCheck(ctx); err != nil {
 			b.Close()

@@ -29,13 +29,33 @@ const (
 	// Refused: a guard did not hold (a fence was lost, a lease was renewed
 	// meanwhile); nothing was written.
 	Refused
+	// Held: an absent guard did not hold: the znode it names exists (the
+	// leader instance holds a read lease); nothing was written.
+	Held
 )
 
-// Guard is a precondition of a commit: a znode must exist with a version.
+// Guard is a precondition of a commit: a znode must exist with a version,
+// or (an absent guard) must not exist.
 type Guard struct {
 	path    string
 	version int32
+	absent  bool
 }
+
+// NewAbsentGuard returns the precondition that no znode exists at path.
+// ZooKeeper has no such check: the multi creates the znode and deletes it
+// again, and the create fails while it exists. For other implementations
+// of the log.
+func NewAbsentGuard(path string) Guard { return Guard{path: path, absent: true} }
+
+// Absent reports whether the guard requires its znode not to exist.
+func (g Guard) Absent() bool { return g.absent }
+
+// ReadLeaseAbsent is the precondition of every commit that does not carry
+// the leader's fence: no instance holds a read lease (--read-lease), so no
+// leader can be answering reads from memory that this commit would make
+// stale.
+func (s *Store) ReadLeaseAbsent() Guard { return NewAbsentGuard(s.l.readLease()) }
 
 // NewGuard returns the precondition that the znode at path exists at
 // version (-1: any version). For other implementations of the log.
@@ -61,6 +81,8 @@ func (o Outcome) String() string {
 		return "behind"
 	case Refused:
 		return "refused"
+	case Held:
+		return "held"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -173,7 +195,13 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 	for _, name := range chunks {
 		ops = append(ops, &zk.CheckVersionRequest{Path: s.l.chunk(name), Version: -1})
 	}
+	absent := map[int]bool{} // ops that fail only while an absent guard's znode exists
 	for _, g := range guards {
+		if g.absent {
+			absent[len(ops)] = true
+			ops = append(ops, &zk.CreateRequest{Path: g.path, Acl: s.acl}, &zk.DeleteRequest{Path: g.path, Version: -1})
+			continue
+		}
 		ops = append(ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
 	}
 	if req.PrevToken != "" {
@@ -232,6 +260,9 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 				*tokenGone = true
 			}
 			lg.WithField("op", fmt.Sprintf("%T %v", ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
+			if absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
+				return Held, 0, nil
+			}
 			return Refused, 0, nil
 		case errors.Is(opErr(1), zk.ErrNoNode):
 			// The bucket is missing (a multi applies nothing when one op fails).

@@ -25,16 +25,18 @@ const bucketShift = 14
 //	<root>/leases/<id>              lease renewal tokens (data version = renewals)
 //	<root>/members/<id>             ephemeral member znodes (Member, JSON)
 //	<root>/election/n_<seq>         ephemeral sequential election znodes
+//	<root>/readlease                ephemeral: the leader serves reads from memory (--read-lease)
 //	<root>/compact                  the current base generation (Base, JSON)
 //	<root>/base/<lsn>-<nonce>/<i>   chunks of a base generation's snapshot
 type layout struct{ root string }
 
-func (l layout) meta() string     { return l.root + "/meta" }
-func (l layout) head() string     { return l.root + "/head" }
-func (l layout) log() string      { return l.root + "/log" }
-func (l layout) members() string  { return l.root + "/members" }
-func (l layout) election() string { return l.root + "/election" }
-func (l layout) leases() string   { return l.root + "/leases" }
+func (l layout) meta() string      { return l.root + "/meta" }
+func (l layout) head() string      { return l.root + "/head" }
+func (l layout) log() string       { return l.root + "/log" }
+func (l layout) members() string   { return l.root + "/members" }
+func (l layout) election() string  { return l.root + "/election" }
+func (l layout) leases() string    { return l.root + "/leases" }
+func (l layout) readLease() string { return l.root + "/readlease" }
 
 func (l layout) lease(id int64) string {
 	return fmt.Sprintf("%s/leases/%016x", l.root, uint64(id))

@@ -54,6 +54,7 @@ type serveFlags struct {
 	watchProgressInterval time.Duration
 	relaxedReads          bool
 	forwardWrites         bool
+	readLease             bool
 	internalListenURL     string
 	advertiseInternalURL  string
 	commitPipeline        int
@@ -128,6 +129,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.tlsMaxVersion, "tls-max-version", "", "highest TLS version accepted from clients: TLS1.2 or TLS1.3 (empty: Go's highest)")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
 	fs.BoolVar(&f.forwardWrites, "forward-writes", true, "only the leader instance commits: other instances forward writes, lease requests, keepalives and linearizable-read positions to it over the internal endpoint (false: every instance commits its own writes)")
+	fs.BoolVar(&f.readLease, "read-lease", false, "the leader instance answers linearizable reads (its own and the other instances' read index) from memory while it holds the read lease: no other instance can commit then, and a ZooKeeper transaction of its session landed within a third of the session timeout (assumes this host's clock runs at no less than a third of the ZooKeeper leader's rate); needs --forward-writes on every instance of the root, all of this build or later")
 	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (http only; port 0 picks a free one); serve it on an interface the other instances reach, on a private network")
 	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: http:// and the address listened on)")
 	fs.IntVar(&f.commitPipeline, "commit-pipeline", backend.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")

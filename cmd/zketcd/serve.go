@@ -109,6 +109,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			ClientURLs:          advertise,
 			RelaxedReads:        f.relaxedReads,
 			ForwardWrites:       f.forwardWrites,
+			ReadLease:           f.readLease,
 			CommitPipeline:      f.commitPipeline,
 			AutoCompaction:      autoCompaction,
 			LossDir:             f.lossDir,

@@ -120,8 +120,9 @@ type Store struct {
 	sessions   int64
 	fault      func(zkstore.CommitRequest) Fault
 	down       bool
-	quorum     int // QuorumHead calls
-	commits    int // commits that wrote an entry
+	quorum     int   // QuorumHead calls
+	commits    int   // commits that wrote an entry
+	readLease  int64 // session holding the read lease znode (0: none)
 }
 
 // New returns a store holding the sentinel entry 1 (revision 1, the empty
@@ -320,6 +321,9 @@ func (s *Store) guardHoldsLocked(g zkstore.Guard) bool {
 // dropSessionLocked deletes the ephemeral state of session: its pipeline
 // tokens, members and election candidates.
 func (s *Store) dropSessionLocked(session int64) {
+	if s.readLease == session {
+		s.readLease = 0
+	}
 	for name, owner := range s.tokens {
 		if owner == session {
 			delete(s.tokens, name)
@@ -528,6 +532,12 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 		return zkstore.Conflict, 0
 	}
 	for _, g := range req.Guards {
+		if g.Absent() {
+			if g.Path() == readLeasePath && s.readLease != 0 {
+				return zkstore.Held, 0
+			}
+			continue
+		}
 		if !s.guardHoldsLocked(g) {
 			return zkstore.Refused, 0
 		}
@@ -574,6 +584,55 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 		}
 	}
 	return zkstore.Committed, s.writeLocked(req.Entry, data, req.Rev)
+}
+
+// readLeasePath names the read lease znode in guards.
+const readLeasePath = "/readlease"
+
+// ReadLeaseAbsent requires that no session holds the read lease.
+func (c *Client) ReadLeaseAbsent() zkstore.Guard { return zkstore.NewAbsentGuard(readLeasePath) }
+
+// TakeReadLease takes the read lease for the client's session (kept if it
+// holds it already); zkstore.ErrLeaseHeld if another session does.
+func (c *Client) TakeReadLease(uint64) (int64, error) {
+	c.mu.Lock()
+	sid, up := c.session, c.connected && !c.closed
+	c.mu.Unlock()
+	if !up {
+		return 0, errUnavailable("take the read lease")
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return 0, errUnavailable("take the read lease")
+	}
+	if s.readLease != 0 && s.readLease != sid {
+		return 0, zkstore.ErrLeaseHeld
+	}
+	s.readLease = sid
+	return sid, nil
+}
+
+// ReleaseReadLease drops the read lease if the client's session holds it.
+func (c *Client) ReleaseReadLease() error {
+	c.mu.Lock()
+	sid := c.session
+	c.mu.Unlock()
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readLease == sid {
+		s.readLease = 0
+	}
+	return nil
+}
+
+// ReadLeaseHolder returns the session holding the read lease (0: none).
+func (s *Store) ReadLeaseHolder() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readLease
 }
 
 // LeaseGuard requires lease id's token to be at version.
