@@ -35,6 +35,7 @@ type Backend struct {
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
 	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
 	readLease   atomic.Pointer[heldLease] // the read lease, while held (readlease.go)
+	flights     flightMarks               // the committer's commits sent and settled (readlease.go)
 
 	nonce         uint64
 	internalToken string

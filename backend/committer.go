@@ -235,6 +235,7 @@ func (c *committer) stop() {
 		c.b.barrier.landed(f.reads, 0, false)
 		finishAll(f.group, rpctypes.ErrGRPCStopped)
 		finishAll(f.piggy, rpctypes.ErrGRPCStopped)
+		c.b.flights.settle()
 	}
 	finishAll(c.pending, rpctypes.ErrGRPCStopped)
 	c.b.drainProposals()
@@ -329,6 +330,7 @@ func (c *committer) launch() bool {
 	}
 	c.token = f.req.Token
 	c.flights = append(c.flights, f)
+	b.flights.send()
 	f.reads = b.barrier.sending()
 	go func() {
 		timer := b.metrics.commitTimer()
@@ -370,10 +372,13 @@ func (c *committer) land() {
 	f := c.flights[0]
 	c.flights = c.flights[1:]
 	var requeue []*proposal
-	if !c.settle(f, &requeue) {
+	ok := c.settle(f, &requeue)
+	c.b.flights.settle()
+	if !ok {
 		for _, g := range c.flights {
 			<-g.done
 			c.settle(g, &requeue)
+			c.b.flights.settle()
 		}
 		c.flights = nil
 	}

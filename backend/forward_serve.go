@@ -152,8 +152,8 @@ func (b *Backend) ReadIndex(ctx context.Context) (int64, error) {
 	if err := b.servable(); err != nil {
 		return 0, err
 	}
-	if lsn, ok := b.leaseIndex(); ok {
-		return lsn, nil
+	if lsn, ok, err := b.leaseIndex(ctx); ok || err != nil {
+		return lsn, err
 	}
 	lsn, err := b.barrier.wait(ctx)
 	if err != nil {
@@ -178,8 +178,8 @@ func (b *Backend) ServeKeepAlive(ctx context.Context, id int64) (int64, error) {
 // the leader's answer to ReadIndex when forwarding, else (or when the
 // leader does not answer within readIndexLimit) this instance's barrier.
 func (b *Backend) readIndex(ctx context.Context) (int64, error) {
-	if lsn, ok := b.leaseIndex(); ok {
-		return lsn, nil
+	if lsn, ok, err := b.leaseIndex(ctx); ok || err != nil {
+		return lsn, err
 	}
 	if b.forwarding() {
 		if peer, ok, _ := b.leaderPeer(); ok {

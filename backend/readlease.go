@@ -1,10 +1,13 @@
 package backend
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/zkstore"
 )
@@ -53,24 +56,80 @@ type heldLease struct {
 
 // leaseIndex returns the position a linearizable read arriving now must
 // wait for, and true, if this instance holds the read lease with a fresh
-// proof (see above); false sends the read down the safe path.
-func (b *Backend) leaseIndex() (int64, bool) {
+// proof (see above); false sends the read down the safe path. A commit of
+// this instance that was sent before the read arrived may have landed — and
+// be read on another instance already — before this one learns it, so the
+// answer waits until every such commit has settled (and, if it landed, is
+// applied). Errors: ctx's, or ErrGRPCStopped when the engine closes.
+func (b *Backend) leaseIndex(ctx context.Context) (int64, bool, error) {
 	h := b.readLease.Load()
 	if h == nil {
-		return 0, false
+		return 0, false, nil
 	}
 	now := time.Now()
 	leader, fence, _ := b.election.State()
 	sid, connected := b.store.Session()
 	if !leader || !connected || fence.Path() != h.fence || sid != h.session {
-		return 0, false
+		return 0, false, nil
 	}
 	p := b.proof.Load()
 	if p == nil || p.session != sid || !p.sent.After(h.taken) || !now.Before(p.sent.Add(b.cfg.LeaderProofWindow)) {
-		return 0, false
+		return 0, false, nil
+	}
+	if err := b.flights.waitSettled(ctx, b.ctx.Done()); err != nil {
+		return 0, false, err
 	}
 	b.metrics.linearizableReads.WithLabelValues("lease").Inc()
-	return max(p.lsn, b.view.State().LSN), true
+	return max(p.lsn, b.view.State().LSN), true, nil
+}
+
+// flightMarks counts the committer's commits sent and settled (answered
+// or requeued, in the order they were sent). Safe for concurrent use.
+type flightMarks struct {
+	mu            sync.Mutex
+	sent, settled uint64
+	advanced      chan struct{} // closed when settled grows
+}
+
+// send records a commit handed to the log.
+func (m *flightMarks) send() {
+	m.mu.Lock()
+	m.sent++
+	m.mu.Unlock()
+}
+
+// settle records that the oldest unsettled commit settled.
+func (m *flightMarks) settle() {
+	m.mu.Lock()
+	m.settled++
+	if m.advanced != nil {
+		close(m.advanced)
+		m.advanced = nil
+	}
+	m.mu.Unlock()
+}
+
+// waitSettled waits until every commit sent before the call settled.
+func (m *flightMarks) waitSettled(ctx context.Context, closed <-chan struct{}) error {
+	m.mu.Lock()
+	target := m.sent
+	for m.settled < target {
+		if m.advanced == nil {
+			m.advanced = make(chan struct{})
+		}
+		ch := m.advanced
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closed:
+			return rpctypes.ErrGRPCStopped
+		}
+		m.mu.Lock()
+	}
+	m.mu.Unlock()
+	return nil
 }
 
 // readLeaseLoop takes the read lease while this instance leads and gives

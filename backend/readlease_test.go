@@ -7,6 +7,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/zketcd/zketcd/zkstore"
 )
 
 func withReadLease(window time.Duration) func(*Config) {
@@ -42,6 +44,44 @@ func TestReadLeaseAnswersReadsFromMemory(t *testing.T) {
 	get(t, a, "k", false)
 	if n := st.QuorumCalls() - before; n != 1 {
 		t.Errorf("%d barrier rounds for a read past the window, want 1", n)
+	}
+}
+
+// TestReadLeaseWaitsForCommitsInFlight: a commit of the leader that landed
+// is read on the follower (whose tailer applies it) before the leader has
+// its answer; a lease read at the leader arriving after that must not
+// answer without it. It waits for the commit to settle.
+func TestReadLeaseWaitsForCommitsInFlight(t *testing.T) {
+	st, _, a, _, b, _ := forwardingPairWith(t, withReadLease(time.Hour))
+	eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	put(t, a, "k", "old")
+	release := make(chan struct{})
+	st.SetAnswerHook(func(zkstore.CommitRequest, zkstore.Outcome) { <-release })
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := a.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("new")})
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "the follower read the landed put", func() bool {
+		got := get(t, b, "k", true)
+		return len(got.Kvs) == 1 && string(got.Kvs[0].Value) == "new"
+	})
+	read := make(chan *pb.RangeResponse, 1)
+	go func() { read <- get(t, a, "k", false) }()
+	select {
+	case got := <-read:
+		t.Fatalf("the leader answered a linearizable read with %v while its landed commit was unanswered", got.Kvs)
+	case <-time.After(200 * time.Millisecond):
+	}
+	st.SetAnswerHook(nil)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := <-read; len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "new" {
+		t.Fatalf("the leader's read after the commit settled: %v, want new", got.Kvs)
 	}
 }
 

@@ -201,6 +201,7 @@ func deployedPairs() []ratioPair {
 	return []ratioPair{
 		{ServerZK3, ServerEtcd3}, {ServerZK3x2, ServerEtcd3}, {ServerZK3x3, ServerEtcd3}, {ServerKinePG, ServerEtcd3},
 		{ServerZK3x2, ServerZK3}, {ServerZK3x3, ServerZK3},
+		{ServerZK3Lease, ServerEtcd3}, {ServerZK3x2Lease, ServerEtcd3},
 	}
 }
 
@@ -219,6 +220,10 @@ func shortName(s string) string {
 		return "zk3×2"
 	case ServerZK3x3:
 		return "zk3×3"
+	case ServerZK3Lease:
+		return "zk3-lease"
+	case ServerZK3x2Lease:
+		return "zk3×2-lease"
 	case ServerEtcd3:
 		return "etcd3"
 	case ServerKinePG:

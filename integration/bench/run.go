@@ -418,9 +418,9 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 // its root (0: not a zketcd server).
 func zketcdInstances(s string) int {
 	switch s {
-	case ServerZK1, ServerZK3:
+	case ServerZK1, ServerZK3, ServerZK3Lease:
 		return 1
-	case ServerZK3x2:
+	case ServerZK3x2, ServerZK3x2Lease:
 		return 2
 	case ServerZK3x3:
 		return 3

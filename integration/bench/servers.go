@@ -42,6 +42,10 @@ const (
 	// root of a 3-member ensemble; clients are spread over the instances.
 	ServerZK3x2 = "zketcd-zk3x2"
 	ServerZK3x3 = "zketcd-zk3x3"
+	// ServerZK3Lease and ServerZK3x2Lease are ServerZK3 and ServerZK3x2
+	// with --read-lease: the leader answers linearizable reads from memory.
+	ServerZK3Lease   = "zketcd-zk3-lease"
+	ServerZK3x2Lease = "zketcd-zk3x2-lease"
 	// ServerZKFloor is no etcd server: the raw go-zookeeper requests
 	// zketcd builds on, on a 3-member ensemble (the floor of ServerZK3*).
 	ServerZKFloor = "zk3-floor"
@@ -52,19 +56,19 @@ var StandaloneServers = []string{ServerEtcd, ServerKine, ServerZK1, ServerZK3}
 
 // DeployedServers are the etcd-API servers of the deployed-shape
 // comparison (ServerZK3 is in both: one instance on the 3-member ensemble).
-var DeployedServers = []string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3}
+var DeployedServers = []string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3, ServerZK3Lease, ServerZK3x2Lease}
 
 // AllServers lists every server the harness knows, in run order: the
 // standalone ones, the deployed shape, the ZooKeeper floor, then the
 // kube-apiserver stacks.
 var AllServers = append(append(append([]string{}, StandaloneServers...),
-	ServerEtcd3, ServerKinePG, ServerZK3x2, ServerZK3x3, ServerZKFloor), KubeServers...)
+	ServerEtcd3, ServerKinePG, ServerZK3x2, ServerZK3x3, ServerZK3Lease, ServerZK3x2Lease, ServerZKFloor), KubeServers...)
 
 // ServerGroups are names -servers accepts for a list of servers.
 var ServerGroups = map[string][]string{
 	"all":        AllServers,
 	"standalone": StandaloneServers,
-	"deployed":   append([]string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3, ServerZKFloor}, KubeServers...),
+	"deployed":   append([]string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3, ServerZK3Lease, ServerZK3x2Lease, ServerZKFloor}, KubeServers...),
 	"kube":       KubeServers,
 }
 
@@ -107,6 +111,10 @@ func ServerLabel(name string) string {
 		return "zketcd ×2, ZK 3-member"
 	case ServerZK3x3:
 		return "zketcd ×3, ZK 3-member"
+	case ServerZK3Lease:
+		return "zketcd, ZK 3-member, --read-lease"
+	case ServerZK3x2Lease:
+		return "zketcd ×2, ZK 3-member, --read-lease"
 	case ServerZKFloor:
 		return "raw go-zookeeper, ZK 3-member"
 	}
@@ -474,6 +482,9 @@ func (e *Env) StartZketcd(ctx context.Context, name, dirName string, zk *zkClust
 			"--listen-client-urls", "http://" + endpoint,
 			"--listen-metrics-urls", "http://127.0.0.1:" + strconv.Itoa(mport),
 			"--log-level", "warn"}
+		if readLeaseServer(name) {
+			args = append(args, "--read-lease")
+		}
 	}
 	p, err := startProcess(name, dir, filepath.Join(dir, "zketcd.log"), bin, args, nil)
 	if err != nil {
@@ -491,6 +502,10 @@ func (e *Env) StartZketcd(ctx context.Context, name, dirName string, zk *zkClust
 	}
 	return t, took, nil
 }
+
+// readLeaseServer reports whether server name runs zketcd with
+// --read-lease.
+func readLeaseServer(name string) bool { return name == ServerZK3Lease || name == ServerZK3x2Lease }
 
 // StartZketcds starts instances zketcd processes on one root of zk as
 // target name (members and directories dir-1, dir-2, ...; one instance:

@@ -129,6 +129,8 @@ type clusterOptions struct {
 	// own (cluster.bProxies), so that a member can be partitioned from
 	// the others and either instance kept off chosen members.
 	links bool
+	// readLease runs both instances with --read-lease.
+	readLease bool
 }
 
 // newCluster starts the cluster.
@@ -195,7 +197,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		t.Cleanup(func() { ip.Close() })
 		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
 			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
-			Internal: internal, AdvertiseInternal: ip.Addr(),
+			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease,
 			SessionTimeout: sessionTimeout, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
 		cl.internal[z] = ip
 		t.Cleanup(func() {
@@ -258,6 +260,8 @@ type scenario struct {
 	// links: the cluster's member links and B's ZooKeeper connections go
 	// through fault proxies (clusterOptions.links).
 	links bool
+	// readLease: both instances run with --read-lease.
+	readLease bool
 	// putRate adds open-loop blind puts at this rate (Config.PutRate), so
 	// that how many writes wait on a commit follows its latency.
 	putRate float64
@@ -442,6 +446,12 @@ var scenarios = []scenario{
 	{name: "ZKConnectStringChange", hold: 2 * time.Second, inject: changeConnectString},
 	{name: "ZKSlowDisk", hold: slowHold, zk: slowDisk, inject: slowFsync, putRate: 30},
 	{name: "ZKFollowerPartition", links: true, hold: followerPartitionHold, zk: longSyncLimit, inject: zkFollowerPartition},
+	// The same leader faults with --read-lease: the leader answers
+	// linearizable reads from memory within a third of the session timeout
+	// of a landed transaction, and no other instance can commit meanwhile.
+	{name: "ReadLeaseLeaderSigstop", readLease: true, hold: 2*sessionTimeout + time.Second, inject: pauseZketcdLeader},
+	{name: "ReadLeaseForwardPartition", readLease: true, hold: 2*sessionTimeout + time.Second, inject: forwardPartition},
+	{name: "ReadLeaseZKFollowerPartition", readLease: true, links: true, hold: followerPartitionHold, zk: longSyncLimit, inject: zkFollowerPartition},
 }
 
 func TestFaults(t *testing.T) {
@@ -465,7 +475,7 @@ func TestFaults(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
-	cl := newCluster(t, clusterOptions{zk: sc.zk, links: sc.links})
+	cl := newCluster(t, clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease})
 	w, err := Start(Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},

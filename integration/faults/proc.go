@@ -46,6 +46,8 @@ type ZketcdConfig struct {
 	// (127.0.0.1:port) and AdvertiseInternal the address advertised to
 	// the other instances (a fault proxy in front of it).
 	Internal, AdvertiseInternal string
+	// ReadLease runs the instance with --read-lease.
+	ReadLease bool
 }
 
 // NewZketcd prepares (does not start) an instance.
@@ -61,6 +63,9 @@ func NewZketcd(c ZketcdConfig) *Zketcd {
 		"--watch-progress-notify-interval", c.ProgressInterval.String(),
 		"--log-level", c.LogLevel,
 		"--enable-pprof", // the soak saves goroutine profiles from /debug/pprof
+	}
+	if c.ReadLease {
+		args = append(args, "--read-lease")
 	}
 	if c.Internal != "" {
 		args = append(args, "--internal-listen-url", "http://"+c.Internal)

@@ -123,6 +123,7 @@ type Store struct {
 	quorum     int   // QuorumHead calls
 	commits    int   // commits that wrote an entry
 	readLease  int64 // session holding the read lease znode (0: none)
+	answer     func(zkstore.CommitRequest, zkstore.Outcome)
 }
 
 // New returns a store holding the sentinel entry 1 (revision 1, the empty
@@ -513,7 +514,21 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 	if fault == UnknownApplied {
 		return zkstore.CommitResult{}, fmt.Errorf("entry %d: %w (injected)", lsn, zkstore.ErrUnknownOutcome)
 	}
+	if answer := s.answer; answer != nil {
+		s.mu.Unlock()
+		answer(req, out) // the commit is in the log (and visible) before its answer
+		s.mu.Lock()
+	}
 	return res, nil
+}
+
+// SetAnswerHook makes every commit call fn after it was applied to the log
+// (other clients read it already) and before its answer returns; fn may
+// block to delay the answer. nil removes the hook.
+func (s *Store) SetAnswerHook(fn func(zkstore.CommitRequest, zkstore.Outcome)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answer = fn
 }
 
 func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int64, res *zkstore.CommitResult) (zkstore.Outcome, int64) {
