@@ -449,7 +449,9 @@ var scenarios = []scenario{
 	// The same leader faults with --read-lease: the leader answers
 	// linearizable reads from memory within a third of the session timeout
 	// of a landed transaction, and no other instance can commit meanwhile.
+	{name: "ReadLeaseLeaderKill", readLease: true, hold: time.Second, inject: killZketcdLeader},
 	{name: "ReadLeaseLeaderSigstop", readLease: true, hold: 2*sessionTimeout + time.Second, inject: pauseZketcdLeader},
+	{name: "ReadLeaseZKLeaderKill", readLease: true, hold: 3 * time.Second, inject: killZKMember(true)},
 	{name: "ReadLeaseForwardPartition", readLease: true, hold: 2*sessionTimeout + time.Second, inject: forwardPartition},
 	{name: "ReadLeaseZKFollowerPartition", readLease: true, links: true, hold: followerPartitionHold, zk: longSyncLimit, inject: zkFollowerPartition},
 }
