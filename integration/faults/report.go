@@ -169,6 +169,8 @@ Each scenario starts a 3-member ZooKeeper ensemble (tickTime 500 ms, forceSync=n
 ` + "`zketcd serve`" + ` processes on one root (session timeout 4 s): A reaches ZooKeeper through one
 fault-injecting TCP proxy per member, B directly (in ZKFollowerPartition B through proxies
 of its own too, and every member-to-member link of the ensemble through one as well).
+The ReadLease* scenarios run both instances with ` + "`--read-lease`" + ` (the leader answers
+linearizable reads and the follower's read index from memory) under the same faults.
 Clients: one on A, one on B, one on both.
 The workload: 4 kube-apiserver-like workers (CAS updates on the mod revision they last saw,
 creates, CAS deletes, gets, paginated LISTs whose later pages are read at the first page's
