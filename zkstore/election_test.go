@@ -18,18 +18,9 @@ import (
 // one goroutine per instance per look until the session ended).
 func TestElectionRelooksHoldNoMoreWatches(t *testing.T) {
 	srv := zkservertest.Standalone(t)
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
 	var elections []*Election
 	for id := uint64(1); id <= 3; id++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		st, err := Open(ctx, Config{Servers: []string{srv.Addr()}, Root: "/relook", Logger: logrus.NewEntry(lg)})
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		e := st.campaign(id, 10*time.Millisecond)
+		e := openTestStore(t, srv.Addr(), "/relook").campaign(id, 10*time.Millisecond)
 		t.Cleanup(e.Close)
 		elections = append(elections, e)
 	}
@@ -83,4 +74,20 @@ func electionGoroutines() int {
 		}
 	}
 	return n
+}
+
+// openTestStore opens a store on the ZooKeeper at addr under root, closed
+// at the test's end.
+func openTestStore(t *testing.T, addr, root string) *Store {
+	t.Helper()
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := Open(ctx, Config{Servers: []string{addr}, Root: root, Logger: logrus.NewEntry(lg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/revision"
@@ -19,18 +16,7 @@ import (
 // released (or the holder's session ends) the guarded commit lands.
 func TestReadLeaseRefusesCommitsWithoutTheFence(t *testing.T) {
 	srv := zkservertest.Standalone(t)
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	open := func() *Store {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		st, err := Open(ctx, Config{Servers: []string{srv.Addr()}, Root: "/readlease", Logger: logrus.NewEntry(lg)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		return st
-	}
+	open := func() *Store { return openTestStore(t, srv.Addr(), "/readlease") }
 	holder, other := open(), open()
 	if _, err := holder.TakeReadLease(1); err != nil {
 		t.Fatal(err)
