@@ -352,7 +352,7 @@ func (c *checker) replay() {
 	}
 	sort.Slice(reads, func(i, j int) bool { return reads[i].rev < reads[j].rev })
 
-	state := map[string]KV{}
+	state := newStore()
 	checkReads := func(upTo int64, ri *int) {
 		for ; *ri < len(reads) && reads[*ri].rev <= upTo; *ri++ {
 			c.checkRead(state, reads[*ri].op)
@@ -405,7 +405,7 @@ func (c *checker) replay() {
 				op = hits[0]
 			case onlyDeletes(evs) && len(evs) == 1 && isModelKey(string(evs[0].Kv.Key)):
 				key := string(evs[0].Kv.Key)
-				prev := state[key]
+				prev, _ := state.get(key)
 				for _, u := range unknownDeletes {
 					if _, done := resolvedOp[u]; done || u.Then[0].Key != key || u.Cmps[0].Value != prev.Mod || u.Call > info.seen {
 						continue
@@ -439,23 +439,23 @@ func (c *checker) replay() {
 			for _, ev := range evs {
 				k := string(ev.Kv.Key)
 				if ev.Type == mvccpb.DELETE {
-					delete(state, k)
+					state.del(k)
 				} else {
-					state[k] = KV{Key: k, Value: string(ev.Kv.Value), Create: ev.Kv.CreateRevision, Mod: ev.Kv.ModRevision,
-						Ver: ev.Kv.Version, Lse: ev.Kv.Lease}
+					state.put(KV{Key: k, Value: string(ev.Kv.Value), Create: ev.Kv.CreateRevision, Mod: ev.Kv.ModRevision,
+						Ver: ev.Kv.Version, Lse: ev.Kv.Lease})
 				}
 			}
 		case ack != nil:
 			for _, ch := range changesOf(ack) {
 				if ch.Delete {
-					delete(state, ch.Key)
+					state.del(ch.Key)
 					continue
 				}
 				kv := KV{Key: ch.Key, Value: ch.Value, Create: rev, Mod: rev, Ver: 1, Lse: ch.Lease}
-				if old, ok := state[ch.Key]; ok {
+				if old, ok := state.get(ch.Key); ok {
 					kv.Create, kv.Ver = old.Create, old.Ver+1
 				}
-				state[ch.Key] = kv
+				state.put(kv)
 			}
 		}
 		checkReads(rev, &ri)
@@ -518,20 +518,10 @@ func sameChanges(want, got []watchcheck.Change) string {
 
 // checkRead compares a read (or a transaction's compares) with the store
 // replayed up to its revision.
-func (c *checker) checkRead(state map[string]KV, op *Op) {
-	rangeOf := func(key, end string) []KV {
-		var out []KV
-		for k, kv := range state {
-			if (end == "" && k == key) || (end != "" && k >= key && k < end) {
-				out = append(out, kv)
-			}
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-		return out
-	}
+func (c *checker) checkRead(state *store, op *Op) {
 	switch op.Kind {
 	case KindRange, KindPinned:
-		want := rangeOf(op.Key, op.End)
+		want := state.rangeOf(op.Key, op.End)
 		count := int64(len(want))
 		if op.Limit > 0 && int64(len(want)) > op.Limit {
 			want = want[:op.Limit]
@@ -544,11 +534,14 @@ func (c *checker) checkRead(state map[string]KV, op *Op) {
 			c.r.violation("read does not match the store at revision %d:\n    %s\n    store at %d: %v (count %d)", rev, op, rev, want, count)
 		}
 	case KindTxn:
-		s := &mstate{}
-		for _, kv := range state {
-			s.kvs = append(s.kvs, kv)
+		var keys []string
+		for _, cm := range op.Cmps {
+			keys = append(keys, cm.Key)
 		}
-		sort.Slice(s.kvs, func(i, j int) bool { return s.kvs[i].Key < s.kvs[j].Key })
+		for _, sub := range op.Branch() {
+			keys = append(keys, sub.Key)
+		}
+		s := state.model(keys...) // compares and gets name single keys
 		holds := true
 		for _, cm := range op.Cmps {
 			holds = holds && s.cmpHolds(cm)
