@@ -48,8 +48,12 @@ type Backend struct {
 	space    space        // the bytes the root holds (DB size), see space.go
 	check    corruptCheck // the published member and the corruption check, see corrupt.go
 	lastHead atomic.Pointer[headSeen]
-	rb       *rollbackGuard // see rollback.go
-	inspect  inspectFunc    // nil: no fresh sessions for rollback checks
+	// ownLanded is when the committer last landed a commit, in
+	// nanoseconds since opened (monotonic; tail.go's deferRearm).
+	ownLanded atomic.Int64
+	opened    time.Time
+	rb        *rollbackGuard // see rollback.go
+	inspect   inspectFunc    // nil: no fresh sessions for rollback checks
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -320,9 +320,12 @@ func (c *committer) launch() bool {
 		// Only the leader commits: its fence makes a deposed leader's
 		// commit fail, so a new leader that caught up with the log has seen
 		// every forwarded request its predecessor committed. The fence is
-		// the last guard (settle looks for it there).
+		// the last guard (settle looks for it there). A proposal guarded
+		// by this same fence already (auto-compaction) carries it once.
 		f.fenced = true
-		f.req.Guards = append(f.req.Guards, fence.Guard())
+		if n := len(f.req.Guards); n == 0 || f.req.Guards[n-1].Path() != fence.Path() {
+			f.req.Guards = append(f.req.Guards, fence.Guard())
+		}
 	} else {
 		// Any other commit is refused while a leader holds the read lease
 		// (readlease.go): it never lands behind reads served from memory.
@@ -425,6 +428,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		lg.WithError(err).Warn("commit failed; nothing was written")
 		failed(b.stopped(err))
 	case res.Outcome == zkstore.Committed:
+		b.ownLanded.Store(int64(time.Since(b.opened))) // see deferRearm
 		c.committed = f.req.Token
 		f.entry.Zxid = res.Zxid
 		if err := c.applyOwn(f); err != nil {

@@ -67,6 +67,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Backe
 		return nil, fmt.Errorf("internal token: %w", err)
 	}
 	b := &Backend{
+		opened:        time.Now(),
 		cfg:           cfg,
 		log:           cfg.Logger.WithField("component", "backend"),
 		store:         st,

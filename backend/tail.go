@@ -87,9 +87,51 @@ func (b *Backend) tail() {
 			return
 		case <-fired:
 			fired = nil
+			b.deferRearm()
 		case <-b.kick:
 		case <-probe.C:
 		}
+	}
+}
+
+// Re-arming the head watch after each of the leader's own commits would
+// double ZooKeeper's requests per write (the commit, then a getW of the
+// head). While the leader commits, its own answers keep its view current,
+// and a commit by anyone else makes its next commit conflict, which kicks
+// the tailer at once. So the leader re-arms only once its commits pause
+// for rearmQuiet, and at least every rearmMax while they do not.
+const (
+	rearmQuiet = 10 * time.Millisecond
+	rearmMax   = 100 * time.Millisecond
+)
+
+// deferRearm waits, after the head watch fired, until the tailer should
+// set it again: at once unless this instance is the committing leader and
+// landed a commit in the last rearmQuiet; a kick or a stop ends the wait.
+func (b *Backend) deferRearm() {
+	if !b.cfg.ForwardWrites {
+		return
+	}
+	if leader, _, _ := b.election.State(); !leader {
+		return
+	}
+	deadline := time.Now().Add(rearmMax)
+	for {
+		sinceLanded := time.Since(b.opened) - time.Duration(b.ownLanded.Load())
+		wait := min(rearmQuiet-sinceLanded, time.Until(deadline))
+		if wait <= 0 {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-b.ctx.Done():
+		case <-b.kick:
+			b.kickTailer() // the loop reads the head at once
+		case <-t.C:
+			continue
+		}
+		t.Stop()
+		return
 	}
 }
 

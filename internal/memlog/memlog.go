@@ -121,6 +121,7 @@ type Store struct {
 	fault      func(zkstore.CommitRequest) Fault
 	down       bool
 	quorum     int   // QuorumHead calls
+	watches    int   // WatchHead calls
 	commits    int   // commits that wrote an entry
 	readLease  int64 // session holding the read lease znode (0: none)
 	answer     func(zkstore.CommitRequest, zkstore.Outcome)
@@ -179,6 +180,14 @@ func (s *Store) QuorumCalls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.quorum
+}
+
+// HeadWatches returns how many times a client set a watch on the head
+// (WatchHead calls).
+func (s *Store) HeadWatches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watches
 }
 
 // Commits returns how many commits wrote an entry (foreign ones included).
@@ -264,10 +273,19 @@ func (s *Store) RollBack(lsn int64) error {
 	return nil
 }
 
+// AppendForeignPut appends another writer's put of ForeignKey at the
+// revision after the head's, atomically with reading the head, and returns
+// its position.
+func (s *Store) AppendForeignPut() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.foreignPutLocked()
+}
+
 // foreignPut is LoseCAS's entry: a put of ForeignKey at the next revision.
-func (s *Store) foreignPutLocked() {
+func (s *Store) foreignPutLocked() int64 {
 	rev := s.head.Rev + 1
-	s.appendForeignLocked([]revision.Op{{Kind: revision.OpTxn, Rev: rev, Changes: []revision.Change{
+	return s.appendForeignLocked([]revision.Op{{Kind: revision.OpTxn, Rev: rev, Changes: []revision.Change{
 		{Key: []byte(ForeignKey), Value: []byte(strconv.FormatInt(rev, 10))},
 	}}})
 }
@@ -685,6 +703,7 @@ func (c *Client) WatchHead() (zkstore.Head, <-chan struct{}, error) {
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
+	c.s.watches++
 	return c.s.head, c.s.headCh, nil
 }
 
