@@ -35,8 +35,9 @@ func init() {
 // runKeepalive grants leases leases on t and keeps them alive at
 // leases/(TTL/3) per second for warmup+duration; the window measures the
 // server's CPU share and (with ZooKeeper) the ZooKeeper transactions per
-// keepalive. Clients = leases in the result.
-func runKeepalive(ctx context.Context, t *Target, p *pool, leases int, warmup, duration time.Duration) Result {
+// keepalive. Clients = leases in the result. With profileDir (and the
+// pprof child), a CPU profile of the window is saved there.
+func runKeepalive(ctx context.Context, t *Target, p *pool, leases int, warmup, duration time.Duration, profileDir string) Result {
 	res := Result{Server: t.Name, Workload: WKeepalive, Clients: leases, Conns: len(p.clients)}
 	fail := func(err error) Result {
 		res.Status, res.FirstError = "failed", err.Error()
@@ -95,6 +96,7 @@ func runKeepalive(ctx context.Context, t *Target, p *pool, leases int, warmup, d
 	end := began.Add(warmup + duration)
 	var cpu0, busy0, self0, api0 float64
 	var zx0 int64
+	var profErr chan error
 	started := false
 	for n := 0; ; n++ {
 		at := began.Add(time.Duration(n) * interval)
@@ -107,6 +109,11 @@ func runKeepalive(ctx context.Context, t *Target, p *pool, leases int, warmup, d
 			cpu0, busy0, self0, api0 = totalCPU(t.pids()), machineBusy(), selfCPU(), totalCPU(t.apiPIDs())
 			zx0 = zkTxns(t)
 			measuring.Store(true)
+			if profileDir != "" && t.PprofAddr != "" {
+				profErr = make(chan error, 1)
+				path := profilePath(profileDir, t.Name, WKeepalive, leases)
+				go func() { profErr <- fetchProfile(t.PprofAddr, path, max(int(duration.Seconds()), 1)) }()
+			}
 		}
 		i := n % len(streams)
 		pending[i] <- sent{time.Now()}
@@ -157,6 +164,11 @@ func runKeepalive(ctx context.Context, t *Target, p *pool, leases int, warmup, d
 	}
 	res.Load1 = loadAvg()[0]
 	res.Note = fmt.Sprintf("%d leases, TTL %d s, %.0f keepalives/s", leases, keepaliveTTL, rate)
+	if profErr != nil {
+		if err := <-profErr; err != nil {
+			res.Note = joinNote(res.Note, "pprof: "+err.Error())
+		}
+	}
 	// Leave no leases behind for the cells that follow.
 	revokeLeases(context.Background(), p, ids)
 	return res

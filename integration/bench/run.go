@@ -356,7 +356,7 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 	}
 
 	if opts.wants(WKeepalive) && p.KeepaliveLeases > 0 && slices.Contains(DeployedServers, s) {
-		r := runKeepalive(ctx, t, conns, p.KeepaliveLeases, p.Warmup, p.Duration)
+		r := runKeepalive(ctx, t, conns, p.KeepaliveLeases, p.Warmup, p.Duration, opts.PprofDir)
 		if err := markCrash(ctx, t, &r, logf); err != nil {
 			return append(results, r), err
 		}
