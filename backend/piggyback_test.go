@@ -42,9 +42,19 @@ func (l *slowLog) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstor
 // slowEngine starts a Backend named name on a slowLog over st.
 func slowEngine(t testing.TB, st *memlog.Store, name string, rtt time.Duration) *Backend {
 	t.Helper()
+	return slowEngineWith(t, st, name, rtt, nil)
+}
+
+// slowEngineWith is slowEngine with configure (if not nil) applied to the
+// Config.
+func slowEngineWith(t testing.TB, st *memlog.Store, name string, rtt time.Duration, configure func(*Config)) *Backend {
+	t.Helper()
 	lg := logrus.New()
 	lg.SetLevel(logrus.ErrorLevel)
 	cfg := Config{Name: name, Logger: logrus.NewEntry(lg).WithField("member", name), Registerer: prometheus.NewRegistry()}
+	if configure != nil {
+		configure(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b, err := New(ctx, cfg, &slowLog{Client: st.Client(), rtt: rtt})

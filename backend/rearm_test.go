@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/memlog"
@@ -19,16 +18,7 @@ import (
 // commits taking rtt each, and waits until it leads.
 func forwardingLeader(t *testing.T, st *memlog.Store, rtt time.Duration) *Backend {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
-	cfg := Config{Name: "a", Logger: logrus.NewEntry(lg), ForwardWrites: true}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b, err := New(ctx, cfg, &slowLog{Client: st.Client(), rtt: rtt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := slowEngineWith(t, st, "a", rtt, func(c *Config) { c.ForwardWrites = true })
 	eventually(t, 5*time.Second, "a leads", func() bool { l, _ := b.Leader(); return l })
 	return b
 }
