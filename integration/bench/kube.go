@@ -25,10 +25,13 @@ const (
 	ServerKubeZK3     = "kube-zketcd-zk3"   // 1 kube-apiserver → 1 zketcd on a 3-member ensemble
 	ServerKubeEtcd3x2 = "kube-etcd-3x2"     // 2 kube-apiservers, each → its own etcd member
 	ServerKubeZK3x2   = "kube-zketcd-zk3x2" // 2 kube-apiservers, each → its own zketcd instance
+	// The zketcd stacks again with --read-lease on every instance.
+	ServerKubeZK3Lease   = "kube-zketcd-zk3-lease"
+	ServerKubeZK3x2Lease = "kube-zketcd-zk3x2-lease"
 )
 
 // KubeServers are the kube-apiserver stacks in run order.
-var KubeServers = []string{ServerKubeEtcd3, ServerKubeZK3, ServerKubeEtcd3x2, ServerKubeZK3x2}
+var KubeServers = []string{ServerKubeEtcd3, ServerKubeZK3, ServerKubeEtcd3x2, ServerKubeZK3x2, ServerKubeZK3Lease, ServerKubeZK3x2Lease}
 
 // kubeStack describes a kube-apiserver stack: the store it runs on and
 // how many kube-apiservers.
@@ -39,10 +42,13 @@ type kubeStack struct {
 }
 
 var kubeStacks = map[string]kubeStack{
-	ServerKubeEtcd3:   {ServerEtcd3, 1, "kube-apiserver on etcd, 3 members"},
-	ServerKubeZK3:     {ServerZK3, 1, "kube-apiserver on zketcd, ZK 3-member"},
-	ServerKubeEtcd3x2: {ServerEtcd3, 2, "2 kube-apiservers on etcd, 3 members (one member each)"},
-	ServerKubeZK3x2:   {ServerZK3x2, 2, "2 kube-apiservers on zketcd ×2, ZK 3-member (one instance each)"},
+	ServerKubeEtcd3:    {ServerEtcd3, 1, "kube-apiserver on etcd, 3 members"},
+	ServerKubeZK3:      {ServerZK3, 1, "kube-apiserver on zketcd, ZK 3-member"},
+	ServerKubeEtcd3x2:  {ServerEtcd3, 2, "2 kube-apiservers on etcd, 3 members (one member each)"},
+	ServerKubeZK3x2:    {ServerZK3x2, 2, "2 kube-apiservers on zketcd ×2, ZK 3-member (one instance each)"},
+	ServerKubeZK3Lease: {ServerZK3Lease, 1, "kube-apiserver on zketcd, ZK 3-member, --read-lease"},
+	ServerKubeZK3x2Lease: {ServerZK3x2Lease, 2,
+		"2 kube-apiservers on zketcd ×2, ZK 3-member, --read-lease (one instance each)"},
 }
 
 func isKubeServer(s string) bool { _, ok := kubeStacks[s]; return ok }

@@ -236,6 +236,10 @@ func shortName(s string) string {
 		return "k2-etcd3"
 	case ServerKubeZK3x2:
 		return "k2-zk3×2"
+	case ServerKubeZK3Lease:
+		return "k-zk3-lease"
+	case ServerKubeZK3x2Lease:
+		return "k2-zk3×2-lease"
 	}
 	return s
 }
