@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -76,6 +77,35 @@ func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.T
 		d.deadline = now.Add(ttl)
 	}
 	return true
+}
+
+// granted starts the clock of lease id, granted by a commit that landed
+// before now, at a whole ttl from now, if this instance leads: no keepalive
+// of the lease can be older than its grant, so the deadline is never early,
+// and the expiry loop needs no baseline read of the token. The token is as
+// the grant created it (version 0); were it renewed through the token
+// since (a follower's fallback keepalive), the loop finds the version moved
+// when the deadline passes and takes a new one, and an expiry is guarded by
+// the version it read. A deadline left by an earlier lease of the same ID
+// (revoked, granted again before the loop dropped it) is moved to at least
+// now+ttl. A lease being expired is left alone.
+func (c *leaseClock) granted(id int64, ttl time.Duration, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fence == "" {
+		return
+	}
+	d := c.deadlines[id]
+	switch {
+	case d == nil:
+		c.deadlines[id] = &leaseDeadline{known: true, deadline: now.Add(ttl)}
+	case d.expiring:
+	default:
+		d.version, d.known = 0, true
+		if now.Add(ttl).After(d.deadline) {
+			d.deadline = now.Add(ttl)
+		}
+	}
 }
 
 // deadline returns lease id's deadline in the current term, if this
@@ -180,6 +210,7 @@ func (b *Backend) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 	for _, id := range baseline {
 		// Baseline: the token as it is now. A renewal may have happened
 		// up to the moment the read returned, so the clock starts then.
+		b.metrics.leaseTokenReads.Inc()
 		tok, ok, err := b.store.ReadLeaseToken(id)
 		if err != nil {
 			lg.WithError(err).Debug("read lease token")
@@ -204,6 +235,15 @@ func (b *Backend) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 	}
 	for _, id := range due {
 		full := time.Duration(ttls[id]) * time.Second
+		// The lease as the view holds it, taken before its token is read:
+		// the expiry commits only if the batch still holds this very
+		// lease, not one revoked and granted again under the same ID
+		// (whose new token is at version 0 again).
+		lease := b.viewLease(id)
+		if lease == nil {
+			continue
+		}
+		b.metrics.leaseTokenReads.Inc()
 		tok, ok, err := b.store.ReadLeaseToken(id)
 		if err != nil {
 			lg.WithError(err).Debug("read lease token")
@@ -229,7 +269,7 @@ func (b *Backend) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 		if !expire {
 			continue
 		}
-		err = b.expire(id, tok.Version, fence)
+		err = b.expire(id, lease, tok.Version, fence)
 		locked(id, func(d *leaseDeadline) {
 			if d == nil {
 				return
@@ -252,9 +292,26 @@ func (b *Backend) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 	}
 }
 
-// expire revokes lease id (deleting its keys in one revision), provided its
-// token is still at version and this instance still holds the leadership.
-func (b *Backend) expire(id int64, version int32, fence zkstore.Fence) error {
+// errLeaseGrantedAgain refuses an expiry whose lease was revoked and
+// granted again under its ID since the expiry was decided.
+var errLeaseGrantedAgain = errors.New("lease granted again since its expiry was decided")
+
+// viewLease returns lease id as this instance's view holds it (nil if none).
+// Each grant the view applies is a new *revision.Lease, so the pointer names
+// one grant of the ID.
+func (b *Backend) viewLease(id int64) *revision.Lease {
+	var l *revision.Lease
+	_ = b.view.Read(func(r revision.Reader) error {
+		l = r.Lease(id)
+		return nil
+	})
+	return l
+}
+
+// expire revokes lease id (deleting its keys in one revision), provided the
+// batch still holds lease (the grant the expiry was decided for), its token
+// is still at version and this instance still holds the leadership.
+func (b *Backend) expire(id int64, lease *revision.Lease, version int32, fence zkstore.Fence) error {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	p := &proposal{
@@ -263,6 +320,9 @@ func (b *Backend) expire(id int64, version int32, fence zkstore.Fence) error {
 			// Refused under CORRUPT, as etcd's lessor's revocations are.
 			if err := translate.AlarmGate(bt.Alarms(), &pb.LeaseRevokeRequest{ID: id}); err != nil {
 				return err
+			}
+			if bt.Lease(id) != lease {
+				return errLeaseGrantedAgain
 			}
 			_, err := translate.LeaseRevoke(bt, id)
 			return err

@@ -113,7 +113,11 @@ func (b *Backend) serveForward(ctx context.Context, call ForwardCall) (proto.Mes
 		if req.ID == 0 {
 			return nil, ForwardReply{}, &FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}
 		}
-		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
+		resp, reply, err := serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
+		if g, ok := resp.(*pb.LeaseGrantResponse); ok && err == nil {
+			b.leases.granted(req.ID, time.Duration(g.TTL)*time.Second, b.now())
+		}
+		return resp, reply, err
 	case *pb.LeaseRevokeRequest:
 		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
 	case *pb.AlarmRequest:

@@ -301,3 +301,95 @@ func TestCheckpointedRemainingTTLIsTheFirstDeadline(t *testing.T) {
 		t.Fatal("the kept-alive checkpointed lease expired")
 	}
 }
+
+// TestLeasesTheLeaderGrantsNeedNoTokenRead: a lease granted at the leader,
+// or through a follower, starts the leader's clock at its grant, so the
+// expiry loop reads no token until a deadline passes (10,000 leases granted
+// at once used to cost 10,000 ZooKeeper reads right after); each still
+// expires a TTL after its grant, not before.
+func TestLeasesTheLeaderGrantsNeedNoTokenRead(t *testing.T) {
+	st, _, a, _, b, _ := forwardingPair(t)
+	granted := map[int64]time.Time{}
+	for i := 0; i < 20; i++ {
+		e := a
+		if i%2 == 1 {
+			e = b // forwarded to a
+		}
+		at := time.Now()
+		granted[grant(t, e, MinLeaseTTL)] = at
+	}
+	time.Sleep(4 * expiryTick)
+	if n := counterValue(t, a.metrics.leaseTokenReads); n != 0 {
+		t.Fatalf("the leader read %.0f lease tokens for leases it granted", n)
+	}
+	for id, at := range granted {
+		eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
+		if after := time.Since(at); after < time.Duration(MinLeaseTTL)*time.Second {
+			t.Fatalf("lease %x expired %s after its grant, before its TTL", id, after)
+		}
+	}
+}
+
+// TestALeaseGrantedAgainUnderItsIDLivesAWholeTTL: a lease revoked and
+// granted again with the same ID before the expiry loop dropped its old
+// deadline lives a TTL from the second grant, not from the first.
+func TestALeaseGrantedAgainUnderItsIDLivesAWholeTTL(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	a, _ := engine(t, st, "a", nil)
+	eventually(t, time.Second, "a leads", leads(a))
+	ctx := context.Background()
+	const id = 0x1234
+	for round := 0; round < 5; round++ {
+		if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: MinLeaseTTL}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the loop takes the first grant's deadline
+		if _, err := a.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: MinLeaseTTL}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
+		if after := time.Since(at); after < time.Duration(MinLeaseTTL)*time.Second {
+			t.Fatalf("round %d: the lease granted again expired %s after that grant, before its TTL", round, after)
+		}
+	}
+}
+
+// TestAnExpiryDecidedForAnEarlierGrantOfTheIDIsRefused: an expiry decided
+// for a lease (its token read at version 0) that is revoked and granted
+// again under the same ID before the expiry commits does not revoke the new
+// grant, whose token is at version 0 as well.
+func TestAnExpiryDecidedForAnEarlierGrantOfTheIDIsRefused(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	a, _ := engine(t, st, "a", nil)
+	eventually(t, time.Second, "a leads", leads(a))
+	ctx := context.Background()
+	const id = 0x4321
+	if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: 60}); err != nil {
+		t.Fatal(err)
+	}
+	old := a.viewLease(id)
+	if _, err := a.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: 60}); err != nil {
+		t.Fatal(err)
+	}
+	_, fence, _ := a.election.State()
+	if err := a.expire(id, old, 0, fence); !errors.Is(err, errLeaseGrantedAgain) {
+		t.Fatalf("expiry decided for the first grant: %v, want %v", err, errLeaseGrantedAgain)
+	}
+	if !st.LeaseTokenExists(id) || a.viewLease(id) == nil {
+		t.Fatal("the second grant was revoked by an expiry decided for the first")
+	}
+	// The expiry of the grant the view holds commits.
+	if err := a.expire(id, a.viewLease(id), 0, fence); err != nil {
+		t.Fatalf("expiry of the current grant: %v", err)
+	}
+	if st.LeaseTokenExists(id) {
+		t.Fatal("the current grant's expiry left its token")
+	}
+}

@@ -42,11 +42,17 @@ func (b *Backend) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 		// lost answer can be answered.
 		req = &pb.LeaseGrantRequest{TTL: req.TTL, ID: id}
 	}
-	return writeFwd(ctx, b, req, func() *pb.LeaseGrantResponse { return &pb.LeaseGrantResponse{} },
+	resp, err := writeFwd(ctx, b, req, func() *pb.LeaseGrantResponse { return &pb.LeaseGrantResponse{} },
 		func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, id) },
 		func(int64, int64) (*pb.LeaseGrantResponse, error) {
 			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: id, TTL: max(req.TTL, MinLeaseTTL)}, nil
 		})
+	if err == nil {
+		// A no-op unless this instance leads (it committed the grant, or
+		// leads now that the leader it sent the grant to committed it).
+		b.leases.granted(id, time.Duration(resp.TTL)*time.Second, b.now())
+	}
+	return resp, err
 }
 
 // LeaseRevoke commits the removal of a lease and, in one revision, of every

@@ -24,6 +24,10 @@ type metrics struct {
 	renewals, renewalMultis, renewalTokens prometheus.Counter
 	// renewalsInMemory counts keepalives the leader renewed in memory.
 	renewalsInMemory prometheus.Counter
+	// leaseTokenReads counts the expiry loop's reads of lease tokens: a
+	// baseline for a lease whose clock the leader has not started, and a
+	// check at each deadline.
+	leaseTokenReads prometheus.Counter
 	// linearizableReads counts linearizable reads (and no-op batches) by
 	// what answered them: a barrier round trip or a commit that landed;
 	// barrierTrips counts the round trips.
@@ -89,6 +93,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "lease_keepalives_in_memory_total",
 			Help: "Keepalives the leader renewed in memory, without a ZooKeeper write.",
 		}),
+		leaseTokenReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_token_reads_total",
+			Help: "Lease tokens the leader's expiry loop read from ZooKeeper: a baseline for each lease when a term begins (not for leases it granted itself) and a check when a deadline passes.",
+		}),
 		linearizableReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "linearizable_reads_total",
 			Help: "Linearizable reads by what proved them current: a barrier round trip (via=barrier) or a commit of this instance that landed after they arrived (via=commit), or the read lease (via=lease: answered from memory, --read-lease; counted at the leader for its own reads and the ReadIndex it serves).",
@@ -124,7 +132,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
-			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.linearizableReads, m.barrierTrips,
+			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
 			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)
 	}
 	return m
