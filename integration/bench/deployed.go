@@ -413,8 +413,16 @@ func (r *Report) writeTargets(b *strings.Builder) {
 		{what: "kube-apiserver on `--read-lease`: every verb's p99", want: "≤ 1.5× etcd", ratios: worst(kubeLP, true), max: 1.5},
 	}
 	if len(r.Baseline) > 0 {
-		ts = append(ts, target{what: "standalone zketcd rows against the baseline run of " + r.BaselineDate,
+		what := "standalone zketcd rows against the baseline run of " + r.BaselineDate
+		if r.BaselineCPU != "" && r.BaselineCPU != r.Machine.CPUModel {
+			what += fmt.Sprintf(" (baseline on %s, this run on %s: compare the next row)", r.BaselineCPU, r.Machine.CPUModel)
+		}
+		ts = append(ts, target{what: what,
 			want: "geo-mean ≥ 0.95× the baseline (one noisy run each)", ratios: r.baselineRatios(), min: 0.95})
+		if rel := r.baselineRelative(); slices.ContainsFunc(rel, func(x namedRatio) bool { return !math.IsNaN(x.v) }) {
+			ts = append(ts, target{what: "the same rows relative to standalone etcd in each run (zketcd/etcd now ÷ zketcd/etcd then)",
+				want: "geo-mean ≥ 0.95× the baseline's", ratios: rel, min: 0.95})
+		}
 	} else {
 		ts = append(ts, target{what: "standalone rows no worse than before", want: "≥ the previous run", note: "no baseline given (-baseline)"})
 	}
@@ -457,11 +465,17 @@ type BaselineRow struct {
 
 // SetBaseline keeps the standalone zketcd throughput rows of an earlier
 // report (its results.json) to compare this run with.
+//
+// It keeps the standalone etcd rows as well: divided by the same rows of
+// this run, they say how much faster or slower the machine was, so the
+// zketcd rows can also be compared relative to etcd (see baselineRelative),
+// which holds when the baseline ran on another machine.
 func (r *Report) SetBaseline(old *Report) {
 	r.BaselineDate = old.Machine.Date
+	r.BaselineCPU = old.Machine.CPUModel
 	r.Baseline = nil
 	for _, x := range old.Results {
-		if slices.Contains(zketcdServers, x.Server) && slices.Contains(AllWorkloads, x.Workload) && ok(&x) {
+		if (slices.Contains(zketcdServers, x.Server) || x.Server == ServerEtcd) && slices.Contains(AllWorkloads, x.Workload) && ok(&x) {
 			r.Baseline = append(r.Baseline, BaselineRow{x.Server, x.Workload, x.Clients, x.Throughput})
 		}
 	}
@@ -480,6 +494,32 @@ func (r *Report) baselineRatios() []namedRatio {
 		}
 		g, n := geoMean(vs)
 		out = append(out, namedRatio{fmt.Sprintf("%s geo-mean over %d rows", shortName(z), n), g})
+	}
+	return out
+}
+
+// baselineRelative is baselineRatios with each zketcd row first divided by
+// the standalone etcd row of its own run (zketcd/etcd now ÷ zketcd/etcd
+// then): the machine's own speed cancels out.
+func (r *Report) baselineRelative() []namedRatio {
+	then := map[[2]any]float64{}
+	for _, b := range r.Baseline {
+		if b.Server == ServerEtcd && b.Throughput > 0 {
+			then[[2]any{b.Workload, b.Clients}] = b.Throughput
+		}
+	}
+	var out []namedRatio
+	for _, z := range zketcdServers {
+		var vs []float64
+		for _, b := range r.Baseline {
+			etcdThen := then[[2]any{b.Workload, b.Clients}]
+			x, e := r.find(z, b.Workload, b.Clients), r.find(ServerEtcd, b.Workload, b.Clients)
+			if b.Server == z && ok(x) && ok(e) && b.Throughput > 0 && etcdThen > 0 && e.Throughput > 0 {
+				vs = append(vs, (x.Throughput/e.Throughput)/(b.Throughput/etcdThen))
+			}
+		}
+		g, n := geoMean(vs)
+		out = append(out, namedRatio{fmt.Sprintf("%s/etcd geo-mean over %d rows", shortName(z), n), g})
 	}
 	return out
 }

@@ -28,6 +28,7 @@ type Report struct {
 	// (Options.BaselinePath), BaselineDate its date.
 	Baseline     []BaselineRow `json:"baseline,omitempty"`
 	BaselineDate string        `json:"baseline_date,omitempty"`
+	BaselineCPU  string        `json:"baseline_cpu_model,omitempty"`
 	// ElapsedSeconds is the run's wall time.
 	ElapsedSeconds float64 `json:"elapsed_s"`
 }

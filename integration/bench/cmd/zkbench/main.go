@@ -64,7 +64,7 @@ func run() error {
 	pgBin := flag.String("pg-bin", "", "directory of PostgreSQL's initdb, postgres and pg_isready (default: the newest /usr/lib/postgresql/*/bin)")
 	pprofDir := flag.String("pprof", "", "run zketcd in-process in a child with net/http/pprof and save a CPU profile of every cell here")
 	keep := flag.Bool("keep", false, "keep the work directory (server data and logs)")
-	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json")
+	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json (with -baseline: against that one)")
 	flag.Parse()
 
 	if *render != "" {
@@ -74,6 +74,13 @@ func run() error {
 		rep, err := bench.LoadReport(*render)
 		if err != nil {
 			return err
+		}
+		if *baseline != "" {
+			old, err := bench.LoadReport(*baseline)
+			if err != nil {
+				return fmt.Errorf("baseline: %w", err)
+			}
+			rep.SetBaseline(old)
 		}
 		dir := *data
 		if dir == "" {
