@@ -6,6 +6,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -323,10 +324,40 @@ func TestLeasesTheLeaderGrantsNeedNoTokenRead(t *testing.T) {
 		t.Fatalf("the leader read %.0f lease tokens for leases it granted", n)
 	}
 	for id, at := range granted {
-		eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
-		if after := time.Since(at); after < time.Duration(MinLeaseTTL)*time.Second {
-			t.Fatalf("lease %x expired %s after its grant, before its TTL", id, after)
-		}
+		expiresAWholeTTLAfter(t, st, id, at, "its grant")
+	}
+}
+
+// expiresAWholeTTLAfter waits for lease id (of TTL MinLeaseTTL) to expire
+// and fails if that came sooner than a TTL after since (what: the event).
+func expiresAWholeTTLAfter(t *testing.T, st *memlog.Store, id int64, since time.Time, what string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
+	if after := time.Since(since); after < time.Duration(MinLeaseTTL)*time.Second {
+		t.Fatalf("lease %x expired %s after %s, before its TTL", id, after, what)
+	}
+}
+
+// soloLeader starts one instance on a fresh memlog and waits until it leads.
+func soloLeader(t *testing.T) (*memlog.Store, *Backend) {
+	t.Helper()
+	st := memlog.New(memlog.Options{})
+	a, _ := engine(t, st, "a", nil)
+	eventually(t, time.Second, "a leads", leads(a))
+	return st, a
+}
+
+func grantID(t *testing.T, b *Backend, id, ttl int64) {
+	t.Helper()
+	if _, err := b.LeaseGrant(context.Background(), &pb.LeaseGrantRequest{ID: id, TTL: ttl}); err != nil {
+		t.Fatalf("grant %x: %v", id, err)
+	}
+}
+
+func revokeID(t *testing.T, b *Backend, id int64) {
+	t.Helper()
+	if _, err := b.LeaseRevoke(context.Background(), &pb.LeaseRevokeRequest{ID: id}); err != nil {
+		t.Fatalf("revoke %x: %v", id, err)
 	}
 }
 
@@ -334,27 +365,15 @@ func TestLeasesTheLeaderGrantsNeedNoTokenRead(t *testing.T) {
 // granted again with the same ID before the expiry loop dropped its old
 // deadline lives a TTL from the second grant, not from the first.
 func TestALeaseGrantedAgainUnderItsIDLivesAWholeTTL(t *testing.T) {
-	st := memlog.New(memlog.Options{})
-	a, _ := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", leads(a))
-	ctx := context.Background()
+	st, a := soloLeader(t)
 	const id = 0x1234
 	for round := 0; round < 5; round++ {
-		if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: MinLeaseTTL}); err != nil {
-			t.Fatal(err)
-		}
+		grantID(t, a, id, MinLeaseTTL)
 		time.Sleep(time.Second) // the loop takes the first grant's deadline
-		if _, err := a.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id}); err != nil {
-			t.Fatal(err)
-		}
+		revokeID(t, a, id)
 		at := time.Now()
-		if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: MinLeaseTTL}); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
-		if after := time.Since(at); after < time.Duration(MinLeaseTTL)*time.Second {
-			t.Fatalf("round %d: the lease granted again expired %s after that grant, before its TTL", round, after)
-		}
+		grantID(t, a, id, MinLeaseTTL)
+		expiresAWholeTTLAfter(t, st, id, at, fmt.Sprintf("its grant again in round %d", round))
 	}
 }
 
@@ -363,21 +382,12 @@ func TestALeaseGrantedAgainUnderItsIDLivesAWholeTTL(t *testing.T) {
 // again under the same ID before the expiry commits does not revoke the new
 // grant, whose token is at version 0 as well.
 func TestAnExpiryDecidedForAnEarlierGrantOfTheIDIsRefused(t *testing.T) {
-	st := memlog.New(memlog.Options{})
-	a, _ := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", leads(a))
-	ctx := context.Background()
+	st, a := soloLeader(t)
 	const id = 0x4321
-	if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: 60}); err != nil {
-		t.Fatal(err)
-	}
+	grantID(t, a, id, 60)
 	old := a.viewLease(id)
-	if _, err := a.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: 60}); err != nil {
-		t.Fatal(err)
-	}
+	revokeID(t, a, id)
+	grantID(t, a, id, 60)
 	_, fence, _ := a.election.State()
 	if err := a.expire(id, old, 0, fence); !errors.Is(err, errLeaseGrantedAgain) {
 		t.Fatalf("expiry decided for the first grant: %v, want %v", err, errLeaseGrantedAgain)
