@@ -130,14 +130,14 @@ bench-watch:
 # count only runs slower. 300000 executions take ~6-20 s per target here.
 FUZZTIME ?= 300000x
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime $(FUZZTIME) ./zkstore/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshot -fuzztime $(FUZZTIME) ./zkstore/
-	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./translate/
-	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./translate/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshotDB -fuzztime $(FUZZTIME) ./etcdformat/
-	$(GO) test -run '^$$' -fuzz FuzzGatewayJSON -fuzztime $(FUZZTIME) ./httpgw/
-	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime $(FUZZTIME) ./httpgw/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeNeverPanics -fuzztime $(FUZZTIME) ./auth/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime $(FUZZTIME) ./internal/zkstore/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshot -fuzztime $(FUZZTIME) ./internal/zkstore/
+	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./internal/translate/
+	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./internal/translate/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshotDB -fuzztime $(FUZZTIME) ./internal/etcdformat/
+	$(GO) test -run '^$$' -fuzz FuzzGatewayJSON -fuzztime $(FUZZTIME) ./internal/httpgw/
+	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime $(FUZZTIME) ./internal/httpgw/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeNeverPanics -fuzztime $(FUZZTIME) ./internal/auth/
 
 # bench measures zketcd (on a standalone ZooKeeper and on a 3-member
 # ensemble) against etcd 3.7.3 and kine 0.17.5 side by side, then the

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -24,10 +24,10 @@ func TestAlarmsAndTheCorruptionCheckWithAuthenticationOn(t *testing.T) {
 	zk := zkservertest.Standalone(t).Addr()
 	quota := func(c *embed.Config) {
 		c.GRPC.Auth.BcryptCost = bcrypt.MinCost
-		c.Backend.QuotaBackendBytes = 64 << 10
+		c.Engine.QuotaBackendBytes = 64 << 10
 	}
-	a := zketcdtest.Start(t, []string{zk}, zketcdtest.Options{Configure: quota})
-	b := zketcdtest.Start(t, []string{zk}, zketcdtest.Options{Root: a.Root(), Configure: quota})
+	a := embedtest.Start(t, []string{zk}, embedtest.Options{Configure: quota})
+	b := embedtest.Start(t, []string{zk}, embedtest.Options{Root: a.Root(), Configure: quota})
 	enableAuth(t, a.Client(t))
 	ctx := ctx30s(t)
 	alice, err := userClient(t, b.Endpoint(), "alice", "alicepw")
@@ -43,10 +43,10 @@ func TestAlarmsAndTheCorruptionCheckWithAuthenticationOn(t *testing.T) {
 		t.Fatalf("alice filling the quota: %v", refused)
 	}
 	list, err := alice.AlarmList(ctx)
-	if err != nil || len(list.Alarms) != 1 || list.Alarms[0].Alarm != pb.AlarmType_NOSPACE || list.Alarms[0].MemberID != b.Backend().MemberID() {
+	if err != nil || len(list.Alarms) != 1 || list.Alarms[0].Alarm != pb.AlarmType_NOSPACE || list.Alarms[0].MemberID != b.Engine().MemberID() {
 		t.Fatalf("alice lists alarms: %v %v", list, err)
 	}
-	if _, err := alice.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: b.Backend().MemberID(), Alarm: pb.AlarmType_NOSPACE}); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	if _, err := alice.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: b.Engine().MemberID(), Alarm: pb.AlarmType_NOSPACE}); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("alice disarms: %v, want permission denied", err)
 	}
 	root, err := userClient(t, a.Endpoint(), "root", "rootpw")
@@ -74,10 +74,10 @@ func TestAlarmsAndTheCorruptionCheckWithAuthenticationOn(t *testing.T) {
 	}
 
 	leader := a
-	if l, _ := b.Backend().Leader(); l {
+	if l, _ := b.Engine().Leader(); l {
 		leader = b
 	}
-	if err := leader.Backend().CheckCorruption(ctx); err != nil {
+	if err := leader.Engine().CheckCorruption(ctx); err != nil {
 		t.Fatalf("corruption check with auth on: %v", err)
 	}
 }

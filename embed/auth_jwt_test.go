@@ -19,9 +19,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/zketcd/zketcd/auth"
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -47,7 +47,7 @@ func ecKeyFiles(t *testing.T) (pub, priv string, key *ecdsa.PrivateKey) {
 
 // jwtOptions runs an instance with JWT tokens from opts (etcd's
 // --auth-token value) and bcrypt cost 5.
-func jwtOptions(t *testing.T, opts string, o zketcdtest.Options) zketcdtest.Options {
+func jwtOptions(t *testing.T, opts string, o embedtest.Options) embedtest.Options {
 	o.Configure = func(c *embed.Config) {
 		tp, err := auth.NewTokenProvider(opts, 0)
 		if err != nil {
@@ -66,13 +66,13 @@ func TestAuthJWTIssuedByOneInstanceIsHonouredByAnotherAndForgeriesAreNot(t *test
 	pub, priv, _ := ecKeyFiles(t)
 	opts := "jwt,pub-key=" + pub + ",priv-key=" + priv + ",sign-method=ES256,ttl=2s"
 	zk := zkservertest.Standalone(t).Addr()
-	a := zketcdtest.Start(t, []string{zk}, jwtOptions(t, opts, zketcdtest.Options{}))
-	b := zketcdtest.Start(t, []string{zk}, jwtOptions(t, opts, zketcdtest.Options{Root: a.Root()}))
+	a := embedtest.Start(t, []string{zk}, jwtOptions(t, opts, embedtest.Options{}))
+	b := embedtest.Start(t, []string{zk}, jwtOptions(t, opts, embedtest.Options{Root: a.Root()}))
 	enableAuth(t, a.Client(t))
 	ctx := ctx30s(t)
 
 	// The bcrypt cost configured is the cost of the stored hash.
-	raw, _ := a.Backend().AuthState()
+	raw, _ := a.Engine().AuthState()
 	st, err := auth.Decode(raw)
 	if err != nil {
 		t.Fatal(err)

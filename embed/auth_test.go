@@ -14,19 +14,19 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/zketcd/zketcd/auth"
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/grpcsrv"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/grpcsrv"
+	"github.com/zketcd/zketcd/internal/zkstore"
 
-	"github.com/zketcd/zketcd/internal/testcerts"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 // fastBcrypt runs an instance with the cheapest bcrypt cost (the tests log
 // in many times; -race makes bcrypt slow).
-func fastBcrypt(o zketcdtest.Options) zketcdtest.Options {
+func fastBcrypt(o embedtest.Options) embedtest.Options {
 	o.Configure = func(c *embed.Config) { c.GRPC.Auth.BcryptCost = bcrypt.MinCost }
 	return o
 }
@@ -109,8 +109,8 @@ func checkAlice(t *testing.T, endpoint string) {
 
 func TestAuthChangesThroughOneInstanceAreEnforcedByTheOtherAtOnce(t *testing.T) {
 	zk := zkservertest.Standalone(t).Addr()
-	a := zketcdtest.Start(t, []string{zk}, fastBcrypt(zketcdtest.Options{}))
-	b := zketcdtest.Start(t, []string{zk}, fastBcrypt(zketcdtest.Options{Root: a.Root()}))
+	a := embedtest.Start(t, []string{zk}, fastBcrypt(embedtest.Options{}))
+	b := embedtest.Start(t, []string{zk}, fastBcrypt(embedtest.Options{Root: a.Root()}))
 	enableAuth(t, a.Client(t))
 	checkAlice(t, b.Endpoint())
 
@@ -173,7 +173,7 @@ func TestAuthChangesThroughOneInstanceAreEnforcedByTheOtherAtOnce(t *testing.T) 
 
 func TestAuthSurvivesRestartAndBaseGenerations(t *testing.T) {
 	zk := zkservertest.Standalone(t).Addr()
-	in := zketcdtest.Start(t, []string{zk}, fastBcrypt(zketcdtest.Options{}))
+	in := embedtest.Start(t, []string{zk}, fastBcrypt(embedtest.Options{}))
 	enableAuth(t, in.Client(t))
 	in.Restart()
 	checkAlice(t, in.Endpoint())
@@ -218,7 +218,7 @@ func TestAuthSurvivesRestartAndBaseGenerations(t *testing.T) {
 func TestAuthClientCertificateCommonNameIsTheUser(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
 	certs := testcerts.New(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(zketcdtest.Options{TLS: certs.ServerTLS(t)}))
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{TLS: certs.ServerTLS(t)}))
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{in.Endpoint()}, DialTimeout: 5 * time.Second,
 		TLS: certs.ClientTLS(t, true), Logger: zap.NewNop(),
@@ -265,8 +265,8 @@ func grpcAuth(tp auth.TokenProvider) grpcsrv.AuthConfig {
 
 func TestConcurrentAuthChangesThroughTwoInstancesAreAllKept(t *testing.T) {
 	zk := zkservertest.Standalone(t).Addr()
-	a := zketcdtest.Start(t, []string{zk}, fastBcrypt(zketcdtest.Options{}))
-	b := zketcdtest.Start(t, []string{zk}, fastBcrypt(zketcdtest.Options{Root: a.Root()}))
+	a := embedtest.Start(t, []string{zk}, fastBcrypt(embedtest.Options{}))
+	b := embedtest.Start(t, []string{zk}, fastBcrypt(embedtest.Options{Root: a.Root()}))
 	clients := []*clientv3.Client{a.Client(t), b.Client(t)}
 	ctx := ctx30s(t)
 	const n = 20

@@ -6,21 +6,21 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/grpcsrv"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/grpcsrv"
 )
 
 // Config configures an instance. It is the one configuration of zketcd:
 // the zketcd command maps its flags onto it, and every setting has one
 // owner that defaults and validates it — the ZooKeeper connection and the
-// log's entry budget zkstore.Config (Backend.Store), the engine's tunables
-// backend.Config, the etcd request limits (--max-request-bytes,
+// log's entry budget zkstore.Config (Engine.Store), the engine's tunables
+// engine.Config, the etcd request limits (--max-request-bytes,
 // --max-txn-ops) and the gRPC transport grpcsrv.Config. The logger is
 // defaulted here only and handed to all three.
 type Config struct {
-	// Backend configures storage; its Logger, Store.Logger and Registerer
+	// Engine configures storage; its Logger, Store.Logger and Registerer
 	// are filled in.
-	Backend backend.Config
+	Engine engine.Config
 	// GRPC configures the gRPC services and etcd's request limits; its
 	// Logger, Registerer and TLS are filled in.
 	GRPC grpcsrv.Config
@@ -39,7 +39,7 @@ type Config struct {
 	EnablePprof bool
 	// InternalAddr is the host:port of the internal endpoint (write
 	// forwarding and ReadIndex between instances, package forward; port 0
-	// picks a free one), served when Backend.ForwardWrites is set ("":
+	// picks a free one), served when Engine.ForwardWrites is set ("":
 	// DefaultInternalAddr). InternalURL is the URL advertised for it in the
 	// member znode ("": http:// and the address listened on).
 	InternalAddr string
@@ -59,11 +59,11 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
-	if c.Backend.Logger == nil {
-		c.Backend.Logger = c.Logger
+	if c.Engine.Logger == nil {
+		c.Engine.Logger = c.Logger
 	}
-	if c.Backend.Store.Logger == nil {
-		c.Backend.Store.Logger = c.Backend.Logger
+	if c.Engine.Store.Logger == nil {
+		c.Engine.Store.Logger = c.Engine.Logger
 	}
 	if c.GRPC.Logger == nil {
 		c.GRPC.Logger = c.Logger

@@ -1,4 +1,4 @@
-// Package embed starts a complete zketcd instance (backend, gRPC services,
+// Package embed starts a complete zketcd instance (engine, gRPC services,
 // client and metrics listeners) inside a Go process. The zketcd command is a
 // thin wrapper around it, and tests use it to run real instances in-process.
 package embed
@@ -18,18 +18,18 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 
-	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/forward"
-	"github.com/zketcd/zketcd/grpcsrv"
-	"github.com/zketcd/zketcd/httpgw"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/forward"
+	"github.com/zketcd/zketcd/internal/grpcsrv"
+	"github.com/zketcd/zketcd/internal/httpgw"
 )
 
-// The backend is the engine behind the gRPC services.
-var _ grpcsrv.Engine = (*backend.Backend)(nil)
+// The engine is what runs behind the gRPC services.
+var _ grpcsrv.Engine = (*engine.Engine)(nil)
 
 // Zketcd is a running instance.
 type Zketcd struct {
-	be       *backend.Backend
+	be       *engine.Engine
 	srv      *grpc.Server
 	gw       *httpgw.Server
 	closeLE  func()
@@ -38,7 +38,7 @@ type Zketcd struct {
 	metrics  []net.Listener
 	internal net.Listener    // nil: no internal endpoint
 	isrv     *grpc.Server    // serves internal
-	fwd      *forward.Client // the backend's Forwarder, if forwarding
+	fwd      *forward.Client // the engine's Forwarder, if forwarding
 	registry *prometheus.Registry
 	cancel   context.CancelFunc
 	errc     chan error
@@ -46,7 +46,7 @@ type Zketcd struct {
 	lg       *logrus.Entry
 }
 
-// Start opens the backend (connecting to ZooKeeper and recovering the view
+// Start opens the engine (connecting to ZooKeeper and recovering the view
 // within ctx) and starts serving. Errors: ZooKeeper unreachable, a bad
 // configuration, a listen failure.
 func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
@@ -56,7 +56,7 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Backend.Registerer = reg
+	cfg.Engine.Registerer = reg
 	cfg.GRPC.Registerer = reg
 	if cfg.TLS != nil {
 		// The client listeners' TLS handshake is httpgw's (gRPC and HTTP
@@ -94,20 +94,20 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 		}
 		z.metrics = append(z.metrics, l)
 	}
-	if cfg.Backend.ForwardWrites {
+	if cfg.Engine.ForwardWrites {
 		l, err := net.Listen("tcp", cfg.InternalAddr)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
 		}
 		z.internal = l
-		if cfg.Backend.InternalURL = cfg.InternalURL; cfg.Backend.InternalURL == "" {
-			cfg.Backend.InternalURL = "http://" + l.Addr().String()
+		if cfg.Engine.InternalURL = cfg.InternalURL; cfg.Engine.InternalURL == "" {
+			cfg.Engine.InternalURL = "http://" + l.Addr().String()
 		}
 		z.fwd = forward.NewClient()
-		cfg.Backend.Forwarder = z.fwd
+		cfg.Engine.Forwarder = z.fwd
 	}
-	be, err := backend.Open(ctx, cfg.Backend)
+	be, err := engine.Open(ctx, cfg.Engine)
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -116,7 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	if z.internal != nil {
 		z.isrv = forward.NewServer(be, cfg.Logger, reg)
 		go func() { z.report(z.isrv.Serve(z.internal)) }()
-		cfg.Logger.WithFields(logrus.Fields{"addr": z.internal.Addr().String(), "advertised": cfg.Backend.InternalURL}).
+		cfg.Logger.WithFields(logrus.Fields{"addr": z.internal.Addr().String(), "advertised": cfg.Engine.InternalURL}).
 			Info("serving the internal endpoint (write forwarding to the leader instance)")
 	}
 	var srvCtx context.Context
@@ -200,8 +200,8 @@ func (z *Zketcd) InternalAddr() string {
 	return z.internal.Addr().String()
 }
 
-// Backend returns the instance's backend.
-func (z *Zketcd) Backend() *backend.Backend { return z.be }
+// Engine returns the instance's engine.
+func (z *Zketcd) Engine() *engine.Engine { return z.be }
 
 // Registry returns the instance's Prometheus registry.
 func (z *Zketcd) Registry() *prometheus.Registry { return z.registry }
@@ -226,7 +226,7 @@ func (z *Zketcd) Close(grace time.Duration) {
 			hs.Close()
 		}
 		if z.isrv != nil {
-			// In-flight forwarded requests end with the backend (ErrStopped):
+			// In-flight forwarded requests end with the engine (ErrStopped):
 			// their origins resolve them through their tags.
 			go z.isrv.GracefulStop()
 		}

@@ -7,16 +7,16 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
-	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/httpgw"
-	"github.com/zketcd/zketcd/lockelect"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/httpgw"
+	"github.com/zketcd/zketcd/internal/lockelect"
 )
 
 // gatewayConfig is the configuration of the client URLs' HTTP side: TLS
-// and limits as the gRPC server's, health from the backend.
+// and limits as the gRPC server's, health from the engine.
 // The v3lock and v3election services are registered on srv through it
 // (they are clients of srv); closeLockElect is set to release them.
-func gatewayConfig(cfg Config, be *backend.Backend, srv *grpc.Server, metrics http.Handler, closeLockElect *func()) httpgw.Config {
+func gatewayConfig(cfg Config, be *engine.Engine, srv *grpc.Server, metrics http.Handler, closeLockElect *func()) httpgw.Config {
 	return httpgw.Config{
 		Services:             func(conn *grpc.ClientConn) { *closeLockElect = lockelect.Register(srv, conn) },
 		Gateways:             lockelect.Gateways(),

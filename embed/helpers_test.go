@@ -7,9 +7,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // startExpectingFailure starts an instance that should fail to open, and
@@ -21,7 +21,7 @@ func startExpectingFailure(t *testing.T, zkAddr, root, auth string) (*embed.Zket
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	z, err := embed.Start(ctx, embed.Config{
-		Backend: backend.Config{
+		Engine: engine.Config{
 			Store: zkstore.Config{Servers: []string{zkAddr}, Root: root, Auth: []string{auth}},
 			Name:  "intruder",
 		},

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -46,7 +46,7 @@ func rawConn(t testing.TB, addr string) *grpc.ClientConn {
 // generous deadline, and returns how long it took.
 func stillServes(t testing.TB, addr, key string) time.Duration {
 	t.Helper()
-	c := zketcdtest.NewClient(t, addr)
+	c := embedtest.NewClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -67,7 +67,7 @@ func stillServes(t testing.TB, addr, key string) time.Duration {
 func TestThousandsOfWatchersOnOneStreamAreBounded(t *testing.T) {
 	const limit, creates = 1000, 5000
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{
 		Configure: func(c *embed.Config) { c.GRPC.MaxWatchersPerStream = limit },
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -167,7 +167,7 @@ func heapInUse() uint64 {
 func TestManyWatchStreamsDoNotStarveOthersAndAreReleased(t *testing.T) {
 	const conns, streamsPerConn = 500, 2
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{})
 	stillServes(t, in.Endpoint(), "warm-up")
 	baseHeap, baseG := heapInUse(), runtime.NumGoroutine()
 
@@ -253,7 +253,7 @@ func TestManyWatchStreamsDoNotStarveOthersAndAreReleased(t *testing.T) {
 func TestSlowlorisConnectionsAreClosed(t *testing.T) {
 	const handshakeTimeout, n = time.Second, 100
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{
 		Configure: func(c *embed.Config) { c.GRPC.ConnectionTimeout = handshakeTimeout },
 	})
 	start := time.Now()
@@ -318,7 +318,7 @@ func (rawCodec) Name() string { return "proto" }
 // and the server keeps serving.
 func TestMalformedGRPCRequestsGetErrorStatuses(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{})
 	cc := rawConn(t, in.Endpoint())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -438,7 +438,7 @@ func rawGRPCCall(t *testing.T, addr, method string, data []byte) (codes.Code, st
 func TestHugeUnboundedRangeIsAnswered(t *testing.T) {
 	const keys, perTxn = 50000, 10000
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{MaxTxnOps: perTxn})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{MaxTxnOps: perTxn})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -480,7 +480,7 @@ func TestHugeUnboundedRangeIsAnswered(t *testing.T) {
 func TestConcurrentRequestLimitFailsFastAndKeepsHealth(t *testing.T) {
 	const flood = 300
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{
 		Configure: func(c *embed.Config) { c.GRPC.MaxConcurrentRequests = 2 },
 	})
 	c := in.Client(t)

@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -24,13 +24,13 @@ func TestValuesAndCredentialsNeverReachTheLog(t *testing.T) {
 	const marker = "VALUE-MARKER-7f3c9a1e"
 	const password = "PASSWORD-MARKER-b24d8e60"
 	const k = "KEY-MARKER-d1e5/" // every key starts with it
-	var out zketcdtest.SyncBuffer
+	var out embedtest.SyncBuffer
 	lg := logrus.New()
 	lg.SetLevel(logrus.DebugLevel)
 	lg.SetOutput(&out)
 	lg.SetFormatter(&logrus.JSONFormatter{})
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{
 		ZKAuth: []string{"digest:zketcd:" + password},
 		Configure: func(c *embed.Config) {
 			c.Logger = logrus.NewEntry(lg)

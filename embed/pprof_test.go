@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestEnablePprof(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
 	for _, enable := range []bool{true, false} {
-		in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{Configure: func(c *embed.Config) {
+		in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{Configure: func(c *embed.Config) {
 			c.EnablePprof = enable
 			c.MetricsAddrs = []string{"127.0.0.1:0"}
 		}})

@@ -14,8 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/zketcd/zketcd/internal/testcerts"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -23,7 +23,7 @@ import (
 func TestClientTLSRequiresACertificateFromTheCA(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
 	certs := testcerts.New(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{TLS: certs.ServerTLS(t)})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{TLS: certs.ServerTLS(t)})
 	dial := func(withCert bool) error {
 		c, err := clientv3.New(clientv3.Config{
 			Endpoints: []string{in.Endpoint()}, DialTimeout: 3 * time.Second,
@@ -48,7 +48,7 @@ func TestClientTLSRequiresACertificateFromTheCA(t *testing.T) {
 
 func TestZooKeeperACLKeepsOthersOut(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{ZKAuth: []string{"digest:zketcd:s3cret"}})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{ZKAuth: []string{"digest:zketcd:s3cret"}})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -110,7 +110,7 @@ func TestZooKeeperTLS(t *testing.T) {
 	}
 	zkservertest.StandaloneWith(t, opts)
 	secure := []string{"127.0.0.1:" + strconv.Itoa(securePort)}
-	in := zketcdtest.Start(t, secure, zketcdtest.Options{ZKTLS: certs.ClientTLS(t, true)})
+	in := embedtest.Start(t, secure, embedtest.Options{ZKTLS: certs.ClientTLS(t, true)})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -127,7 +127,7 @@ func TestZooKeeperTLS(t *testing.T) {
 // the znode, never a panic or a silent skip.
 func TestForeignDataUnderTheRootIsReportedNotServed(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -15,7 +15,7 @@ import (
 // end on their own; a graceful stop must still return at once.
 func TestShutdownDoesNotWaitForStreams(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

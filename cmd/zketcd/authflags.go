@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/zketcd/zketcd/auth"
-	"github.com/zketcd/zketcd/grpcsrv"
+	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/grpcsrv"
 )
 
 // registerAuth registers etcd's authentication flags.

@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 
-	"github.com/zketcd/zketcd/compactor"
+	"github.com/zketcd/zketcd/internal/compactor"
 )
 
 // autoCompaction turns --auto-compaction-mode and
-// --auto-compaction-retention into the backend's configuration, parsed as
+// --auto-compaction-retention into the engine's configuration, parsed as
 // etcd parses them.
 func (f *serveFlags) autoCompaction() (compactor.Config, error) {
 	cfg, err := compactor.ParseRetention(compactor.Mode(f.autoCompactionMode), f.autoCompactionRetain)

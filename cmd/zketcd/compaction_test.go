@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zketcd/zketcd/compactor"
+	"github.com/zketcd/zketcd/internal/compactor"
 )
 
 func TestAutoCompactionFlagsParseAsEtcd(t *testing.T) {

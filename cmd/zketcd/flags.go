@@ -13,12 +13,12 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/compactor"
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/grpcsrv"
-	"github.com/zketcd/zketcd/translate"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/compactor"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/grpcsrv"
+	"github.com/zketcd/zketcd/internal/translate"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // serveFlags are the flags of "serve" (and "dev"), named as etcd's where
@@ -132,7 +132,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.BoolVar(&f.readLease, "read-lease", false, "the leader instance answers linearizable reads (its own and the other instances' read index) from memory while it holds the read lease: no other instance can commit then, and a ZooKeeper transaction of its session landed within a third of the session timeout (assumes this host's clock runs at no less than a third of the ZooKeeper leader's rate); needs --forward-writes on every instance of the root, all of this build or later")
 	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (http only; port 0 picks a free one); serve it on an interface the other instances reach, on a private network")
 	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: http:// and the address listened on)")
-	fs.IntVar(&f.commitPipeline, "commit-pipeline", backend.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
+	fs.IntVar(&f.commitPipeline, "commit-pipeline", engine.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")
 	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "most bytes the root may hold in ZooKeeper (base generations and log entries) before writes raise the NOSPACE alarm and are refused (0: etcd's default 2 GiB; negative: no quota)")
@@ -149,7 +149,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", grpcsrv.DefaultKeepaliveTimeout, "time to wait for a ping answer before closing")
 	f.registerLog(fs)
 	fs.StringVar(&f.lossDir, "rollback-loss-dir", "", "directory where the instance writes what ZooKeeper lost if ZooKeeper's data goes back to an older state, e.g. a restored backup (default: the system's temporary directory); see zketcd replay-loss")
-	fs.DurationVar(&f.rollbackCheckAfter, "rollback-check-after", backend.DefaultRollbackCheck, "time without a ZooKeeper session after which the instance checks, on a fresh session, whether ZooKeeper's data went back to an older state (ZooKeeper then refuses its session for good)")
+	fs.DurationVar(&f.rollbackCheckAfter, "rollback-check-after", engine.DefaultRollbackCheck, "time without a ZooKeeper session after which the instance checks, on a fresh session, whether ZooKeeper's data went back to an older state (ZooKeeper then refuses its session for good)")
 	fs.StringVar(&f.configFile, "config-file", "", "etcd's YAML configuration file: the keys zketcd has (etcd's names, and zketcd's own flag names); flags and environment override it")
 }
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zketcd/zketcd/internal/testcerts"
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 )
 
 func parseServeFlags(t *testing.T, args ...string) serveFlags {

@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/zketcd/zketcd/mirror"
+	"github.com/zketcd/zketcd/internal/mirror"
 )
 
 // runMirror is `zketcd mirror --from URLS --zk ... --zk-root ...`: it

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/lossfile"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -19,7 +19,7 @@ import (
 // after the fork, which --force then overwrites.
 func TestReplayLossDryRunWritesNothingThenReplaySkipsKeysWrittenSinceTheFork(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zkSrv.Addr()}, zketcdtest.Options{})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/rvmap"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // runRV prints, for each key, its revisions and the zxids of the ZooKeeper

@@ -14,9 +14,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/grpcsrv"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/grpcsrv"
 )
 
 func runServe(args []string) error {
@@ -103,7 +103,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		return err
 	}
 	cfg := embed.Config{
-		Backend: backend.Config{
+		Engine: engine.Config{
 			Store:               storeCfg,
 			Name:                name,
 			ClientURLs:          advertise,
@@ -150,8 +150,8 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		return err
 	}
 	lg.WithFields(logrus.Fields{
-		"name": name, "member_id": fmt.Sprintf("%x", z.Backend().MemberID()),
-		"cluster_id":  fmt.Sprintf("%x", z.Backend().ClusterID()),
+		"name": name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),
+		"cluster_id":  fmt.Sprintf("%x", z.Engine().ClusterID()),
 		"client_urls": f.listenClientURLs, "zk": f.zk, "zk_root": f.zkRoot,
 	}).Info("zketcd is serving")
 	if ready != nil {

@@ -9,8 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/zketcd/zketcd/internal/testcerts"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestServeTLSMinVersion13RefusesTLS12Client(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
 	certs := testcerts.New(t)
-	addr := zketcdtest.FreeAddr(t)
+	addr := embedtest.FreeAddr(t)
 	f := parseServeFlags(t, "--zk", zkSrv.Addr(), "--zk-root", "/serve-tls13",
 		"--listen-client-urls", "https://"+addr, "--log-level", "warn",
 		"--cert-file", certs.ServerCert, "--key-file", certs.ServerKey,

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/zketcd/zketcd/snaprestore"
+	"github.com/zketcd/zketcd/internal/snaprestore"
 )
 
 // runSnapshot is `zketcd snapshot restore FILE --zk ... --zk-root ...`: it

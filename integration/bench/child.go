@@ -17,14 +17,14 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/zketcd/zketcd/backend"
 	"github.com/zketcd/zketcd/embed"
-	"github.com/zketcd/zketcd/grpcsrv"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/grpcsrv"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // ServeZketcd is `zkbench serve-zketcd`: a zketcd instance with the
-// defaults of `zketcd serve` (same embed/backend configuration), run
+// defaults of `zketcd serve` (same embed/engine configuration), run
 // in-process next to net/http/pprof so the harness can take CPU profiles
 // of the server. It runs until SIGTERM or SIGINT.
 func ServeZketcd(args []string) error {
@@ -51,7 +51,7 @@ func ServeZketcd(args []string) error {
 		_ = hs.Serve(pl)
 	}()
 	cfg := embed.Config{
-		Backend: backend.Config{
+		Engine: engine.Config{
 			Store: zkstore.Config{
 				Servers: splitComma(*zk), Root: *root, SessionTimeout: 10 * time.Second, Logger: entry,
 			},

@@ -3,9 +3,9 @@ package diff_test
 import (
 	"testing"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/diff"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 )
 
 // watchEtcd and watchZketcd start the targets of the watch scenarios with
@@ -25,7 +25,7 @@ func watchEtcd() diff.Factory {
 
 func watchZketcd() diff.Factory {
 	return diff.EndpointFactory("zketcd", func(t testing.TB) string {
-		return zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{
+		return embedtest.Start(t, []string{zkAddr}, embedtest.Options{
 			ProgressNotifyInterval: diff.WatchProgressInterval,
 			MaxRequestBytes:        diff.WatchMaxRequestBytes,
 		}).Endpoint()

@@ -3,8 +3,8 @@ package diff_test
 import (
 	"testing"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/diff"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 // zketcdFactory starts a fresh zketcd (a new root) per scenario.
 func zketcdFactory() diff.Factory {
 	return diff.EndpointFactory("zketcd", func(t testing.TB) string {
-		return zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{}).Endpoint()
+		return embedtest.Start(t, []string{zkAddr}, embedtest.Options{}).Endpoint()
 	})
 }
 

@@ -9,20 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
 )
 
 // watcher is an `etcdctl watch` running in the background.
 type watcher struct {
 	cmd            *exec.Cmd
 	stdin          io.WriteCloser
-	stdout, stderr *zketcdtest.SyncBuffer
+	stdout, stderr *embedtest.SyncBuffer
 	done           chan struct{}
 }
 
 func startWatch(ctx context.Context, t *testing.T, tg *target, args ...string) *watcher {
 	t.Helper()
-	w := &watcher{stdout: &zketcdtest.SyncBuffer{}, stderr: &zketcdtest.SyncBuffer{}, done: make(chan struct{})}
+	w := &watcher{stdout: &embedtest.SyncBuffer{}, stderr: &embedtest.SyncBuffer{}, done: make(chan struct{})}
 	w.cmd = exec.CommandContext(ctx, tg.etcdctl, append([]string{"--endpoints=" + tg.endpoint}, args...)...)
 	w.cmd.Env = ctlEnv()
 	w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr

@@ -17,8 +17,8 @@ import (
 	"github.com/gorilla/websocket"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -258,7 +258,7 @@ func startPair(t *testing.T) (*target, *target) {
 		c.ListenClientUrls, c.AdvertiseClientUrls = []url.URL{*u}, []url.URL{*u}
 	}))
 	zk := zkservertest.Standalone(t)
-	z := zketcdtest.Start(t, []string{zk.Addr()}, zketcdtest.Options{})
+	z := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{})
 	return &target{name: "etcd", base: "http://" + o.Endpoint(), ids: map[string]string{}},
 		&target{name: "zketcd", base: "http://" + z.Endpoint(), ids: map[string]string{}}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/testcerts"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -47,7 +47,7 @@ func TestGatewayOverTLSAnswersAsEtcd(t *testing.T) {
 	zk := zkservertest.Standalone(t)
 	serverTLS := certs.ServerTLS(t)
 	serverTLS.ClientAuth = tls.NoClientCert
-	z := zketcdtest.Start(t, []string{zk.Addr()}, zketcdtest.Options{TLS: serverTLS})
+	z := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{TLS: serverTLS})
 	for _, h2 := range []bool{false, true} {
 		etcd := &target{name: "etcd", base: "https://" + o.Endpoint(), ids: map[string]string{}, client: tlsClient(certs.ClientTLS(t, true), h2)}
 		zketcd := &target{name: "zketcd", base: "https://" + z.Endpoint(), ids: map[string]string{}, client: tlsClient(certs.ClientTLS(t, true), h2)}

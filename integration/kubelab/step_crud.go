@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/internal/rvmap"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // revRow is one line of the resourceVersion ↔ revision ↔ zxid table.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 )
 
 // TestSnapshotRestoreCommand runs the zketcd binary ($ZKETCD_BINARY, else
@@ -61,7 +61,7 @@ func TestSnapshotRestoreCommand(t *testing.T) {
 	if out, code = restore(bad); code != 1 || !strings.Contains(out, "checksum mismatch") {
 		t.Errorf("corrupted file: exit %d\n%s", code, out)
 	}
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: strings.TrimSuffix(root, "-bad")})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: strings.TrimSuffix(root, "-bad")})
 	compareDumps(t, "etcd", want, "zketcd restored by the command", takeDump(t, zk.Client(t), "zketcd"))
 }
 
@@ -83,7 +83,7 @@ func TestMirrorCommandUntilCaughtUp(t *testing.T) {
 		t.Fatalf("zketcd mirror: %v\n%s", err, out)
 	}
 	t.Logf("mirror: %s", strings.TrimSpace(string(out)))
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
 	compareDumps(t, "etcd", want, "zketcd mirror", takeDump(t, zk.Client(t), "zketcd"))
 }
 
@@ -93,7 +93,7 @@ func TestMirrorCommandUntilCaughtUp(t *testing.T) {
 func TestEtcdctlEndpointHashKVMatchesEtcd(t *testing.T) {
 	ctl := tool(t, "etcdctl")
 	etcd := etcdoracle.Start(t)
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
 	compacted := writeHistory(t, etcd.Client(t))
 	writeHistory(t, zk.Client(t))
 	hash := func(endpoint string, rev int64) string {

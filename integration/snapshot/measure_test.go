@@ -15,9 +15,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
-	"github.com/zketcd/zketcd/snaprestore"
+	"github.com/zketcd/zketcd/internal/snaprestore"
 )
 
 // TestMeasureSnapshot is not a check but a measurement, run on request:
@@ -31,7 +31,7 @@ func TestMeasureSnapshot(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set SNAPSHOT_MEASURE_KEYS to measure")
 	}
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
 	etcd := etcdoracle.Start(t, etcdoracle.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 8 << 30 }))
 	value := make([]byte, 256)
 	for i := range value {

@@ -11,9 +11,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
-	"github.com/zketcd/zketcd/mirror"
+	"github.com/zketcd/zketcd/internal/mirror"
 )
 
 // TestMirrorCopiesEtcdWithTheSameRevisions: `zketcd mirror` copies an etcd
@@ -100,7 +100,7 @@ func TestMirrorCopiesEtcdWithTheSameRevisions(t *testing.T) {
 		t.Fatalf("mirror: %v", err)
 	}
 	want := takeDump(t, ec, "etcd")
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
 	zc := zk.Client(t)
 	compareDumps(t, "etcd", want, "zketcd mirror of it", takeDump(t, zc, "zketcd"))
 	resp, err := zc.Put(wctx, "/registry/after", "cut-over")
@@ -208,7 +208,7 @@ func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
 		t.Fatalf("mirror: %v", err)
 	}
 
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
 	zc := zk.Client(t)
 	for _, id := range []clientv3.LeaseID{inSnapshot, viaWatch, viaSync} {
 		want, err := ec.TimeToLive(ctx, id)

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
-	"github.com/zketcd/zketcd/snaprestore"
+	"github.com/zketcd/zketcd/internal/snaprestore"
 )
 
 // TestOlderEtcdSnapshotRestoresIntoZketcd runs when
@@ -43,7 +43,7 @@ func TestOlderEtcdSnapshotRestoresIntoZketcd(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("etcd %s snapshot: storage version %q, revision %d, compacted %d", name, res.StorageVersion, res.Rev, res.CompactRev)
-			zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
+			zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
 			got := takeDump(t, zk.Client(t), "zketcd")
 			if strings.HasPrefix(name, "3.5.") {
 				// etcd 3.5 does not fill HashKVResponse.hash_revision

@@ -15,11 +15,11 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/zketcd/zketcd/etcdformat"
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
-	"github.com/zketcd/zketcd/snaprestore"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/etcdformat"
+	"github.com/zketcd/zketcd/internal/snaprestore"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 func storeConfig(t *testing.T, root string) zkstore.Config {
@@ -42,7 +42,7 @@ func freshRoot(t *testing.T) string {
 // directory serves every retained revision, the leases and the compacted
 // revision zketcd served, with the same HashKV.
 func TestZketcdSnapshotRestoresIntoEtcd(t *testing.T) {
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
 	zc := zk.Client(t)
 	writeHistory(t, zc)
 	want := takeDump(t, zc, "zketcd")
@@ -79,7 +79,7 @@ func TestEtcdSnapshotRestoresIntoZketcdAndBack(t *testing.T) {
 	if res.Rev != want.Rev || res.CompactRev != want.Compacted || (res.StorageVersion != "" && res.StorageVersion != "3.7.0") {
 		t.Errorf("restore result %+v; want revision %d, compacted %d", res, want.Rev, want.Compacted)
 	}
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
 	zc := zk.Client(t)
 	got := takeDump(t, zc, "zketcd")
 	compareDumps(t, "etcd", want, "zketcd restored from etcd's snapshot", got)
@@ -161,7 +161,7 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 	}
 
 	// A root in use.
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
 	if _, err := zk.Client(t).Put(context.Background(), "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func withTrailer(data []byte) []byte {
 // etcd restored from it lists, at its current revision R, what zketcd lists
 // at R, and its HashKV equals zketcd's HashKV(R).
 func TestSnapshotUnderWritesIsOfOneRevision(t *testing.T) {
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
 	zc := zk.Client(t)
 	writeHistory(t, zc)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -271,7 +271,7 @@ func TestRestoreThatFailsWritingLeavesNothing(t *testing.T) {
 // of a restore, refuses a root whose log has entries past the sentinel
 // (e.g. a zketcd started on it after the restore checked it was empty).
 func TestImportBaseRefusesARootWithWrites(t *testing.T) {
-	zk := zketcdtest.Start(t, []string{zkAddr}, zketcdtest.Options{})
+	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
 	if _, err := zk.Client(t).Put(context.Background(), "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestImportBaseRefusesARootWithWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	snap := zk.Backend().Snapshot()
+	snap := zk.Engine().Snapshot()
 	snap.State.LSN = 1
 	if _, err := st.ImportBase(context.Background(), snap); !errors.Is(err, zkstore.ErrNotFresh) {
 		t.Fatalf("ImportBase on a root with writes: %v, want ErrNotFresh", err)

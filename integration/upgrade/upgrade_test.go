@@ -18,8 +18,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/faults"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -64,9 +64,9 @@ func buildNext(t *testing.T, ctx context.Context, dir string) string {
 			t.Fatal(err)
 		}
 	}
-	patch("zkstore/codec.go", "const entryFormat = 1", "const entryFormat = 3")
-	patch("zkstore/codec.go", "if f := d.byte(); f != entryFormat {", "if f := d.byte(); f != entryFormat && f != 1 {")
-	patch("zkstore/format.go", "maxEntryFormat = indirectFormat", "maxEntryFormat = 3")
+	patch("internal/zkstore/codec.go", "const entryFormat = 1", "const entryFormat = 3")
+	patch("internal/zkstore/codec.go", "if f := d.byte(); f != entryFormat {", "if f := d.byte(); f != entryFormat && f != 1 {")
+	patch("internal/zkstore/format.go", "maxEntryFormat = indirectFormat", "maxEntryFormat = 3")
 	out := filepath.Join(dir, "zketcd-next")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/zketcd")
 	cmd.Dir = src
@@ -112,7 +112,7 @@ func TestRollingUpgradeToANewerEntryFormat(t *testing.T) {
 		t.Cleanup(func() { _ = z.Stop() })
 		return z
 	}
-	aAddr, aMetrics, bAddr, bMetrics := zketcdtest.FreeAddr(t), zketcdtest.FreeAddr(t), zketcdtest.FreeAddr(t), zketcdtest.FreeAddr(t)
+	aAddr, aMetrics, bAddr, bMetrics := embedtest.FreeAddr(t), embedtest.FreeAddr(t), embedtest.FreeAddr(t), embedtest.FreeAddr(t)
 	a := instance(cur, "a", aAddr, aMetrics)
 	b := instance(cur, "b", bAddr, bMetrics)
 	for _, z := range []*faults.Zketcd{a, b} {
@@ -206,7 +206,7 @@ func TestRollingUpgradeToANewerEntryFormat(t *testing.T) {
 	}
 
 	// A current-build instance refuses the root from now on.
-	c := instance(cur, "c", zketcdtest.FreeAddr(t), zketcdtest.FreeAddr(t))
+	c := instance(cur, "c", embedtest.FreeAddr(t), embedtest.FreeAddr(t))
 	err = c.Start(ctx)
 	if err == nil || !strings.Contains(err.Error(), "newer than this zketcd reads") {
 		t.Fatalf("a current-build instance on the upgraded root: %v", err)

@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/embed/embedtest"
 )
 
 // BenchmarkWatchLatency measures commit-to-event latency: each iteration
@@ -32,12 +32,12 @@ import (
 func BenchmarkWatchLatency(b *testing.B) {
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("zketcd-same/watchers=%d", n), func(b *testing.B) {
-			in := zketcdtest.Start(b, []string{zkAddr}, zketcdtest.Options{})
+			in := embedtest.Start(b, []string{zkAddr}, embedtest.Options{})
 			benchLatency(b, in.Client(b), in.Client(b), n)
 		})
 		b.Run(fmt.Sprintf("zketcd-cross/watchers=%d", n), func(b *testing.B) {
-			a := zketcdtest.Start(b, []string{zkAddr}, zketcdtest.Options{})
-			bi := zketcdtest.Start(b, []string{zkAddr}, zketcdtest.Options{Root: a.Root()})
+			a := embedtest.Start(b, []string{zkAddr}, embedtest.Options{})
+			bi := embedtest.Start(b, []string{zkAddr}, embedtest.Options{Root: a.Root()})
 			benchLatency(b, a.Client(b), bi.Client(b), n)
 		})
 		b.Run(fmt.Sprintf("etcd/watchers=%d", n), func(b *testing.B) {

@@ -16,10 +16,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/watchcheck"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
+	"github.com/zketcd/zketcd/internal/watchbridge"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
-	"github.com/zketcd/zketcd/watchbridge"
 )
 
 // faultRun is the common shape of the fault tests: a puts-only workload
@@ -97,10 +97,10 @@ func (f *faultRun) run(fault func()) []*watchcheck.Watch {
 // Watch streams stay open; nothing is lost, duplicated or reordered.
 func TestWatchAcrossZooKeeperRestart(t *testing.T) {
 	zk := zkservertest.Standalone(t)
-	opts := zketcdtest.Options{SessionTimeout: 20 * time.Second, ProgressNotifyInterval: progressInterval}
-	a := zketcdtest.Start(t, []string{zk.Addr()}, opts)
+	opts := embedtest.Options{SessionTimeout: 20 * time.Second, ProgressNotifyInterval: progressInterval}
+	a := embedtest.Start(t, []string{zk.Addr()}, opts)
 	opts.Root = a.Root()
-	b := zketcdtest.Start(t, []string{zk.Addr()}, opts)
+	b := embedtest.Start(t, []string{zk.Addr()}, opts)
 	ca, cb := a.Client(t), b.Client(t)
 	f := newFaultRun(t, "z/", []*clientv3.Client{ca, cb})
 	f.record(ca, "a")
@@ -123,8 +123,8 @@ func TestWatchAcrossZooKeeperRestart(t *testing.T) {
 // re-creates them from the revision after the last one it delivered when A
 // is back, and gets exactly the rest.
 func TestWatchAcrossZketcdRestart(t *testing.T) {
-	a := startZketcd(t, zketcdtest.Options{})
-	b := startZketcd(t, zketcdtest.Options{Root: a.Root()})
+	a := startZketcd(t, embedtest.Options{})
+	b := startZketcd(t, embedtest.Options{Root: a.Root()})
 	ca, cb := a.Client(t), b.Client(t)
 	f := newFaultRun(t, "r/", []*clientv3.Client{ca, cb})
 	f.reader = cb
@@ -172,31 +172,31 @@ func TestWatchSessionExpiry(t *testing.T) {
 	zopts.TickTime = 500 * time.Millisecond // sessions of 2 s are allowed
 	zk := zkservertest.StandaloneWith(t, zopts)
 	proxy := startProxy(t, zk.Addr())
-	opts := zketcdtest.Options{SessionTimeout: 2 * time.Second, ProgressNotifyInterval: progressInterval}
-	a := zketcdtest.Start(t, []string{zk.Addr()}, opts)
+	opts := embedtest.Options{SessionTimeout: 2 * time.Second, ProgressNotifyInterval: progressInterval}
+	a := embedtest.Start(t, []string{zk.Addr()}, opts)
 	opts.Root = a.Root()
-	b := zketcdtest.Start(t, []string{proxy.Addr()}, opts)
+	b := embedtest.Start(t, []string{proxy.Addr()}, opts)
 	ca, cb := a.Client(t), b.Client(t)
 	f := newFaultRun(t, "s/", []*clientv3.Client{ca})
 	f.record(cb, "b")
-	sessionB, _ := b.Backend().Session()
+	sessionB, _ := b.Engine().Session()
 	watches := f.run(func() {
 		proxy.Partition()
 		time.Sleep(5 * time.Second)
-		if id, ok := b.Backend().Session(); ok {
+		if id, ok := b.Engine().Session(); ok {
 			t.Logf("B still connected during the partition (session %x)", id)
 		}
 		proxy.Heal()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			id, ok := b.Backend().Session()
-			if ok && id != sessionB && b.Backend().Health() == nil {
+			id, ok := b.Engine().Session()
+			if ok && id != sessionB && b.Engine().Health() == nil {
 				t.Logf("B has a new session %x (was %x)", id, sessionB)
 				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("instance B has no new healthy session 30s after the partition healed (session %x, was %x, connected %v, health %v)",
-					id, sessionB, ok, b.Backend().Health())
+					id, sessionB, ok, b.Engine().Health())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -293,7 +293,7 @@ func (p *tcpProxy) Heal() {
 // pending response for the slow watcher, and once the slow stream reads
 // again it must get every event, in order, exactly once.
 func TestSlowConsumer(t *testing.T) {
-	in := startZketcd(t, zketcdtest.Options{})
+	in := startZketcd(t, embedtest.Options{})
 	c := in.Client(t)
 	slowClient, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{in.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
@@ -331,7 +331,7 @@ func TestSlowConsumer(t *testing.T) {
 	// Writes with 1 KiB values, recorded; the slowest one is reported.
 	pad := strings.Repeat("x", 1024)
 	const writers, each = 4, 600
-	be := in.Backend()
+	be := in.Engine()
 	var maxStats watchbridge.Stats
 	stopSampling, sampling := make(chan struct{}), make(chan struct{})
 	go func() {

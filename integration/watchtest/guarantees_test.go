@@ -8,8 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/watchcheck"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 )
 
 // watchSet is the watchers of a guarantees run: every kind of range, with
@@ -107,7 +107,7 @@ func TestGuaranteesEtcd(t *testing.T) {
 
 // TestGuaranteesOneInstance: writers and watchers on one zketcd instance.
 func TestGuaranteesOneInstance(t *testing.T) {
-	in := startZketcd(t, zketcdtest.Options{})
+	in := startZketcd(t, embedtest.Options{})
 	c := in.Client(t)
 	runGuarantees(t, []*clientv3.Client{c, in.Client(t), in.Client(t)}, []*clientv3.Client{c, in.Client(t)}, 250)
 }
@@ -116,8 +116,8 @@ func TestGuaranteesOneInstance(t *testing.T) {
 // instance B (which learns of them only by tailing the log in ZooKeeper),
 // and on A too.
 func TestGuaranteesCrossInstance(t *testing.T) {
-	a := startZketcd(t, zketcdtest.Options{})
-	b := startZketcd(t, zketcdtest.Options{Root: a.Root()})
+	a := startZketcd(t, embedtest.Options{})
+	b := startZketcd(t, embedtest.Options{Root: a.Root()})
 	ca := a.Client(t)
 	runGuarantees(t, []*clientv3.Client{ca, a.Client(t), a.Client(t)}, []*clientv3.Client{b.Client(t), b.Client(t), ca}, 250)
 }

@@ -10,8 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/watchcheck"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 )
 
 // list reads [prefix, end) in pages of limit keys as kube-apiserver does:
@@ -49,15 +49,15 @@ func list(ctx context.Context, c *clientv3.Client, prefix, end string, limit int
 // must be the history's state at R, and the watch must hold every change
 // after R exactly once (the checker).
 func TestListWatch(t *testing.T) {
-	in := startZketcd(t, zketcdtest.Options{})
+	in := startZketcd(t, embedtest.Options{})
 	runListWatch(t, in.Client(t), []*clientv3.Client{in.Client(t), in.Client(t), in.Client(t)})
 }
 
 // TestListWatchCrossInstance lists and watches on instance B while the
 // writes go through A.
 func TestListWatchCrossInstance(t *testing.T) {
-	a := startZketcd(t, zketcdtest.Options{})
-	b := startZketcd(t, zketcdtest.Options{Root: a.Root()})
+	a := startZketcd(t, embedtest.Options{})
+	b := startZketcd(t, embedtest.Options{Root: a.Root()})
 	runListWatch(t, b.Client(t), []*clientv3.Client{a.Client(t), a.Client(t), a.Client(t)})
 }
 

@@ -11,9 +11,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/integration/watchcheck"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 )
 
 // progressInterval is the progress notification interval of every server
@@ -237,11 +237,11 @@ func kvsOf(cs []*clientv3.Client) []clientv3.KV {
 }
 
 // startZketcd starts an instance on the shared ZooKeeper.
-func startZketcd(t testing.TB, opts zketcdtest.Options) *zketcdtest.Instance {
+func startZketcd(t testing.TB, opts embedtest.Options) *embedtest.Instance {
 	if opts.ProgressNotifyInterval == 0 {
 		opts.ProgressNotifyInterval = progressInterval
 	}
-	return zketcdtest.Start(t, []string{zkAddr}, opts)
+	return embedtest.Start(t, []string{zkAddr}, opts)
 }
 
 // startEtcd starts embedded etcd with the tests' progress interval.

@@ -11,9 +11,9 @@ import (
 	"sort"
 	"text/tabwriter"
 
-	"github.com/zketcd/zketcd/backend"
-	"github.com/zketcd/zketcd/revision"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // Index is a replayed root: its view at the head and, for every log entry
@@ -44,7 +44,7 @@ func Open(ctx context.Context, cfg zkstore.Config) (*Index, error) {
 // Load builds the index from an open store.
 func Load(ctx context.Context, st *zkstore.Store) (*Index, error) {
 	ix := &Index{Root: st.Root()}
-	view, head, _, err := backend.Replay(ctx, st, backend.DefaultReadWindow, func(e *revision.Entry) {
+	view, head, _, err := engine.Replay(ctx, st, engine.DefaultReadWindow, func(e *revision.Entry) {
 		if first := e.FirstRev(); first > 0 {
 			ix.entries = append(ix.entries, span{first: first, last: e.LastRev(), lsn: e.LSN, zxid: e.Zxid})
 		}

@@ -10,15 +10,15 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/rvmap"
-	"github.com/zketcd/zketcd/internal/zketcdtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
-	"github.com/zketcd/zketcd/zkstore"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 func TestIndexMapsRevisionsToZxids(t *testing.T) {
 	zk := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zk.Addr()}, zketcdtest.Options{})
+	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -79,7 +79,7 @@ func TestIndexMapsRevisionsToZxids(t *testing.T) {
 
 func TestIndexSaysWhenARevisionWasCompactedAway(t *testing.T) {
 	zk := zkservertest.Standalone(t)
-	in := zketcdtest.Start(t, []string{zk.Addr()}, zketcdtest.Options{})
+	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/translate"
+)
+
+// Alarms live in the revision log (revision.OpAlarm), so every instance
+// applies the same raises and disarms at the same position, refuses the
+// same writes (translate.AlarmGate, evaluated in the batch), and finds them
+// again after a restart (they are in base generations too).
+
+// Alarm serves etcd's AlarmRequest: GET after a read barrier (etcd answers
+// it through raft), ACTIVATE and DEACTIVATE committed as an OpAlarm in log
+// order. It returns the response's alarms (see translate.AlarmResponse).
+func (b *Engine) Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmMember, error) {
+	if req.Action == pb.AlarmRequest_GET {
+		if err := b.Linearize(ctx); err != nil {
+			return nil, err
+		}
+		alarms, _ := translate.AlarmResponse(b.view.Alarms(), req)
+		return alarms, nil
+	}
+	resp, err := writeFwd(ctx, b, req, func() *pb.AlarmResponse { return &pb.AlarmResponse{} }, b.alarmEval(req), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Alarms, nil
+}
+
+// alarmEval is the batch evaluation of an alarm activation or
+// deactivation (on the origin, or on the leader for a forwarded one).
+func (b *Engine) alarmEval(req *pb.AlarmRequest) func(*revision.Batch) (*pb.AlarmResponse, error) {
+	return func(bt *revision.Batch) (*pb.AlarmResponse, error) {
+		resp, change := translate.AlarmResponse(bt.Alarms(), req)
+		if change != nil && bt.ChangeAlarm(*change) {
+			b.log.WithFields(logrus.Fields{
+				"alarm": req.Alarm.String(), "member": memberHex(req.MemberID), "activate": change.Activate,
+			}).Warn("alarm change staged")
+		}
+		return &pb.AlarmResponse{Alarms: resp}, nil
+	}
+}
+
+// Alarms returns the active alarms of the view, without a barrier (Status,
+// /health). Safe for concurrent use.
+func (b *Engine) Alarms() []*pb.AlarmMember {
+	var out []*pb.AlarmMember
+	for _, a := range b.view.Alarms() {
+		out = append(out, &pb.AlarmMember{MemberID: a.Member, Alarm: pb.AlarmType(a.Type)})
+	}
+	return out
+}
+
+// QuotaBytes is the space quota this instance enforces (etcd's
+// --quota-backend-bytes resolved: negative means none).
+func (b *Engine) QuotaBytes() int64 { return translate.QuotaBytes(b.cfg.QuotaBackendBytes) }
+
+// checkQuota is etcd's quota check before a Put, Txn or LeaseGrant enters
+// the log: if the request's cost does not fit beside DBSize, it raises the
+// NOSPACE alarm for this member (once: a raise of an active alarm stages
+// nothing) and refuses the request with ErrGRPCNoSpace.
+func (b *Engine) checkQuota(req any) error {
+	cost := translate.QuotaCost(req)
+	if translate.QuotaAvailable(b.QuotaBytes(), b.DBSize(), cost) {
+		return nil
+	}
+	b.metrics.quotaRefused.Inc()
+	if !revision.HasAlarm(b.view.Alarms(), int32(pb.AlarmType_NOSPACE)) {
+		b.log.WithFields(logrus.Fields{"db_size": b.DBSize(), "quota": b.QuotaBytes(), "cost": cost}).
+			Warn("space quota exceeded: raising the NOSPACE alarm")
+		raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: b.memberID, Alarm: pb.AlarmType_NOSPACE}
+		// The server raises it, not the client: not under the request's
+		// auth check or deadline (the refusal still waits for the raise).
+		rctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := b.Alarm(rctx, raise); err != nil {
+			b.log.WithError(err).Warn("raise the NOSPACE alarm")
+		}
+	}
+	return rpctypes.ErrGRPCNoSpace
+}
+
+func memberHex(id uint64) string {
+	const digits = "0123456789abcdef"
+	var buf [16]byte
+	for i := 15; i >= 0; i-- {
+		buf[i] = digits[id&0xf]
+		id >>= 4
+	}
+	return string(buf[:])
+}
+
+// updateSpaceMetrics sets the DB size and alarm gauges.
+func (b *Engine) updateSpaceMetrics() {
+	total, inUse := b.space.sizes(b.view.State().LSN)
+	b.metrics.dbSize.Set(float64(total))
+	b.metrics.dbSizeInUse.Set(float64(inUse))
+	counts := map[string]int{pb.AlarmType_NOSPACE.String(): 0, pb.AlarmType_CORRUPT.String(): 0}
+	for _, a := range b.view.Alarms() {
+		counts[pb.AlarmType(a.Type).String()]++
+	}
+	for t, n := range counts {
+		b.metrics.alarms.WithLabelValues(t).Set(float64(n))
+	}
+}

@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/watchbridge"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// Engine is one zketcd instance's engine. Its methods are safe for
+// concurrent use.
+type Engine struct {
+	cfg      Config
+	log      *logrus.Entry
+	store    Log
+	view     *revision.View
+	memberID uint64
+	metrics  *metrics
+	// maxEntryBytes is the log's entry budget: a batch is cut before it.
+	maxEntryBytes int
+
+	applyMu sync.Mutex // serializes View.Apply with the hub's notification
+	hub     *watchbridge.Hub
+
+	election    zkstore.Leadership
+	renewals    chan *renewal
+	compactKick chan struct{}
+	leases      leaseClock                // the leader's lease deadlines (expiry.go)
+	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
+	readLease   atomic.Pointer[heldLease] // the read lease, while held (readlease.go)
+	flights     flightMarks               // the committer's commits sent and settled (readlease.go)
+
+	nonce         uint64
+	internalToken string
+	proposals     chan *proposal
+	barrier       barrier
+	kick          chan struct{} // wakes the tailer
+	origins       origins       // forwarded requests in the log (origins.go)
+	fwd           forwarding    // write forwarding and ReadIndex (forward.go)
+
+	space    space        // the bytes the root holds (DB size), see space.go
+	check    corruptCheck // the published member and the corruption check, see corrupt.go
+	lastHead atomic.Pointer[headSeen]
+	// ownLanded is when the committer last landed a commit, in
+	// nanoseconds since opened (monotonic; tail.go's deferRearm).
+	ownLanded atomic.Int64
+	opened    time.Time
+	rb        *rollbackGuard // see rollback.go
+	inspect   inspectFunc    // nil: no fresh sessions for rollback checks
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// headSeen is the last head the view was caught up with, and when.
+type headSeen struct {
+	head zkstore.Head
+	at   time.Time
+}
+
+// Leader reports whether this instance is the elected leader, and the
+// member ID of the current leader (0 if unknown).
+func (b *Engine) Leader() (bool, uint64) {
+	leader, _, id := b.election.State()
+	return leader, id
+}
+
+// MemberID returns this instance's member ID.
+func (b *Engine) MemberID() uint64 { return b.memberID }
+
+// ClusterID returns the cluster ID stored in the root's meta znode.
+func (b *Engine) ClusterID() uint64 { return b.store.Meta().ClusterID }
+
+// State returns the view's applied position: log entry, revision and
+// compacted revision.
+func (b *Engine) State() revision.State { return b.view.State() }
+
+// Snapshot returns a consistent copy of the view: every retained version
+// of every key and the leases, at one applied position. It costs a copy of
+// the whole view (the read lock is held meanwhile).
+func (b *Engine) Snapshot() *revision.Snapshot { return b.view.Snapshot() }
+
+// OnCompact registers f to run with the view's state before every
+// compaction it applies (see revision.View.OnCompact); f must not block.
+func (b *Engine) OnCompact(f func(before *revision.Snapshot, rev int64)) { b.view.OnCompact(f) }
+
+// NewWatchStream opens a watch stream on the instance's hub, holding at
+// most maxWatchers watchers (0: no bound).
+func (b *Engine) NewWatchStream(maxWatchers int) *watchbridge.Stream {
+	return b.hub.NewStream(maxWatchers)
+}
+
+// WatchStats returns a snapshot of the watch hub's watchers.
+func (b *Engine) WatchStats() watchbridge.Stats { return b.hub.Stats() }
+
+// Session returns the ZooKeeper session ID and whether it is connected.
+func (b *Engine) Session() (id int64, connected bool) { return b.store.Session() }
+
+// Members lists the live instances on this root (their member znodes).
+func (b *Engine) Members() ([]*pb.Member, error) {
+	members, err := b.store.Members()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*pb.Member, len(members))
+	for i, m := range members {
+		out[i] = &pb.Member{ID: m.ID, Name: m.Name, ClientURLs: m.ClientURLs, PeerURLs: m.PeerURLs}
+	}
+	return out, nil
+}
+
+// HeadLSN returns the log position of the last head the tailer saw.
+func (b *Engine) HeadLSN() int64 { return b.Head().LSN }
+
+// Term returns the ZooKeeper epoch of the last head the tailer saw (the
+// high 32 bits of its zxid): etcd's raft term.
+func (b *Engine) Term() uint64 { return uint64(b.Head().Zxid >> 32) }
+
+// Head returns the last head the tailer saw.
+func (b *Engine) Head() zkstore.Head {
+	if hs := b.lastHead.Load(); hs != nil {
+		return hs.head
+	}
+	return zkstore.Head{}
+}

@@ -1,0 +1,269 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestRestartRecoversKeysRevisionsAndHistory(t *testing.T) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	for i := 0; i < 20; i++ {
+		if _, err := c.Put(ctx, fmt.Sprintf("k%02d", i%7), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Delete(ctx, "k03"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := c.Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithRev(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Restart()
+	c2 := in.Client(t)
+	after, err := c2.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.Revision != before.Header.Revision || fmt.Sprint(after.Kvs) != fmt.Sprint(before.Kvs) {
+		t.Fatalf("after restart:\n%v\nbefore:\n%v", after, before)
+	}
+	oldAfter, err := c2.Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithRev(10))
+	if err != nil || fmt.Sprint(oldAfter.Kvs) != fmt.Sprint(old.Kvs) {
+		t.Fatalf("history at 10 after restart: %v %v, want %v", oldAfter, err, old.Kvs)
+	}
+	resp, err := c2.Put(ctx, "k99", "x")
+	if err != nil || resp.Header.Revision != before.Header.Revision+1 {
+		t.Fatalf("first write after restart: %v %v", resp, err)
+	}
+}
+
+func TestTwoInstancesSeeEachOthersWritesLinearizably(t *testing.T) {
+	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root()})
+	ca, cb := a.Client(t), b.Client(t)
+	ctx := ctxT(t)
+	for i := 0; i < 50; i++ {
+		w, r := ca, cb
+		if i%2 == 1 {
+			w, r = cb, ca
+		}
+		put, err := w.Put(ctx, "x", fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.Get(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != fmt.Sprint(i) || got.Header.Revision < put.Header.Revision {
+			t.Fatalf("write %d through one instance not visible through the other: %v", i, got)
+		}
+	}
+	members, err := ca.MemberList(ctx)
+	if err != nil || len(members.Members) != 2 {
+		t.Fatalf("member list: %v %v", members, err)
+	}
+}
+
+func TestConcurrentCASThroughTwoInstancesNeverBothSucceed(t *testing.T) {
+	for _, depth := range []int{1, 3} {
+		t.Run(fmt.Sprintf("pipeline=%d", depth), func(t *testing.T) { testConcurrentCAS(t, depth) })
+	}
+}
+
+func testConcurrentCAS(t *testing.T, depth int) {
+	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{CommitPipeline: depth})
+	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root(), CommitPipeline: depth})
+	clients := []*clientv3.Client{a.Client(t), b.Client(t)}
+	ctx := ctxT(t)
+	const rounds = 30
+	for round := 0; round < rounds; round++ {
+		key := fmt.Sprintf("cas-%d", round)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func(c *clientv3.Client, i int) {
+				defer wg.Done()
+				resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+					Then(clientv3.OpPut(key, fmt.Sprint(i))).Commit()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.Succeeded {
+					wins.Add(1)
+				}
+			}(clients[i%2], i)
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("round %d: %d create-CAS winners, want exactly 1", round, n)
+		}
+	}
+}
+
+func TestGroupCommitGivesEachWriteItsOwnRevision(t *testing.T) {
+	for _, depth := range []int{1, 3} {
+		t.Run(fmt.Sprintf("pipeline=%d", depth), func(t *testing.T) { testGroupCommit(t, depth) })
+	}
+}
+
+func testGroupCommit(t *testing.T, depth int) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{CommitPipeline: depth})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	const writers, each = 32, 20
+	revs := make(chan int64, writers*each)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				resp, err := c.Put(ctx, fmt.Sprintf("w%d", w), fmt.Sprint(i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				revs <- resp.Header.Revision
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(revs)
+	seen := map[int64]bool{}
+	for r := range revs {
+		if seen[r] {
+			t.Fatalf("revision %d acknowledged twice", r)
+		}
+		seen[r] = true
+	}
+	for r := int64(2); r < 2+writers*each; r++ {
+		if !seen[r] {
+			t.Fatalf("revision %d missing: revisions are not dense", r)
+		}
+	}
+	lsn := in.Engine().State().LSN
+	t.Logf("%d writes in %d log entries", writers*each, lsn-1)
+}
+
+func TestZooKeeperRestartDuringTraffic(t *testing.T) {
+	zk := zkservertest.Standalone(t)
+	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{SessionTimeout: 20 * time.Second})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	var acked sync.Map // value -> revision
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	stopWriters := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(stopWriters)
+	var failures atomic.Int32
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("t%d-%d", w, i)
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				resp, err := c.Put(cctx, key, "v")
+				cancel()
+				if err != nil {
+					failures.Add(1)
+					if !retryable(err) {
+						t.Errorf("non-retryable error during a ZooKeeper outage: %v", err)
+					}
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				acked.Store(key, resp.Header.Revision)
+			}
+		}(w)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := zk.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := zk.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Put(cctx, "after", "restart")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+			t.Fatalf("no write succeeded 40s after ZooKeeper came back: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopWriters()
+	if failures.Load() == 0 {
+		t.Log("no request failed during the outage (ZooKeeper restarted quickly)")
+	}
+	n := 0
+	acked.Range(func(k, v any) bool {
+		n++
+		resp, err := c.Get(ctx, k.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 1 || resp.Kvs[0].ModRevision != v.(int64) {
+			t.Errorf("acknowledged write %s@%d lost: %v", k, v, resp.Kvs)
+		}
+		return true
+	})
+	t.Logf("%d acknowledged writes checked, %d failed requests during the outage", n, failures.Load())
+}
+
+// retryable reports whether err is one of the errors etcd clients treat as
+// "try again": Unavailable codes, timeouts and deadline errors.
+func retryable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrStopped} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

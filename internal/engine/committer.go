@@ -1,0 +1,635 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// evalFunc evaluates one request inside an open transaction of a batch,
+// keeping its typed response where its submitter reads it (see propose). It
+// is called again if the batch must be evaluated anew (another writer took
+// the log position), so it keeps nothing but the latest response.
+type evalFunc func(b *revision.Batch) error
+
+type proposal struct {
+	ctx  context.Context
+	size int
+	eval evalFunc
+	// guards, if not nil, makes the proposal exclusive: it is committed in
+	// an entry of its own, under the preconditions guards returns.
+	guards func() []zkstore.Guard
+	// origin, if not nil, is the tag of a request forwarded by another
+	// instance (or re-proposed by its origin after becoming the leader):
+	// it is committed only by the leader, at most once (a tag already in
+	// the log answers as a duplicate), with an OpOrigin op after its own.
+	// authFP is the fingerprint of the auth state its origin checked it on.
+	origin  *revision.WriterTag
+	authFP  uint64
+	checkFP bool // a forwarded request: check authFP in the batch
+	// leaderOnly proposals are committed only while this instance is the
+	// leader; otherwise they fail with ErrNotLeader, nothing written.
+	leaderOnly bool
+
+	err  error // of the latest evaluation, or the answer
+	out  outcome
+	done chan struct{}
+}
+
+// outcome is what a proposal's answer says beyond its error: the log
+// position whose application makes the answer visible, whether the request
+// was found committed already (dup, at revision dupRev), and whether its
+// error came from its evaluation (final: retrying it cannot change it).
+type outcome struct {
+	lsn    int64
+	dup    bool
+	dupRev int64
+	final  bool
+}
+
+// errRefused answers a guarded proposal whose preconditions did not hold.
+var errRefused = errors.New("commit refused: a precondition no longer holds")
+
+// submit queues a proposal for the committer and waits for its outcome.
+func (b *Engine) submit(ctx context.Context, p *proposal) error {
+	select {
+	case b.proposals <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.ctx.Done():
+		return rpctypes.ErrGRPCStopped
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// propose submits a request of size bytes evaluated by eval, with guards
+// (nil: none), and returns eval's response from the evaluation that was
+// committed. The response is read only after the committer answered, so it
+// never races with a re-evaluation.
+//
+// A commit refused because the leader holds the read lease answers etcd's
+// "not leader" (a client retries); writeFwd, which can send the request to
+// the leader instead, uses proposeHere to tell it apart.
+func propose[T any](ctx context.Context, b *Engine, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	resp, err := proposeHere(ctx, b, size, eval, guards)
+	if errors.Is(err, errLeaseHeld) {
+		return resp, rpctypes.ErrGRPCNotLeader
+	}
+	return resp, err
+}
+
+// proposeHere is propose answering errLeaseHeld as such.
+func proposeHere[T any](ctx context.Context, b *Engine, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	resp, _, err := proposeAs(ctx, b, &proposal{size: size, guards: guards}, eval)
+	return resp, err
+}
+
+// proposeAs is propose for the proposal p describes (its size, guards,
+// origin and leadership requirement), returning its outcome too.
+func proposeAs[T any](ctx context.Context, b *Engine, p *proposal, eval func(*revision.Batch) (T, error)) (T, outcome, error) {
+	var resp T
+	p.ctx, p.done = ctx, make(chan struct{})
+	p.eval = func(bt *revision.Batch) error {
+		var err error
+		resp, err = eval(bt)
+		return err
+	}
+	if err := b.submit(ctx, p); err != nil {
+		var zero T
+		select {
+		case <-p.done: // answered: p.out is the committer's
+			return zero, p.out, err
+		default: // ctx ended first: the committer may still hold p
+			return zero, outcome{}, err
+		}
+	}
+	if p.out.dup {
+		var zero T
+		return zero, p.out, nil
+	}
+	return resp, p.out, nil
+}
+
+// commitLoop is the group committer: it takes every queued proposal (up to
+// the batch limits), evaluates them in order against the view, and commits
+// their writes as one log entry. Up to CommitPipeline entries are in flight
+// at once: the next batch is evaluated on top of the staged state of the
+// one before it, and its commit deletes that one's token, so it can only
+// succeed if its predecessor did (ZooKeeper applies one session's requests
+// in order, and groups their fsyncs).
+func (b *Engine) commitLoop() {
+	defer b.wg.Done()
+	c := &committer{b: b}
+	c.run()
+}
+
+// flight is one entry being committed.
+type flight struct {
+	group []*proposal
+	// piggy are no-op requests evaluated on top of this flight: its
+	// successful commit proves the state they saw was the newest.
+	piggy   []*proposal
+	batch   *revision.Batch
+	entry   *revision.Entry
+	req     zkstore.CommitRequest
+	guarded bool
+	fenced  bool // carries the leader's fence
+	// reads is the barrier's mark when the multi was sent: its landing
+	// answers the linearizable reads that arrived before (barrier.go).
+	reads sendMark
+
+	done chan struct{}
+	res  zkstore.CommitResult
+	err  error
+}
+
+// committer is the state of commitLoop; only its goroutine touches it.
+type committer struct {
+	b       *Engine
+	seq     uint64
+	pending []*proposal
+	flights []*flight
+	limit   int // most proposals in the next batch (lowered after a too-large entry)
+	// token is the pipeline token the next flight deletes: that of the
+	// newest flight not known to have failed ("" if none). committed is
+	// the token of the newest committed flight; it exists unless our
+	// session expired.
+	token, committed string
+}
+
+func (c *committer) depth() int { return max(c.b.cfg.CommitPipeline, 1) }
+
+func (c *committer) run() {
+	b := c.b
+	for {
+		if b.ctx.Err() != nil {
+			c.stop()
+			return
+		}
+		if len(c.pending) == 0 && len(c.flights) == 0 {
+			c.drain()
+		}
+		if len(c.pending) == 0 && len(c.flights) == 0 {
+			b.barrier.idle() // reads waiting for a commit get a barrier round
+			select {
+			case p := <-b.proposals:
+				c.pending = append(c.pending, p)
+			case <-b.ctx.Done():
+				continue
+			}
+		}
+		c.drain()
+		if len(c.pending) > 0 && len(c.flights) < c.depth() && c.launch() {
+			continue
+		}
+		if len(c.flights) == 0 {
+			continue
+		}
+		var more <-chan *proposal
+		if len(c.flights) < c.depth() && len(c.pending) == 0 {
+			more = b.proposals
+		}
+		select {
+		case <-c.flights[0].done:
+			c.land()
+		case p := <-more:
+			c.pending = append(c.pending, p)
+		case <-b.ctx.Done():
+		}
+	}
+}
+
+// drain moves queued proposals to pending, within the batch limits.
+func (c *committer) drain() {
+	bytes := 0
+	for _, p := range c.pending {
+		bytes += p.size
+	}
+	for len(c.pending) < c.b.cfg.MaxBatchRequests && bytes < c.b.maxEntryBytes {
+		select {
+		case p := <-c.b.proposals:
+			c.pending = append(c.pending, p)
+			bytes += p.size
+		default:
+			return
+		}
+	}
+}
+
+// stop answers everything with ErrStopped once in-flight commits ended.
+func (c *committer) stop() {
+	for _, f := range c.flights {
+		<-f.done
+		c.b.barrier.landed(f.reads, 0, false)
+		finishAll(f.group, rpctypes.ErrGRPCStopped)
+		finishAll(f.piggy, rpctypes.ErrGRPCStopped)
+		c.b.flights.settle()
+	}
+	finishAll(c.pending, rpctypes.ErrGRPCStopped)
+	c.b.drainProposals()
+	c.b.barrier.idle()
+}
+
+// launch evaluates a batch from pending and starts committing it. It
+// reports false when nothing could be launched before the flights land.
+func (c *committer) launch() bool {
+	b := c.b
+	if err := b.view.Err(); err != nil {
+		finishAll(c.pending, rpctypes.ErrGRPCCorrupt)
+		c.pending = nil
+		return true
+	}
+	if err := b.waitHistory(); err != nil { // never commit on another history
+		if s := b.servable(); s != nil {
+			err = s // halted: etcd's corrupt-cluster error
+		}
+		finishAll(c.pending, err) // or ErrStopped: never nil, nothing was evaluated
+		c.pending = nil
+		return true
+	}
+	leader, fence, _ := b.election.State()
+	if b.cfg.ForwardWrites && !leader {
+		c.pending = failNotLeader(c.pending)
+		if len(c.pending) == 0 {
+			return true
+		}
+	}
+	var last *flight
+	if n := len(c.flights); n > 0 {
+		last = c.flights[n-1]
+		if c.pending[0].guards != nil || last.guarded {
+			return false // guarded proposals are committed alone, unchained
+		}
+	}
+	limit := c.limit
+	if limit <= 0 {
+		limit = len(c.pending)
+	}
+	group, rest, st, batch := b.evaluate(c.pending, limit, last)
+	if len(group) == 0 {
+		return false // must start on the view: wait for the flights
+	}
+	c.pending = rest
+	prev := st.LSN
+	if last != nil {
+		prev = last.entry.LSN
+	}
+	if batch.Empty() {
+		if last != nil {
+			// Linearized by the commit of the flight they were evaluated on.
+			last.piggy = append(last.piggy, group...)
+			return true
+		}
+		setLSN(group, st.LSN)
+		c.answerNoOps(group, st.LSN)
+		return true
+	}
+	c.seq++
+	f := &flight{
+		group: group, batch: batch,
+		entry: &revision.Entry{
+			LSN:    prev + 1,
+			Writer: revision.WriterTag{Nonce: b.nonce, Seq: c.seq},
+			Ops:    batch.Ops(),
+		},
+		done: make(chan struct{}),
+	}
+	f.req = zkstore.CommitRequest{Prev: prev, Entry: f.entry, Rev: batch.Rev(), Pipelined: last != nil}
+	if c.depth() > 1 {
+		// Tokens chain pipelined commits; without pipelining they are not
+		// needed.
+		f.req.Token, f.req.PrevToken = fmt.Sprintf("%016x-%d", b.nonce, c.seq), c.token
+	}
+	if len(group) == 1 && group[0].guards != nil {
+		f.guarded = true
+		f.req.Guards = group[0].guards()
+	}
+	if b.cfg.ForwardWrites && leader {
+		// Only the leader commits: its fence makes a deposed leader's
+		// commit fail, so a new leader that caught up with the log has seen
+		// every forwarded request its predecessor committed. The fence is
+		// the last guard (settle looks for it there). A proposal guarded
+		// by this same fence already (auto-compaction) carries it once.
+		f.fenced = true
+		if n := len(f.req.Guards); n == 0 || f.req.Guards[n-1].Path() != fence.Path() {
+			f.req.Guards = append(f.req.Guards, fence.Guard())
+		}
+	} else {
+		// Any other commit is refused while a leader holds the read lease
+		// (readlease.go): it never lands behind reads served from memory.
+		f.req.Guards = append(f.req.Guards, b.store.ReadLeaseAbsent())
+	}
+	c.token = f.req.Token
+	c.flights = append(c.flights, f)
+	b.flights.send()
+	f.reads = b.barrier.sending()
+	go func() {
+		timer := b.metrics.commitTimer()
+		f.res, f.err = b.store.Commit(b.ctx, f.req)
+		timer(f.res.Outcome, f.err)
+		close(f.done)
+	}()
+	return true
+}
+
+// answerNoOps answers a batch that writes nothing, evaluated on the view at
+// lsn: the answers hold if that was the newest state, which a barrier
+// proves; otherwise the batch is evaluated again after catching up.
+func (c *committer) answerNoOps(group []*proposal, lsn int64) {
+	b := c.b
+	b.barrier.idle() // no commit comes before this barrier: never wait for one
+	head, err := b.barrier.wait(b.ctx)
+	if err != nil {
+		finishAll(group, b.stopped(err))
+		return
+	}
+	if head == lsn {
+		setLSN(group, lsn)
+		finishAll(group, nil)
+		return
+	}
+	b.kickTailer()
+	if err := b.view.WaitApplied(b.ctx, head); err != nil {
+		finishAll(group, b.stopped(err))
+		return
+	}
+	c.pending = append(group, c.pending...)
+}
+
+// land handles the oldest flight, which has completed. When it did not
+// commit, every flight after it (chained on it) is awaited too, so that
+// their proposals go back to pending in their original order.
+func (c *committer) land() {
+	f := c.flights[0]
+	c.flights = c.flights[1:]
+	var requeue []*proposal
+	ok := c.settle(f, &requeue)
+	c.b.flights.settle()
+	if !ok {
+		for _, g := range c.flights {
+			<-g.done
+			c.settle(g, &requeue)
+			c.b.flights.settle()
+		}
+		c.flights = nil
+	}
+	if len(requeue) > 0 {
+		c.pending = append(requeue, c.pending...)
+	}
+}
+
+// settle answers or requeues the proposals of a completed flight and
+// reports whether it committed.
+func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
+	b := c.b
+	lg := b.log.WithFields(logrus.Fields{"lsn": f.entry.LSN, "requests": len(f.group)})
+	again := func() { *requeue = append(*requeue, append(f.group, f.piggy...)...) }
+	failed := func(err error) {
+		finishAll(f.group, err)
+		finishAll(f.piggy, err)
+	}
+	err, res := f.err, f.res
+	if err != nil || res.Outcome != zkstore.Committed {
+		b.barrier.landed(f.reads, 0, false)
+		// Nothing of this flight was written (or it is unknown): the next
+		// commit deletes the newest token known to exist instead.
+		if res.PrevTokenGone && f.req.PrevToken == c.committed {
+			c.committed = "" // vanished with an expired session
+		}
+		if errors.Is(err, zkstore.ErrUnknownOutcome) {
+			c.committed = "" // this flight's own token may exist: leave both to the session's end
+		}
+		c.token = c.committed
+	}
+	switch {
+	case errors.Is(err, zkstore.ErrEntryTooLarge):
+		if len(f.group) > 1 {
+			c.limit = max(1, len(f.group)/2)
+			again()
+			return false
+		}
+		failed(rpctypes.ErrGRPCRequestTooLarge)
+	case errors.Is(err, zkstore.ErrUnknownOutcome):
+		lg.WithError(err).Warn("commit outcome unknown")
+		failed(rpctypes.ErrGRPCTimeoutDueToConnectionLost)
+	case err != nil:
+		lg.WithError(err).Warn("commit failed; nothing was written")
+		failed(b.stopped(err))
+	case res.Outcome == zkstore.Committed:
+		b.ownLanded.Store(int64(time.Since(b.opened))) // see deferRearm
+		c.committed = f.req.Token
+		f.entry.Zxid = res.Zxid
+		if err := c.applyOwn(f); err != nil {
+			b.barrier.landed(f.reads, 0, false)
+			failed(rpctypes.ErrGRPCCorrupt)
+			return true
+		}
+		setLSN(f.group, f.entry.LSN)
+		setLSN(f.piggy, f.entry.LSN)
+		b.barrier.landed(f.reads, f.entry.LSN, true)
+		finishAll(f.group, nil)
+		finishAll(f.piggy, nil)
+		c.limit = 0
+		return true
+	case res.Outcome == zkstore.Conflict:
+		// Another instance took the position: catch up, evaluate again.
+		b.metrics.conflicts.Inc()
+		b.kickTailer()
+		if err := b.view.WaitApplied(b.ctx, f.entry.LSN); err != nil {
+			failed(b.stopped(err))
+			return false
+		}
+		again()
+	case res.Outcome == zkstore.Held:
+		// The leader holds the read lease: only it may commit. Nothing was
+		// written; a forwarded write's origin sends it to the leader again.
+		failed(errLeaseHeld)
+	case res.Outcome == zkstore.Refused:
+		if f.guarded {
+			failed(errRefused)
+			return false
+		}
+		if f.fenced {
+			if leader, fence, _ := b.election.State(); leader && fence.Path() == f.req.Guards[len(f.req.Guards)-1].Path() {
+				// Our election znode is gone and the election has not
+				// noticed yet: do not spin on ZooKeeper meanwhile.
+				select {
+				case <-b.election.Changed():
+				case <-time.After(50 * time.Millisecond):
+				case <-b.ctx.Done():
+				}
+			}
+		}
+		// The flight before failed, a chunk was collected, or our last
+		// token vanished with an expired session: write anew.
+		again()
+	case res.Outcome == zkstore.Behind:
+		lg.Warn("view is behind a compaction of the log")
+		failed(rpctypes.ErrGRPCTimeout)
+	}
+	return false
+}
+
+// applyOwn applies a committed flight's entry: directly if the view is
+// right before it, else by waiting for the tailer (it may have applied it
+// already, or an earlier flight of unknown outcome that did land).
+func (c *committer) applyOwn(f *flight) error {
+	b := c.b
+	if b.view.State().LSN == f.entry.LSN-1 {
+		return b.apply(f.entry, f.res.Size)
+	}
+	b.kickTailer()
+	return b.view.WaitApplied(b.ctx, f.entry.LSN)
+}
+
+// evaluate runs up to limit proposals in one batch, on top of the view or,
+// if last is not nil, of last's staged state. It returns the proposals
+// evaluated (answered, or to answer once the batch is committed), those
+// left for the next batch, the view's state and the batch. An empty group
+// means the first proposal cannot be evaluated on top of last.
+func (b *Engine) evaluate(pending []*proposal, limit int, last *flight) (group, rest []*proposal, st revision.State, bt *revision.Batch) {
+	cut := min(limit, len(pending))
+	size := 0
+	_ = b.view.ReadState(func(r revision.Reader, s revision.State) error {
+		st = s
+		var base revision.Reader = r
+		if last != nil {
+			base = last.batch
+		}
+		bt = revision.NewBatch(base)
+		for i, p := range pending[:cut] {
+			p.err, p.out = nil, outcome{}
+			if err := p.ctx.Err(); err != nil {
+				p.err = err
+				continue
+			}
+			if i > 0 && (size+p.size > b.maxEntryBytes || p.guards != nil) {
+				cut = i
+				break
+			}
+			if p.origin != nil {
+				if lsn, rev, ok := b.origins.lookup(*p.origin); ok {
+					// Committed before (by a leader since deposed, or
+					// before its answer was lost): never twice.
+					p.out = outcome{lsn: lsn, dup: true, dupRev: rev}
+					continue
+				}
+				if p.checkFP && authFingerprint(bt.AuthState()) != p.authFP {
+					p.err, p.out.final = ErrAuthChanged, true
+					continue
+				}
+			}
+			ops := len(bt.Ops())
+			bt.Begin()
+			if err := checkAuth(p.ctx, bt); err != nil {
+				bt.Abort()
+				p.err, p.out.final = err, true
+				continue
+			}
+			err := p.eval(bt)
+			if errors.Is(err, revision.ErrBatchBoundary) && (!bt.Empty() || bt.Chained()) {
+				bt.Abort()
+				cut = i
+				break
+			}
+			if err != nil {
+				bt.Abort()
+				if errors.Is(err, revision.ErrBatchBoundary) {
+					err = rpctypes.ErrGRPCFutureRev // cannot happen at a batch start
+				}
+				p.err, p.out.final = err, true
+				continue
+			}
+			rev, changed := bt.Commit()
+			if p.origin != nil && len(bt.Ops()) > ops {
+				if !changed {
+					rev = 0
+				}
+				bt.Origin(*p.origin, rev)
+			}
+			size += p.size
+			if p.guards != nil {
+				cut = i + 1
+				break
+			}
+		}
+		return nil
+	})
+	return pending[:cut], pending[cut:], st, bt
+}
+
+// stopped answers etcd's "server stopped" for an error caused by the
+// engine's own context ending (Close); other errors go to the caller
+// unchanged, for grpcsrv's error mapper.
+func (b *Engine) stopped(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return rpctypes.ErrGRPCStopped
+	}
+	return err
+}
+
+func (b *Engine) drainProposals() {
+	for {
+		select {
+		case p := <-b.proposals:
+			p.finish(rpctypes.ErrGRPCStopped)
+		default:
+			return
+		}
+	}
+}
+
+func (p *proposal) finish(err error) {
+	p.err = err
+	close(p.done)
+}
+
+// setLSN records lsn as the position that makes the answers of ps visible
+// (a duplicate keeps the position it was found committed at).
+func setLSN(ps []*proposal, lsn int64) {
+	for _, p := range ps {
+		if !p.out.dup {
+			p.out.lsn = lsn
+		}
+	}
+}
+
+// failNotLeader answers the proposals that need the leadership with
+// ErrNotLeader (nothing of them was written) and returns the others.
+func failNotLeader(ps []*proposal) []*proposal {
+	kept := ps[:0]
+	for _, p := range ps {
+		if p.origin != nil || p.leaderOnly {
+			p.out = outcome{}
+			p.finish(ErrNotLeader)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
+}
+
+// finishAll answers every proposal: with err if not nil, else with what
+// its evaluation produced.
+func finishAll(ps []*proposal, err error) {
+	for _, p := range ps {
+		if err != nil {
+			p.out.final = errors.Is(err, rpctypes.ErrGRPCRequestTooLarge)
+			p.finish(err)
+		} else {
+			p.finish(p.err)
+		}
+	}
+}

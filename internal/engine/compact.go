@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/zketcd/zketcd/internal/compactor"
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/translate"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// Physical compaction, run by the leader instance:
+//
+//  1. once a compaction entry has been applied past the current base
+//     generation, snapshot the view (the state and the history kept since
+//     the compacted revision) at its applied log position L;
+//  2. write it as a new base generation in a fresh path, and make it
+//     current with a fenced multi that checks the previous one is still
+//     current (a crash anywhere before leaves the old generation current);
+//  3. delete the log entries below the previous generation's position, so
+//     instances a compaction cycle behind can still tail, and generations
+//     older than the previous one, and unreferenced chunks.
+//
+// Recovery loads the current generation and replays the log after it.
+const (
+	compactCheckEvery = 2 * time.Second
+	chunkGrace        = 10 * time.Minute
+)
+
+func (b *Engine) compactLoop() {
+	defer b.wg.Done()
+	lg := b.log.WithField("component", "compactor")
+	t := time.NewTicker(compactCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		case <-b.compactKick:
+		}
+		b.updateSpaceMetrics()
+		leader, fence, _ := b.election.State()
+		if !leader {
+			// Follow the leader's generations for the space accounting.
+			if err := b.refreshBase(); err != nil && b.ctx.Err() == nil {
+				lg.WithError(err).Debug("read base generation")
+			}
+			continue
+		}
+		if err := b.compactOnce(lg, fence); err != nil && b.ctx.Err() == nil {
+			lg.WithError(err).Warn("physical compaction")
+		}
+	}
+}
+
+func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
+	base, err := b.store.ReadBase()
+	if err != nil {
+		return err
+	}
+	b.space.setBase(base)
+	st := b.view.State()
+	if st.CompactRev <= base.CompactRev || st.CompactRev <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	snap := b.view.Snapshot()
+	nb, err := b.store.PrepareBase(ctx, snap, base, b.nonce)
+	if err != nil {
+		return fmt.Errorf("write base generation at entry %d: %w", snap.State.LSN, err)
+	}
+	if err := b.hook("base-prepared"); err != nil {
+		return err
+	}
+	nb.PrevSize, nb.LogBytes = base.Size, b.space.keptLogBytes(base, nb.Gen)
+	if nb, err = b.store.PublishBase(fence, nb); err != nil {
+		return fmt.Errorf("publish base generation at entry %d: %w", snap.State.LSN, err)
+	}
+	b.space.setBase(nb)
+	wrote := time.Since(start)
+	if err := b.hook("base-published"); err != nil {
+		return err
+	}
+	var deleted int
+	if base.Gen > 0 {
+		if deleted, err = b.store.TruncateLog(ctx, fence, base.Gen); err != nil {
+			return fmt.Errorf("truncate log below entry %d: %w", base.Gen, err)
+		}
+	}
+	if err := b.hook("log-truncated"); err != nil {
+		return err
+	}
+	gens, err := b.store.CollectBases(ctx, fence, nb)
+	if err != nil {
+		return err
+	}
+	chunks, err := b.store.CollectChunks(ctx, fence, chunkGrace.Milliseconds())
+	if err != nil {
+		return err
+	}
+	lg.WithFields(logrus.Fields{
+		"generation": nb.Gen, "revision": nb.Rev, "compacted": nb.CompactRev,
+		"keys": len(snap.Keys), "bytes": nb.Size, "chunks": nb.Chunks,
+		"log_entries_deleted": deleted, "old_generations_deleted": gens, "chunks_deleted": chunks,
+		"write_took": wrote.Round(time.Millisecond), "took": time.Since(start).Round(time.Millisecond),
+	}).Info("physical compaction")
+	return nil
+}
+
+// hook calls the configured compaction hook, if any.
+func (b *Engine) hook(step string) error {
+	if b.cfg.CompactionHook == nil {
+		return nil
+	}
+	return b.cfg.CompactionHook(step)
+}
+
+// waitPhysical waits until a base generation holds a compaction at or
+// above rev (etcd's Compact with physical=true returns once the compaction
+// is done on disk).
+func (b *Engine) waitPhysical(ctx context.Context, rev int64) error {
+	select {
+	case b.compactKick <- struct{}{}:
+	default:
+	}
+	for {
+		base, err := b.store.ReadBase()
+		if err != nil {
+			return err
+		}
+		if base.CompactRev >= rev {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Compact commits a compaction to req.Revision: reads below it fail from
+// then on, on every instance. Errors: ErrGRPCCompacted if already compacted
+// there, ErrGRPCFutureRev above the current revision.
+func (b *Engine) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	return b.compact(ctx, req, zkstore.Fence{})
+}
+
+// compact is Compact; with a valid fence, the compaction is committed only
+// while that leadership holds (errRefused otherwise).
+func (b *Engine) compact(ctx context.Context, req *pb.CompactionRequest, fence zkstore.Fence) (*pb.CompactionResponse, error) {
+	if req.Revision > b.view.State().Rev {
+		// It may exist on another instance: decide after a barrier.
+		if err := b.Linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	eval := func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
+	var guards func() []zkstore.Guard
+	if fence.Valid() {
+		guards = func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} }
+	}
+	var resp *pb.CompactionResponse
+	var err error
+	if guards == nil {
+		resp, err = writeFwd(ctx, b, req, func() *pb.CompactionResponse { return &pb.CompactionResponse{} }, eval,
+			func(int64, int64) (*pb.CompactionResponse, error) {
+				return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}}, nil
+			})
+	} else {
+		resp, err = writeGuarded(ctx, b, req, eval, guards)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if req.Physical {
+		if err := b.waitPhysical(ctx, req.Revision); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}
+
+// errNotLeader refuses an auto-compaction on an instance that lost the
+// leadership after the compactor checked it.
+var errNotLeader = errors.New("not the leader instance")
+
+// autoCompactTarget is the auto-compactor's view of the engine: the
+// view's revision, the election shared with lease expiry and physical
+// compaction, and Compact, the Compact RPC's path, fenced by the
+// leadership so that a deposed leader's compaction is refused.
+type autoCompactTarget struct{ b *Engine }
+
+func (t autoCompactTarget) Rev() int64 { return t.b.view.State().Rev }
+
+func (t autoCompactTarget) Leader() bool {
+	leader, _, _ := t.b.election.State()
+	return leader
+}
+
+func (t autoCompactTarget) Compact(ctx context.Context, rev int64) error {
+	leader, fence, _ := t.b.election.State()
+	if !leader || !fence.Valid() {
+		return errNotLeader
+	}
+	_, err := t.b.compact(ctx, &pb.CompactionRequest{Revision: rev}, fence)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrGRPCCompacted):
+		return fmt.Errorf("compact to %d: %w", rev, compactor.ErrCompacted)
+	case errors.Is(err, errRefused):
+		return fmt.Errorf("compact to %d: leadership lost: %w", rev, err)
+	}
+	return fmt.Errorf("compact to %d: %w", rev, err)
+}

@@ -1,0 +1,329 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// countLogEntries counts the log entry znodes under root.
+func countLogEntries(t *testing.T, zkAddrs []string, root string) int {
+	t.Helper()
+	c, _, err := zk.Connect(zkAddrs, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buckets, _, err := c.Children(root + "/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, b := range buckets {
+		es, _, err := c.Children(root + "/log/" + b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(es)
+	}
+	return n
+}
+
+func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	write := func(n int, prefix string) int64 {
+		var rev int64
+		for i := 0; i < n; i++ {
+			resp, err := c.Put(ctx, fmt.Sprintf("%s%03d", prefix, i%40), fmt.Sprint(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev = resp.Header.Revision
+		}
+		return rev
+	}
+	r1 := write(200, "a/")
+	if _, err := c.Compact(ctx, r1-50, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	r2 := write(200, "b/")
+	before := countLogEntries(t, []string{zkAddr(t)}, in.Root())
+	if _, err := c.Compact(ctx, r2-10, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	// The second cycle deletes the entries below the first generation.
+	deadline := time.Now().Add(10 * time.Second)
+	var after int
+	for {
+		after = countLogEntries(t, []string{zkAddr(t)}, in.Root())
+		if after < before || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if after >= before {
+		t.Fatalf("log did not shrink: %d entries before, %d after two compactions", before, after)
+	}
+	t.Logf("log entries: %d before the second compaction, %d after it", before, after)
+
+	want, err := c.Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, err := c.Get(ctx, "b/", clientv3.WithPrefix(), clientv3.WithRev(r2-10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Restart()
+	c2 := in.Client(t)
+	got, err := c2.Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Header.Revision != want.Header.Revision || fmt.Sprint(got.Kvs) != fmt.Sprint(want.Kvs) {
+		t.Fatalf("after restart from the base:\n%v\nwant\n%v", got.Kvs, want.Kvs)
+	}
+	hist2, err := c2.Get(ctx, "b/", clientv3.WithPrefix(), clientv3.WithRev(r2-10))
+	if err != nil || fmt.Sprint(hist2.Kvs) != fmt.Sprint(hist.Kvs) {
+		t.Fatalf("read at the compacted revision after restart: %v %v", hist2, err)
+	}
+	if _, err := c2.Get(ctx, "b/", clientv3.WithPrefix(), clientv3.WithRev(r2-11)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("read below the compacted revision after restart: %v", err)
+	}
+	// Watch from the compacted revision replays the kept history.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	w := c2.Watch(wctx, "b/", clientv3.WithPrefix(), clientv3.WithRev(r2-10))
+	n := 0
+	for resp := range w {
+		n += len(resp.Events)
+		if n >= 11 {
+			break
+		}
+	}
+	if n != 11 {
+		t.Fatalf("watch from the compacted revision got %d events, want 11", n)
+	}
+	if resp, err := c2.Put(ctx, "after", "restart"); err != nil || resp.Header.Revision != want.Header.Revision+1 {
+		t.Fatalf("write after restart: %v %v", resp, err)
+	}
+}
+
+func TestHugeTransactionsAndValuesOnDefaultJuteMaxbuffer(t *testing.T) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	other := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: in.Root()})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	big := make([]byte, 1500*1024)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	if _, err := c.Put(ctx, "big", string(big)); err != nil {
+		t.Fatalf("1.5 MB value: %v", err)
+	}
+	tooBig := make([]byte, 1600*1024)
+	if _, err := c.Put(ctx, "toobig", string(tooBig)); !errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		t.Fatalf("value over --max-request-bytes: %v", err)
+	}
+	// 20k keys, then one DeleteRange removing them all in one revision:
+	// an entry of a few MB, written as chunks.
+	for i := 0; i < 20000; i += 100 {
+		ops := make([]clientv3.Op, 0, 100)
+		for j := i; j < i+100; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("many/%05d", j), "some value of moderate size"))
+		}
+		if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del, err := c.Delete(ctx, "many/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	if err != nil || del.Deleted != 20000 || len(del.PrevKvs) != 20000 {
+		t.Fatalf("delete 20k keys: %v", err)
+	}
+	// The other instance reads the chunked entries through its tailer.
+	co := other.Client(t)
+	got, err := co.Get(ctx, "big")
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != string(big) {
+		t.Fatalf("big value through the other instance: %v", err)
+	}
+	n, err := co.Get(ctx, "many/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || n.Count != 0 || n.Header.Revision != del.Header.Revision {
+		t.Fatalf("after the huge delete, through the other instance: %v %v", n, err)
+	}
+}
+
+// TestCompactionCrashAtEachStepLeavesAConsistentStore stops a physical
+// compaction after each of its steps (as a crash would: all state is in
+// ZooKeeper), then starts a fresh instance on the root, which must serve
+// the same data and history and finish the compaction.
+func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
+	big := string(make([]byte, 1500*1024))
+	for _, step := range []string{"base-prepared", "base-published", "log-truncated"} {
+		t.Run(step, func(t *testing.T) {
+			crashed := make(chan struct{}, 1)
+			hook := func(s string) error {
+				if s == step {
+					select {
+					case crashed <- struct{}{}:
+					default:
+					}
+					return errors.New("injected crash at " + s)
+				}
+				return nil
+			}
+			a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{CompactionHook: hook})
+			c := a.Client(t)
+			ctx := ctxT(t)
+			var rev int64
+			for round := 0; round < 2; round++ { // two cycles: the second truncates the log
+				for i := 0; i < 60; i++ {
+					v := fmt.Sprint(round, i)
+					if i == 7 {
+						v = big
+					}
+					resp, err := c.Put(ctx, fmt.Sprintf("k%02d", i%20), v)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rev = resp.Header.Revision
+				}
+				if _, err := c.Compact(ctx, rev-5); err != nil {
+					t.Fatal(err)
+				}
+				if round == 0 {
+					// Let the first cycle complete normally... unless the
+					// step is the first one, where every cycle stops.
+					time.Sleep(3 * time.Second)
+				}
+			}
+			select {
+			case <-crashed:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("compaction never reached %s", step)
+			}
+			want, err := c.Get(ctx, "k", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			hist, err := c.Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithRev(rev-5))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Close() // the crash
+			b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root()})
+			cb := b.Client(t)
+			got, err := cb.Get(ctx, "k", clientv3.WithPrefix())
+			if err != nil || got.Header.Revision != want.Header.Revision || fmt.Sprint(got.Kvs) != fmt.Sprint(want.Kvs) {
+				t.Fatalf("after the crash: %v (err %v)", got, err)
+			}
+			hist2, err := cb.Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithRev(rev-5))
+			if err != nil || fmt.Sprint(hist2.Kvs) != fmt.Sprint(hist.Kvs) {
+				t.Fatalf("history after the crash: %v %v", hist2, err)
+			}
+			// The new leader finishes the work: a physical compaction at the
+			// same revision returns once a base holds it.
+			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if _, err := cb.Compact(pctx, rev-5, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+				t.Fatal(err)
+			}
+			waitBase(t, cb, rev-5)
+		})
+	}
+}
+
+// waitBase checks that physical compaction works again: a write, then a
+// physical compaction at its revision, which returns once a base holds it.
+func waitBase(t *testing.T, c *clientv3.Client, rev int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := c.Put(ctx, "after-crash", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("a physical compaction after the crash did not complete: %v", err)
+	}
+}
+
+// TestInstanceBehindACompactionReloads cuts one instance off ZooKeeper (its
+// only server is paused) while the other writes and compacts the log twice;
+// when it comes back, the entries it lacks are gone, so it reloads from the
+// base, and its watcher continues without losing or repeating an event.
+func TestInstanceBehindACompactionReloads(t *testing.T) {
+	ens := zkservertest.Ensemble(t, 3)
+	addrs := ens.Addrs()
+	a := embedtest.Start(t, addrs[:2], embedtest.Options{})
+	b := embedtest.Start(t, addrs[2:], embedtest.Options{Root: a.Root(), SessionTimeout: 30 * time.Second})
+	ca, cb := a.Client(t), b.Client(t)
+	ctx := ctxT(t)
+	first, err := ca.Put(ctx, "w/0", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := cb.Watch(wctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision))
+	if err := ens.Member(2).Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for round := 0; round < 2; round++ {
+		for i := 0; i < 50; i++ {
+			resp, err := ca.Put(ctx, fmt.Sprintf("w/%d", i%10), fmt.Sprint(round, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = resp.Header.Revision
+		}
+		if _, err := ca.Compact(ctx, last-2, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ens.Member(2).Resume(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cb.Get(ctx, "w/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Header.Revision < last {
+		t.Fatalf("instance b at revision %d after coming back, want >= %d", got.Header.Revision, last)
+	}
+	// The watcher started before the compaction: it either receives every
+	// event up to last in order, or is canceled as compacted; never a gap.
+	next := first.Header.Revision
+	for next <= last {
+		select {
+		case resp, ok := <-wch:
+			if !ok {
+				t.Fatal("watch channel closed")
+			}
+			if resp.CompactRevision != 0 {
+				t.Logf("watcher canceled as compacted at %d after %d events", resp.CompactRevision, next-first.Header.Revision)
+				return
+			}
+			for _, ev := range resp.Events {
+				if ev.Kv.ModRevision != next {
+					t.Fatalf("watch event at %d, want %d", ev.Kv.ModRevision, next)
+				}
+				next++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("watch stalled at revision %d (want up to %d)", next, last)
+		}
+	}
+	t.Logf("watcher on the reloaded instance received every event up to %d", last)
+}

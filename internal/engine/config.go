@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/compactor"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Store configures the ZooKeeper connection and root.
+	Store zkstore.Config
+	// Name is this instance's member name; the member ID derives from it
+	// and the cluster ID, so it is stable across restarts.
+	Name string
+	// ClientURLs are advertised in the member list.
+	ClientURLs []string
+	// MaxBatchRequests bounds how many requests share one log entry.
+	MaxBatchRequests int
+	// ReadWindow is how many log entries are read in flight while catching up.
+	ReadWindow int
+	// StaleAfter is how long the view may lag the head before the instance
+	// reports itself unhealthy.
+	StaleAfter time.Duration
+	// Logger receives structured logs (required; embed fills it).
+	Logger *logrus.Entry
+	// Registerer receives the engine's Prometheus metrics (nil: none).
+	Registerer prometheus.Registerer
+	// CommitPipeline is how many log entries the committer keeps in flight
+	// (default 1: a batch is evaluated once the previous one landed). More
+	// lets ZooKeeper group fsyncs, at the cost of smaller batches and more
+	// ZooKeeper transactions; measure before raising it.
+	CommitPipeline int
+	// RelaxedReads makes the linearizable-read barrier a ZooKeeper sync
+	// instead of a quorum round trip. sync is cheaper, but a ZooKeeper server
+	// cut off from its quorum that still believes it is the leader answers
+	// it alone, so a read through it can miss acknowledged writes.
+	RelaxedReads bool
+	// AutoCompaction is etcd's --auto-compaction-mode and
+	// --auto-compaction-retention (zero: off). Every instance samples
+	// revisions; only the leader instance compacts.
+	AutoCompaction compactor.Config
+	// QuotaBackendBytes is etcd's --quota-backend-bytes: writes that would
+	// take DBSize past it raise the NOSPACE alarm and are refused (0:
+	// translate.DefaultQuotaBytes, 2 GiB; negative: no quota).
+	QuotaBackendBytes int64
+	// CorruptCheckTime is etcd's --corrupt-check-time: the period of the
+	// leader instance's check that every instance's HashKV agrees at one
+	// revision (0: off). See corrupt.go.
+	CorruptCheckTime time.Duration
+	// InitialCorruptCheck is etcd's InitialCorruptCheck feature gate: New
+	// compares the instance's HashKV with the other instances' before it
+	// returns, and fails on a mismatch (see corrupt.go).
+	InitialCorruptCheck bool
+	// HashHook, if set, sees every hash this instance computes for the
+	// corruption check and may change it (fault injection in tests).
+	HashHook func(h uint32) uint32
+	// CompactionHook, if set, is called between the steps of a physical
+	// compaction ("base-prepared", "base-published", "log-truncated"); an
+	// error stops the compaction there, as a crash would. For fault
+	// injection in tests.
+	CompactionHook func(step string) error
+	// RollbackCheckAfter is how long the instance may be without a
+	// ZooKeeper session before it checks, through a fresh session, whether
+	// ZooKeeper's data went back to an older state (which makes ZooKeeper
+	// refuse the instance's session for good); it checks again every
+	// RollbackCheckAfter while the session stays down. Zero: the default;
+	// negative: never (the check on every new connection still runs).
+	RollbackCheckAfter time.Duration
+	// LossDir is where an instance that finds ZooKeeper's data older than
+	// its own writes the changes ZooKeeper lost (default: the system's
+	// temporary directory).
+	LossDir string
+	// ForwardWrites makes the leader instance the only committer: another
+	// instance forwards its writes, lease grants and revokes, keepalives
+	// and ReadIndex requests through Forwarder to the internal endpoint
+	// the leader advertises in its member znode (InternalURL), and commits
+	// them itself only when no leader endpoint is known (see forward.go).
+	// False: every instance commits its own writes.
+	ForwardWrites bool
+	Forwarder     Forwarder
+	// InternalURL is this instance's internal endpoint, advertised in its
+	// member znode ("": none; another instance then commits its own writes
+	// while this one leads).
+	InternalURL string
+	// LeaderProofWindow is how long after a ZooKeeper transaction of its
+	// session landed (a commit, a quorum barrier) the leader still answers
+	// keepalives from memory without another: it must stay below the
+	// session timeout ZooKeeper granted minus one tick, since the session
+	// cannot expire sooner after that transaction. Zero: a third of the
+	// store's session timeout; negative: every keepalive answered in memory
+	// waits for a transaction that started after it (no clock assumption).
+	LeaderProofWindow time.Duration
+	// ReadLease lets the leader instance answer linearizable reads (and
+	// the ReadIndex of the others) from memory within LeaderProofWindow of
+	// a landed transaction of its session, while it holds the read lease
+	// znode (readlease.go). Needs ForwardWrites, a positive
+	// LeaderProofWindow and not RelaxedReads.
+	ReadLease bool
+	// Now is the time source of lease expiry (nil: time.Now). Expiry only
+	// compares its readings with each other, on the monotonic clock, so a
+	// step of the wall clock moves no deadline. For tests.
+	Now func() time.Time
+}
+
+// Defaults used for zero Config fields. The request limits (etcd's
+// --max-request-bytes and --max-txn-ops) are grpcsrv's settings, the entry
+// budget zkstore's: each setting has one owner.
+const (
+	DefaultMaxBatchRequests = 512
+	DefaultCommitPipeline   = 1
+	DefaultReadWindow       = 64
+	DefaultStaleAfter       = 3 * time.Second
+	DefaultRollbackCheck    = 5 * time.Second
+)
+
+func (c *Config) setDefaults() {
+	if c.CommitPipeline == 0 {
+		c.CommitPipeline = DefaultCommitPipeline
+	}
+	if c.MaxBatchRequests == 0 {
+		c.MaxBatchRequests = DefaultMaxBatchRequests
+	}
+	if c.ReadWindow == 0 {
+		c.ReadWindow = DefaultReadWindow
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.LeaderProofWindow == 0 {
+		st := c.Store.SessionTimeout
+		if st <= 0 {
+			st = zkstore.DefaultSessionTimeout
+		}
+		c.LeaderProofWindow = st / 3
+	}
+	if c.RollbackCheckAfter == 0 {
+		c.RollbackCheckAfter = DefaultRollbackCheck
+	}
+}
+
+// Validate reports the first invalid setting of the engine's own (the
+// store's are checked by zkstore when it opens).
+func (c *Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("member name must not be empty")
+	case c.Logger == nil:
+		return errors.New("engine: no logger")
+	case c.CorruptCheckTime < 0:
+		return fmt.Errorf("corrupt check time %v must not be negative", c.CorruptCheckTime)
+	case c.ReadLease && (!c.ForwardWrites || c.RelaxedReads || c.LeaderProofWindow < 0):
+		return errors.New("--read-lease needs --forward-writes, a quorum barrier (not --relaxed-reads) and a positive leader proof window")
+	}
+	if err := c.AutoCompaction.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,459 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/engine/memlog"
+	"github.com/zketcd/zketcd/internal/revision"
+)
+
+// memForwarder is an in-process Forwarder: peers are backends registered
+// by URL. loseAnswers makes that many forwards lose their answer after the
+// leader served them (an unknown outcome for the caller).
+type memForwarder struct {
+	mu          sync.Mutex
+	peers       map[string]*Engine
+	loseAnswers int
+	// served counts ServeForward calls, readIndex ReadIndex calls, reads
+	// lease reads answered by the peer.
+	served, readIndex, reads int
+	// unsupported makes the lease reads answer as a peer without them.
+	unsupported bool
+	// afterLoss runs once an answer was lost, before Forward returns.
+	afterLoss func()
+}
+
+func (f *memForwarder) peer(url string) (*Engine, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.peers[url]
+	if b == nil {
+		return nil, fmt.Errorf("no peer at %s", url)
+	}
+	return b, nil
+}
+
+func (f *memForwarder) Forward(ctx context.Context, to Peer, call ForwardCall) (ForwardReply, error) {
+	b, err := f.peer(to.URL)
+	if err != nil {
+		if call.Fresh {
+			return ForwardReply{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+		}
+		return ForwardReply{}, err
+	}
+	if to.Token != b.InternalToken() {
+		return ForwardReply{}, errors.New("bad token")
+	}
+	req := proto.Clone(call.Req)
+	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req, Entropy: call.Entropy})
+	f.mu.Lock()
+	f.served++
+	lose := f.loseAnswers > 0
+	if lose {
+		f.loseAnswers--
+	}
+	after := f.afterLoss
+	f.mu.Unlock()
+	if lose {
+		if after != nil {
+			after()
+		}
+		return ForwardReply{}, errors.New("connection lost")
+	}
+	if err != nil {
+		return ForwardReply{}, err
+	}
+	if resp != nil {
+		proto.Merge(call.Resp, resp)
+	}
+	return reply, nil
+}
+
+func (f *memForwarder) ReadIndex(ctx context.Context, to Peer) (int64, error) {
+	b, err := f.peer(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	f.readIndex++
+	f.mu.Unlock()
+	return b.ReadIndex(ctx)
+}
+
+func (f *memForwarder) KeepAlive(ctx context.Context, to Peer, id int64) (int64, error) {
+	b, err := f.peer(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	return b.ServeKeepAlive(ctx, id)
+}
+
+// leaseRead is the peer for a lease read, counting it.
+func (f *memForwarder) leaseRead(to Peer) (*Engine, error) {
+	b, err := f.peer(to.URL)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unsupported {
+		return nil, fmt.Errorf("%w: lease read", ErrUnsupported)
+	}
+	f.reads++
+	return b, nil
+}
+
+func (f *memForwarder) LeaseTimeToLive(ctx context.Context, to Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	b, err := f.leaseRead(to)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, lsn, err := b.ServeLeaseTimeToLive(ctx, proto.Clone(req).(*pb.LeaseTimeToLiveRequest))
+	if err != nil {
+		return nil, 0, err
+	}
+	return proto.Clone(resp).(*pb.LeaseTimeToLiveResponse), lsn, nil
+}
+
+func (f *memForwarder) Leases(ctx context.Context, to Peer) (*pb.LeaseLeasesResponse, int64, error) {
+	b, err := f.leaseRead(to)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, lsn, err := b.ServeLeases(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return proto.Clone(resp).(*pb.LeaseLeasesResponse), lsn, nil
+}
+
+// forwardingPair starts two forwarding instances on one store: a (the
+// leader, started first) and b.
+func forwardingPair(t *testing.T) (*memlog.Store, *memForwarder, *Engine, *memlog.Client, *Engine, *memlog.Client) {
+	t.Helper()
+	return forwardingPairWith(t, nil)
+}
+
+// forwardingPairWith is forwardingPair with configure applied to both.
+func forwardingPairWith(t *testing.T, configure func(*Config)) (*memlog.Store, *memForwarder, *Engine, *memlog.Client, *Engine, *memlog.Client) {
+	t.Helper()
+	st := memlog.New(memlog.Options{})
+	fw := &memForwarder{peers: map[string]*Engine{}}
+	start := func(name string) (*Engine, *memlog.Client) {
+		url := "mem://" + name
+		b, c := engine(t, st, name, func(cfg *Config) {
+			cfg.ForwardWrites, cfg.Forwarder, cfg.InternalURL = true, fw, url
+			if configure != nil {
+				configure(cfg)
+			}
+		})
+		fw.mu.Lock()
+		fw.peers[url] = b
+		fw.mu.Unlock()
+		return b, c
+	}
+	a, ac := start("a")
+	eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	b, bc := start("b")
+	eventually(t, 5*time.Second, "b knows the leader", func() bool { _, id := b.Leader(); return id == a.MemberID() })
+	return st, fw, a, ac, b, bc
+}
+
+// logEntries reads every entry of the store through a fresh client.
+func logEntries(t *testing.T, st *memlog.Store) []*revision.Entry {
+	t.Helper()
+	c := st.Client()
+	defer c.Close()
+	head, err := c.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*revision.Entry
+	err = c.ReadEntries(context.Background(), 2, head.LSN, 1, func(e *revision.Entry, _ int) error {
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func keyVersion(t *testing.T, b *Engine, key string) int64 {
+	t.Helper()
+	resp := get(t, b, key, false)
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("%s: %d keys", key, len(resp.Kvs))
+	}
+	return resp.Kvs[0].Version
+}
+
+func TestForwardedWritesAreCommittedByTheLeaderAndReadOnTheFollower(t *testing.T) {
+	st, fw, a, _, b, _ := forwardingPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < 20; i++ {
+		key := fmt.Sprintf("k%d", i)
+		resp, err := b.Put(ctx, &pb.PutRequest{Key: []byte(key), Value: []byte("v")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read-your-writes on the follower, without a barrier.
+		got := get(t, b, key, true)
+		if len(got.Kvs) != 1 || got.Kvs[0].ModRevision != resp.Header.Revision {
+			t.Fatalf("%s on the follower right after its put: %v (put at %d)", key, got.Kvs, resp.Header.Revision)
+		}
+	}
+	if _, err := b.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{
+		RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("k0")}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := b.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if fw.served != 23 {
+		t.Errorf("leader served %d forwards, want 23", fw.served)
+	}
+	origins := 0
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce != a.nonce {
+			t.Fatalf("entry %d written by %x, want only the leader %x", e.LSN, e.Writer.Nonce, a.nonce)
+		}
+		for _, op := range e.Ops {
+			if op.Kind == revision.OpOrigin {
+				if op.Origin.Nonce != b.nonce {
+					t.Fatalf("entry %d: origin %x, want the follower %x", e.LSN, op.Origin.Nonce, b.nonce)
+				}
+				origins++
+			}
+		}
+	}
+	if origins != 23 {
+		t.Errorf("%d origin ops in the log, want 23", origins)
+	}
+	// A linearizable read on the follower asks the leader for its position.
+	put(t, a, "from-a", "1")
+	if got := get(t, b, "from-a", false); len(got.Kvs) != 1 {
+		t.Fatal("a linearizable read on the follower missed a write acknowledged by the leader")
+	}
+	if fw.readIndex == 0 {
+		t.Error("the follower's linearizable read did not use the leader's read index")
+	}
+}
+
+// TestAuthAndAlarmChangesThroughTheFollowerAreCommittedByTheLeader: auth
+// changes (with the entropy drawn at their origin) and alarm changes are
+// forwarded like the KV writes, so the leader is the only writer of the
+// log and both instances hold the same auth state, secret included.
+func TestAuthAndAlarmChangesThroughTheFollowerAreCommittedByTheLeader(t *testing.T) {
+	st, fw, a, _, b, _ := forwardingPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	entropy := []byte("0123456789abcdef0123456789abcdef")
+	for _, req := range []proto.Message{
+		&pb.AuthUserAddRequest{Name: "root", Options: &authpb.UserAddOptions{NoPassword: true}},
+		&pb.AuthRoleAddRequest{Name: "root"},
+		&pb.AuthUserGrantRoleRequest{User: "root", Role: "root"},
+		&pb.AuthEnableRequest{},
+	} {
+		resp, err := b.AuthWrite(ctx, req, entropy)
+		if err != nil {
+			t.Fatalf("%T through the follower: %v", req, err)
+		}
+		if want, _ := auth.NewResponse(req); proto.MessageName(resp) != proto.MessageName(want) {
+			t.Fatalf("%T answered with %T", req, resp)
+		}
+	}
+	// A change the leader refuses comes back with its error, unchanged.
+	if _, err := b.AuthWrite(ctx, &pb.AuthRoleAddRequest{Name: "root"}, nil); !errors.Is(err, rpctypes.ErrGRPCRoleAlreadyExist) {
+		t.Fatalf("adding an existing role through the follower: %v, want %v", err, rpctypes.ErrGRPCRoleAlreadyExist)
+	}
+	if _, err := b.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: b.MemberID(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Linearize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := a.AuthState()
+	sb, _ := b.AuthState()
+	if st, err := auth.Decode(sb); err != nil || !st.Enabled || !bytes.Equal(sa, sb) {
+		t.Fatalf("auth state on the follower: enabled %v (%v), equal to the leader's: %v", st != nil && st.Enabled, err, bytes.Equal(sa, sb))
+	}
+	if alarms := a.Alarms(); len(alarms) != 1 || alarms[0].MemberID != b.MemberID() {
+		t.Fatalf("leader's alarms: %v", alarms)
+	}
+	if fw.served != 6 {
+		t.Errorf("leader served %d forwards, want 6", fw.served)
+	}
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce != a.nonce {
+			t.Fatalf("entry %d written by %x, want only the leader %x", e.LSN, e.Writer.Nonce, a.nonce)
+		}
+	}
+}
+
+func TestForwardWithALostAnswerIsResolvedByItsTagNotRepeated(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// forget makes the leader forget its answers, as a new leader has
+		// none: the request is then found in the log.
+		forget bool
+	}{{"same leader answers again", false}, {"found in the log", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, fw, a, _, b, _ := forwardingPair(t)
+			fw.loseAnswers = 1
+			if tc.forget {
+				fw.afterLoss = func() {
+					a.fwd.mu.Lock()
+					a.fwd.calls, a.fwd.done = nil, nil
+					a.fwd.mu.Unlock()
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := b.Put(ctx, &pb.PutRequest{Key: []byte("once"), Value: []byte("v"), PrevKv: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fw.served != 2 {
+				t.Errorf("leader served %d forwards, want 2 (the lost one and the re-send)", fw.served)
+			}
+			if v := keyVersion(t, b, "once"); v != 1 {
+				t.Fatalf("version %d after one put: committed twice", v)
+			}
+			if got := get(t, b, "once", true); got.Kvs[0].ModRevision != resp.Header.Revision {
+				t.Fatalf("answered revision %d, key at %d", resp.Header.Revision, got.Kvs[0].ModRevision)
+			}
+		})
+	}
+}
+
+func TestForwardsOfADeadLeaderAreResolvedByTheNextLeader(t *testing.T) {
+	_, fw, a, ac, b, _ := forwardingPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The leader commits the put and dies before answering: the follower,
+	// now the leader, finds the put's tag in the log.
+	fw.loseAnswers = 1
+	fw.afterLoss = func() {
+		fw.mu.Lock()
+		delete(fw.peers, "mem://a")
+		fw.mu.Unlock()
+		ac.ExpireSession()
+		a.election.Close()
+	}
+	resp, err := b.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := b.Leader(); !l {
+		t.Fatal("b did not take over")
+	}
+	if v := keyVersion(t, b, "k"); v != 1 {
+		t.Fatalf("version %d after one put: committed twice", v)
+	}
+	if got := get(t, b, "k", true); got.Kvs[0].ModRevision != resp.Header.Revision {
+		t.Fatalf("answered revision %d, key at %d", resp.Header.Revision, got.Kvs[0].ModRevision)
+	}
+	// And the new leader commits new writes itself.
+	put(t, b, "k2", "v")
+}
+
+func TestFollowerCommitsItselfWhenTheLeaderCannotBeReached(t *testing.T) {
+	st, fw, a, _, b, _ := forwardingPair(t)
+	fw.mu.Lock()
+	delete(fw.peers, "mem://a")
+	fw.mu.Unlock()
+	put(t, b, "k", "v")
+	foreign := 0
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce == b.nonce {
+			foreign++
+		}
+	}
+	if foreign != 1 {
+		t.Fatalf("%d entries of the follower, want 1 (committed itself before sending anything)", foreign)
+	}
+	if got := get(t, a, "k", false); len(got.Kvs) != 1 {
+		t.Fatal("the leader does not see the follower's own commit")
+	}
+}
+
+func TestDeposedLeaderRefusesForwardsAndItsOwnLeaderOnlyWrites(t *testing.T) {
+	_, _, a, _, b, _ := forwardingPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err := b.ServeForward(ctx, ForwardCall{Origin: revision.WriterTag{Nonce: 1, Seq: 1}, Req: &pb.PutRequest{Key: []byte("x")}})
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a follower served a forward: %v", err)
+	}
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("y"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ErrNotLeader.Error(), "not the leader") {
+		t.Fatal(ErrNotLeader)
+	}
+}
+
+func TestConcurrentWritesThroughBothInstancesArePipelinedByTheLeaderOnce(t *testing.T) {
+	st, _, a, _, b, _ := forwardingPairWith(t, func(c *Config) { c.CommitPipeline = 4 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := 0; w < 16; w++ {
+		in := a
+		if w%2 == 1 {
+			in = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				if _, err := in.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("w%d/%d", w, i)), Value: []byte("v")}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	resp, err := b.Range(ctx, &pb.RangeRequest{Key: []byte("w"), RangeEnd: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 400 {
+		t.Fatalf("%d keys, want 400", len(resp.Kvs))
+	}
+	for _, kv := range resp.Kvs {
+		if kv.Version != 1 {
+			t.Fatalf("%s at version %d", kv.Key, kv.Version)
+		}
+	}
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce != a.nonce {
+			t.Fatalf("entry %d written by %x, want only the leader", e.LSN, e.Writer.Nonce)
+		}
+	}
+}

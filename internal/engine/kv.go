@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/translate"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// Range serves a validated Range request, after a barrier unless it is
+// serializable.
+func (b *Engine) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := b.servable(); err != nil {
+		return nil, err
+	}
+	if !req.Serializable {
+		if err := b.Linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var resp *pb.RangeResponse
+	err := b.view.Read(func(r revision.Reader) error {
+		var err error
+		resp, err = translate.Range(r, req)
+		return err
+	})
+	return resp, err
+}
+
+// Read runs fn on a consistent state of the view, without a barrier (call
+// Linearize first for a linearizable read). The view's read lock is held
+// while fn runs: fn must not block. A halted instance runs no fn and
+// answers etcd's corrupt-cluster error (serializable reads included: its
+// view holds a history that is no longer the cluster's).
+func (b *Engine) Read(fn func(revision.Reader) error) error {
+	if err := b.servable(); err != nil {
+		return err
+	}
+	return b.view.Read(fn)
+}
+
+// Put commits a validated Put.
+func (b *Engine) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := b.checkQuota(req); err != nil {
+		return nil, err
+	}
+	return writeFwd(ctx, b, req, func() *pb.PutResponse { return &pb.PutResponse{} },
+		func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) },
+		func(_, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) })
+}
+
+// DeleteRange commits a validated DeleteRange.
+func (b *Engine) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	return writeFwd(ctx, b, req, func() *pb.DeleteRangeResponse { return &pb.DeleteRangeResponse{} },
+		func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) }, nil)
+}
+
+// Txn serves a validated Txn: read-only ones on the read path, the others
+// through the committer.
+func (b *Engine) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := b.servable(); err != nil {
+		return nil, err
+	}
+	if translate.IsTxnReadonly(req) {
+		if !translate.IsTxnSerializable(req) {
+			if err := b.Linearize(ctx); err != nil {
+				return nil, err
+			}
+		}
+		var resp *pb.TxnResponse
+		err := b.view.Read(func(r revision.Reader) error {
+			var err error
+			resp, err = translate.Txn(revision.NewBatch(r), req)
+			return err
+		})
+		return resp, err
+	}
+	if err := b.checkQuota(req); err != nil {
+		return nil, err
+	}
+	return writeFwd(ctx, b, req, func() *pb.TxnResponse { return &pb.TxnResponse{} },
+		func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }, nil)
+}
+
+// rebuildPut answers a forwarded Put found committed at rev after its
+// answer was lost: the header's revision, and the previous value (as of
+// rev-1) if asked. A previous value compacted away meanwhile cannot be
+// given: etcd's "request timed out, possibly due to connection lost".
+func (b *Engine) rebuildPut(req *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
+	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	if !req.PrevKv {
+		return resp, nil
+	}
+	err := b.view.Read(func(r revision.Reader) error {
+		prev, err := translate.Range(r, &pb.RangeRequest{Key: req.Key, Revision: rev - 1})
+		if err != nil {
+			return err
+		}
+		if len(prev.Kvs) > 0 {
+			resp.PrevKv = prev.Kvs[0]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rpctypes.ErrGRPCTimeoutDueToConnectionLost
+	}
+	return resp, nil
+}
+
+// writeGuarded queues a validated request (its size checked by the
+// caller) for this instance's committer and returns its typed response;
+// the active alarms may refuse req when it is evaluated
+// (translate.AlarmGate). With guards not nil, the request is committed in
+// an entry of its own under the preconditions guards returns.
+func writeGuarded[T any](ctx context.Context, b *Engine, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	if err := b.servable(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return propose(ctx, b, proto.Size(req), gated(req, eval), guards)
+}
+
+// gated is eval behind the active alarms' gate (translate.AlarmGate),
+// checked on the state the committer evaluates req on: every path that
+// commits a client's request (local, or forwarded to the leader) goes
+// through it.
+func gated[T any](req any, eval func(*revision.Batch) (T, error)) func(*revision.Batch) (T, error) {
+	return func(bt *revision.Batch) (T, error) {
+		if err := translate.AlarmGate(bt.Alarms(), req); err != nil {
+			var zero T
+			return zero, err
+		}
+		return eval(bt)
+	}
+}

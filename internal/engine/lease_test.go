@@ -1,0 +1,187 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zketcd/zketcd/embed/embedtest"
+)
+
+func waitGone(t *testing.T, c *clientv3.Client, key string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		resp, err := c.Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("key %q still there after %s", key, within)
+	return 0
+}
+
+func TestLeaseExpiresAndDeletesKeysInOneRevision(t *testing.T) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	grant, err := c.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grant.TTL != 2 {
+		t.Fatalf("granted TTL %d", grant.TTL)
+	}
+	for _, k := range []string{"l/a", "l/b", "l/c"} {
+		if _, err := c.Put(ctx, k, "v", clientv3.WithLease(grant.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put, _ := c.Put(ctx, "plain", "v")
+	wch := c.Watch(ctx, "l/", clientv3.WithPrefix(), clientv3.WithRev(put.Header.Revision+1), clientv3.WithPrevKV())
+	start := time.Now()
+	ttl, err := c.TimeToLive(ctx, grant.ID, clientv3.WithAttachedKeys())
+	if err != nil || ttl.GrantedTTL != 2 || len(ttl.Keys) != 3 || ttl.TTL < 1 || ttl.TTL > 2 {
+		t.Fatalf("time to live: %+v %v", ttl, err)
+	}
+	waitGone(t, c, "l/a", 10*time.Second)
+	took := time.Since(start)
+	if took < 1500*time.Millisecond {
+		t.Fatalf("lease expired after %s, before its TTL", took)
+	}
+	resp := <-wch
+	if len(resp.Events) != 3 {
+		t.Fatalf("expiry should delete 3 keys in one revision, got %v", resp.Events)
+	}
+	for _, ev := range resp.Events {
+		if ev.Type != clientv3.EventTypeDelete || ev.PrevKv == nil || ev.Kv.ModRevision != resp.Events[0].Kv.ModRevision {
+			t.Fatalf("event %v", ev)
+		}
+	}
+	ttl, err = c.TimeToLive(ctx, grant.ID)
+	if err != nil || ttl.TTL != -1 {
+		t.Fatalf("expired lease time to live: %+v %v", ttl, err)
+	}
+	if g, _ := c.Get(ctx, "plain"); len(g.Kvs) != 1 {
+		t.Fatal("key without lease deleted")
+	}
+	t.Logf("lease with TTL 2s expired after %s", took)
+}
+
+func TestKeepAliveKeepsLeaseAlive(t *testing.T) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	c := in.Client(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	grant, err := c.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "k", "v", clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
+	}
+	ka, err := c.KeepAlive(ctx, grant.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range ka {
+		}
+	}()
+	time.Sleep(5 * time.Second)
+	if g, _ := c.Get(ctx, "k"); len(g.Kvs) != 1 {
+		t.Fatal("key of a kept-alive lease was deleted")
+	}
+	cancel()
+	took := waitGone(t, c, "k", 10*time.Second)
+	t.Logf("expired %s after keepalives stopped", took)
+	if resp, err := c.KeepAliveOnce(context.Background(), grant.ID); err == nil {
+		t.Fatalf("keepalive of an expired lease: %v", resp)
+	}
+}
+
+func TestLeaseSurvivesLeaderRestartAndExpiresAfterFailover(t *testing.T) {
+	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	time.Sleep(300 * time.Millisecond) // let a win the election
+	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root()})
+	if leader, _ := a.Engine().Leader(); !leader {
+		t.Fatal("first instance is not the leader")
+	}
+	cb := b.Client(t)
+	ctx := ctxT(t)
+	grant, err := cb.Grant(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.Put(ctx, "k", "v", clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a.Close() // the leader goes away; b must take over expiry
+	waitGone(t, cb, "k", 15*time.Second)
+	took := time.Since(start)
+	if took < 2500*time.Millisecond {
+		t.Fatalf("expired %s after grant, before its TTL", took)
+	}
+	if leader, _ := b.Engine().Leader(); !leader {
+		t.Fatal("second instance did not become the leader")
+	}
+	t.Logf("lease expired %s after grant, through a leader change", took)
+}
+
+// TestKeepalivesAtTheLeaderCostNoZooKeeperWrite: on a real ZooKeeper, a
+// lease kept alive through the leader instance for longer than its TTL
+// costs no renewal multi and no token write; it stays alive.
+func TestKeepalivesAtTheLeaderCostNoZooKeeperWrite(t *testing.T) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	grant, err := c.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "k", "v", clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
+	}
+	counters := func() (inMemory, multis, writes float64) {
+		mfs, err := in.Zketcd().Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			v := 0.0
+			if ms := mf.GetMetric(); len(ms) > 0 && ms[0].GetCounter() != nil {
+				v = ms[0].GetCounter().GetValue()
+			}
+			switch mf.GetName() {
+			case "zketcd_lease_keepalives_in_memory_total":
+				inMemory = v
+			case "zketcd_lease_renewal_multis_total":
+				multis = v
+			case "zketcd_lease_renewal_token_writes_total":
+				writes = v
+			}
+		}
+		return
+	}
+	n := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); n++ {
+		if _, err := c.KeepAliveOnce(ctx, grant.ID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	inMemory, multis, writes := counters()
+	t.Logf("%d keepalives: %.0f in memory, %.0f renewal multis, %.0f token writes", n, inMemory, multis, writes)
+	if inMemory != float64(n) || multis != 0 || writes != 0 {
+		t.Fatalf("%d keepalives at the leader: %.0f in memory, %.0f multis, %.0f token writes; want %d, 0, 0", n, inMemory, multis, writes, n)
+	}
+	if g, _ := c.Get(ctx, "k"); len(g.Kvs) != 1 {
+		t.Fatal("key of a lease kept alive at the leader was deleted")
+	}
+}

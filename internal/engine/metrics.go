@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// metrics are the engine's Prometheus collectors, registered per instance.
+type metrics struct {
+	commitSeconds *prometheus.HistogramVec
+	batchRequests prometheus.Histogram
+	conflicts     prometheus.Counter
+	appliedRev    prometheus.Gauge
+	appliedLSN    prometheus.Gauge
+	barrierWait   prometheus.Histogram
+	leasesExpired prometheus.Counter
+	// renewals counts keepalives answered after a ZooKeeper multi,
+	// renewalMultis those multis and renewalTokens the token writes in them
+	// (keepalives of one lease in one multi share a write).
+	renewals, renewalMultis, renewalTokens prometheus.Counter
+	// renewalsInMemory counts keepalives the leader renewed in memory.
+	renewalsInMemory prometheus.Counter
+	// leaseTokenReads counts the expiry loop's reads of lease tokens: a
+	// baseline for a lease whose clock the leader has not started, and a
+	// check at each deadline.
+	leaseTokenReads prometheus.Counter
+	// linearizableReads counts linearizable reads (and no-op batches) by
+	// what answered them: a barrier round trip or a commit that landed;
+	// barrierTrips counts the round trips.
+	linearizableReads *prometheus.CounterVec
+	barrierTrips      prometheus.Counter
+	// quotaRefused counts writes refused by the space quota check;
+	// dbSize and dbSizeInUse follow the space accounting, alarms the
+	// active alarms by type (updated every compaction check, 2 s).
+	quotaRefused        prometheus.Counter
+	dbSize, dbSizeInUse prometheus.Gauge
+	alarms              *prometheus.GaugeVec
+	// corruptChecks counts the corruption check's rounds (on the leader),
+	// corruptMismatches the members found with another hash.
+	corruptChecks, corruptMismatches prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		commitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "zketcd", Name: "commit_duration_seconds",
+			Help:    "Time of one commit multi to ZooKeeper, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}, []string{"outcome"}),
+		batchRequests: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "zketcd", Name: "commit_batch_ops",
+			Help:    "Operations per committed log entry.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "commit_conflicts_total",
+			Help: "Commits that lost the log position to another instance.",
+		}),
+		appliedRev: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "applied_revision",
+			Help: "Revision of the view.",
+		}),
+		appliedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "applied_log_position",
+			Help: "Log entry the view has applied.",
+		}),
+		barrierWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "zketcd", Name: "read_barrier_duration_seconds",
+			Help:    "Time linearizable reads waited for the sync barrier and the view.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "leases_expired_total",
+			Help: "Leases this instance expired as the leader.",
+		}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_keepalives_total",
+			Help: "Keepalives this instance renewed through ZooKeeper.",
+		}),
+		renewalMultis: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_renewal_multis_total",
+			Help: "ZooKeeper multis that renewed leases (each carries every keepalive queued while the previous one was in flight).",
+		}),
+		renewalTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_renewal_token_writes_total",
+			Help: "Lease renewal token writes in those multis (one per lease per multi).",
+		}),
+		renewalsInMemory: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_keepalives_in_memory_total",
+			Help: "Keepalives the leader renewed in memory, without a ZooKeeper write.",
+		}),
+		leaseTokenReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "lease_token_reads_total",
+			Help: "Lease tokens the leader's expiry loop read from ZooKeeper: a baseline for each lease when a term begins (not for leases it granted itself) and a check when a deadline passes.",
+		}),
+		linearizableReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "linearizable_reads_total",
+			Help: "Linearizable reads by what proved them current: a barrier round trip (via=barrier) or a commit of this instance that landed after they arrived (via=commit), or the read lease (via=lease: answered from memory, --read-lease; counted at the leader for its own reads and the ReadIndex it serves).",
+		}, []string{"via"}),
+		barrierTrips: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "read_barrier_round_trips_total",
+			Help: "ZooKeeper round trips made for linearizable-read barriers.",
+		}),
+		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "quota_refused_total",
+			Help: "Writes refused because they did not fit in --quota-backend-bytes.",
+		}),
+		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "db_size_bytes",
+			Help: "Bytes the root holds in ZooKeeper (base generations and log entries), as etcd's DB size.",
+		}),
+		dbSizeInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "db_size_in_use_bytes",
+			Help: "Bytes of the current base generation and the log after it (what a defragment leaves).",
+		}),
+		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "alarms_active",
+			Help: "Active alarms, by type.",
+		}, []string{"alarm"}),
+		corruptChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "corrupt_checks_total",
+			Help: "Rounds of the corruption check (--corrupt-check-time) this instance ran as the leader.",
+		}),
+		corruptMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
+			Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
+			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
+			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)
+	}
+	return m
+}
+
+// commitTimer starts timing a commit; call the result with its outcome.
+func (m *metrics) commitTimer() func(zkstore.Outcome, error) {
+	start := time.Now()
+	return func(o zkstore.Outcome, err error) {
+		label := o.String()
+		if err != nil {
+			label = "error"
+		}
+		m.commitSeconds.WithLabelValues(label).Observe(time.Since(start).Seconds())
+	}
+}
+
+func (m *metrics) applied(e *revision.Entry) {
+	m.appliedLSN.Set(float64(e.LSN))
+	if r := e.LastRev(); r > 0 {
+		m.appliedRev.Set(float64(r))
+	}
+	m.batchRequests.Observe(float64(len(e.Ops)))
+}

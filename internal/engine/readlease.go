@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// The read lease (Config.ReadLease, --read-lease): the leader instance
+// answers linearizable reads — its own, and the ReadIndex of the others —
+// from its view, with no ZooKeeper round trip, while it can prove that no
+// other instance can have committed since.
+//
+// Two things give that proof. First, exclusion: the leader takes the read
+// lease znode, ephemeral to its session (zkstore.TakeReadLease), and every
+// commit that does not carry the leader's fence carries the precondition
+// that the znode does not exist (zkstore.ReadLeaseAbsent, added by the
+// committer), so while the leader's session lives only fenced commits —
+// the leader's — can land. Second, liveness: a ZooKeeper transaction of
+// the leader's session (a commit or a barrier round) sent after the znode
+// was taken, and at most LeaderProofWindow before the read arrived,
+// landed; the session cannot have expired — and the znode cannot have
+// gone — sooner than a session timeout after that send, by the ZooKeeper
+// leader's clock. The window is a third of the session timeout by
+// default: the assumption is that this instance's monotonic clock runs at
+// no less than a third of the rate of the ZooKeeper leader's (the same one
+// the in-memory keepalives make, lease.go). That transaction also read the
+// log at a position (liveProof.lsn) holding every commit that landed
+// before the znode was taken; commits since are the leader's own, applied
+// to its view before they are acknowledged. So the answer is the view, once
+// it has applied that position.
+//
+// A commit that meets the znode is refused (zkstore.Held) and nothing is
+// written: a follower then sends the write to the leader again instead of
+// committing it itself; any other caller gets etcd's "not leader". Every
+// instance sharing a root with a read-lease leader must run a build that
+// adds the precondition (this one or later): an older build's commit is not
+// stopped by the znode.
+
+// errLeaseHeld answers a commit refused because a leader holds the read
+// lease (nothing was written).
+var errLeaseHeld = errors.New("zketcd: the leader instance holds the read lease; only it commits")
+
+// heldLease is the read lease as this instance took it.
+type heldLease struct {
+	session int64
+	fence   string    // the election znode it was taken under
+	taken   time.Time // after ZooKeeper confirmed the znode
+}
+
+// leaseIndex returns the position a linearizable read arriving now must
+// wait for, and true, if this instance holds the read lease with a fresh
+// proof (see above); false sends the read down the safe path. A commit of
+// this instance that was sent before the read arrived may have landed — and
+// be read on another instance already — before this one learns it, so the
+// answer waits until every such commit has settled (and, if it landed, is
+// applied). Errors: ctx's, or ErrGRPCStopped when the engine closes.
+func (b *Engine) leaseIndex(ctx context.Context) (int64, bool, error) {
+	h := b.readLease.Load()
+	if h == nil {
+		return 0, false, nil
+	}
+	now := time.Now()
+	leader, fence, _ := b.election.State()
+	sid, connected := b.store.Session()
+	if !leader || !connected || fence.Path() != h.fence || sid != h.session {
+		return 0, false, nil
+	}
+	p := b.proof.Load()
+	if p == nil || p.session != sid || !p.sent.After(h.taken) || !now.Before(p.sent.Add(b.cfg.LeaderProofWindow)) {
+		return 0, false, nil
+	}
+	if err := b.flights.waitSettled(ctx, b.ctx.Done()); err != nil {
+		return 0, false, err
+	}
+	b.metrics.linearizableReads.WithLabelValues("lease").Inc()
+	return max(p.lsn, b.view.State().LSN), true, nil
+}
+
+// flightMarks counts the committer's commits sent and settled (answered
+// or requeued, in the order they were sent). Safe for concurrent use.
+type flightMarks struct {
+	mu            sync.Mutex
+	sent, settled uint64
+	advanced      chan struct{} // closed when settled grows
+}
+
+// send records a commit handed to the log.
+func (m *flightMarks) send() {
+	m.mu.Lock()
+	m.sent++
+	m.mu.Unlock()
+}
+
+// settle records that the oldest unsettled commit settled.
+func (m *flightMarks) settle() {
+	m.mu.Lock()
+	m.settled++
+	if m.advanced != nil {
+		close(m.advanced)
+		m.advanced = nil
+	}
+	m.mu.Unlock()
+}
+
+// waitSettled waits until every commit sent before the call settled.
+func (m *flightMarks) waitSettled(ctx context.Context, closed <-chan struct{}) error {
+	m.mu.Lock()
+	target := m.sent
+	for m.settled < target {
+		if m.advanced == nil {
+			m.advanced = make(chan struct{})
+		}
+		ch := m.advanced
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closed:
+			return rpctypes.ErrGRPCStopped
+		}
+		m.mu.Lock()
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// readLeaseLoop takes the read lease while this instance leads and gives
+// it up when it stops leading (a new session or fence takes it anew).
+func (b *Engine) readLeaseLoop() {
+	defer b.wg.Done()
+	lg := b.log.WithField("component", "read-lease")
+	release := func(why string) {
+		if b.readLease.Swap(nil) != nil {
+			// Forgotten first: no read uses it once the znode may be gone.
+			if err := b.store.ReleaseReadLease(); err != nil {
+				lg.WithError(err).Debug("release the read lease (it goes with the session)")
+			}
+			lg.WithField("why", why).Info("read lease given up")
+		}
+	}
+	retry := time.NewTicker(500 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		changed, sessCh := b.election.Changed(), b.store.SessionChanged()
+		leader, fence, _ := b.election.State()
+		sid, connected := b.store.Session()
+		switch h := b.readLease.Load(); {
+		case !leader || b.servable() != nil:
+			release("not the leader")
+		case !connected:
+		case h != nil && h.session == sid && h.fence == fence.Path():
+		default:
+			b.readLease.Store(nil)
+			got, err := b.store.TakeReadLease(b.memberID)
+			switch {
+			case err == nil && got == sid:
+				b.readLease.Store(&heldLease{session: sid, fence: fence.Path(), taken: time.Now()})
+				lg.WithFields(logrus.Fields{"session": sid, "window": b.cfg.LeaderProofWindow}).Info("read lease taken: linearizable reads answered from memory")
+			case errors.Is(err, zkstore.ErrLeaseHeld):
+				lg.Debug("read lease still held by another session (a previous leader's, until it ends)")
+			case err != nil:
+				lg.WithError(err).Debug("take the read lease")
+			}
+		}
+		select {
+		case <-b.ctx.Done():
+			release("closing")
+			return
+		case <-changed:
+		case <-sessCh:
+		case <-retry.C:
+		}
+	}
+}

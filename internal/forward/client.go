@@ -1,0 +1,281 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/zketcd/zketcd/internal/engine"
+)
+
+// Client is the calling side of the internal endpoint: a
+// engine.Forwarder holding one connection per peer URL. Safe for
+// concurrent use; Close it when the engine is closed.
+type Client struct {
+	// ConnectWait bounds how long a first send waits for a connection
+	// before answering engine.ErrNotSent; CallTimeout bounds one attempt
+	// (the engine sends a request of unknown outcome again).
+	ConnectWait time.Duration
+	CallTimeout time.Duration
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+var _ engine.Forwarder = (*Client)(nil)
+
+// maxConns bounds the connections a Client keeps: one per peer URL seen,
+// and a peer restarted with port 0 advertises a new URL each time.
+const maxConns = 16
+
+// Defaults of a Client's bounds.
+const (
+	DefaultConnectWait = time.Second
+	DefaultCallTimeout = 10 * time.Second
+)
+
+// NewClient returns a Client with the default bounds.
+func NewClient() *Client {
+	return &Client{ConnectWait: DefaultConnectWait, CallTimeout: DefaultCallTimeout, conns: map[string]*grpc.ClientConn{}}
+}
+
+// Close closes every connection; later calls fail.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.conns = nil
+}
+
+func (c *Client) conn(url string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("forward client closed")
+	}
+	if cc := c.conns[url]; cc != nil {
+		return cc, nil
+	}
+	t, err := target(url)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(t,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1), grpc.MaxCallSendMsgSize(1<<31-1)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("internal endpoint %s: %w", url, err)
+	}
+	if len(c.conns) >= maxConns {
+		// Peers restarted on new ports: drop the connections of the others.
+		for u, old := range c.conns {
+			old.Close()
+			delete(c.conns, u)
+		}
+	}
+	c.conns[url] = cc
+	return cc, nil
+}
+
+// ready waits up to ConnectWait for cc to be connected.
+func (c *Client) ready(ctx context.Context, cc *grpc.ClientConn) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.ConnectWait)
+	defer cancel()
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready:
+			return true
+		case connectivity.Idle:
+			cc.Connect()
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return false // the peer refused or is gone: do not wait for a backoff
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return false
+		}
+	}
+}
+
+func methodName(req proto.Message) (string, error) {
+	switch req.(type) {
+	case *pb.PutRequest:
+		return "Put", nil
+	case *pb.DeleteRangeRequest:
+		return "DeleteRange", nil
+	case *pb.TxnRequest:
+		return "Txn", nil
+	case *pb.CompactionRequest:
+		return "Compact", nil
+	case *pb.LeaseGrantRequest:
+		return "LeaseGrant", nil
+	case *pb.LeaseRevokeRequest:
+		return "LeaseRevoke", nil
+	case *pb.AlarmRequest:
+		return "Alarm", nil
+	}
+	if name, ok := authMethods[reflect.TypeOf(req)]; ok {
+		return name, nil
+	}
+	return "", fmt.Errorf("zketcd: %T cannot be forwarded", req)
+}
+
+// Forward implements engine.Forwarder.
+func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.ForwardCall) (engine.ForwardReply, error) {
+	name, err := methodName(call.Req)
+	if err != nil {
+		return engine.ForwardReply{}, &engine.FinalError{Err: err}
+	}
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		if call.Fresh {
+			return engine.ForwardReply{}, fmt.Errorf("%w: %w", engine.ErrNotSent, err)
+		}
+		return engine.ForwardReply{}, err
+	}
+	if call.Fresh && !c.ready(ctx, cc) {
+		return engine.ForwardReply{}, fmt.Errorf("%w: no connection to %s", engine.ErrNotSent, to.URL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token, mdOrigin, formatTag(call.Origin),
+		mdAuth, strconv.FormatUint(call.AuthFP, 16))
+	if call.Entropy != nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, mdEntropy, string(call.Entropy))
+	}
+	var header, trailer metadata.MD
+	err = cc.Invoke(ctx, "/"+serviceName+"/"+name, call.Req, call.Resp, grpc.Header(&header), grpc.Trailer(&trailer))
+	if err != nil {
+		switch first(trailer, mdOutcome) {
+		case outcomeNotLeader:
+			return engine.ForwardReply{}, engine.ErrNotLeader
+		case outcomeAuthChanged:
+			return engine.ForwardReply{}, engine.ErrAuthChanged
+		case outcomeFailed:
+			return engine.ForwardReply{}, &engine.FinalError{Err: err}
+		case outcomeBadToken:
+			// Refused before anything ran: a stale or misconfigured URL.
+			if call.Fresh {
+				return engine.ForwardReply{}, fmt.Errorf("%w: %s refused the token: %w", engine.ErrNotSent, to.URL, err)
+			}
+		}
+		if status.Code(err) == codes.Unimplemented && call.Fresh {
+			// A leader of an older build that does not forward this
+			// method: nothing ran there.
+			return engine.ForwardReply{}, fmt.Errorf("%w: %s does not serve %s: %w", engine.ErrNotSent, to.URL, name, err)
+		}
+		return engine.ForwardReply{}, fmt.Errorf("forward to %s: %w", to.URL, err)
+	}
+	lsn, err := strconv.ParseInt(first(header, mdLSN), 10, 64)
+	if err != nil {
+		return engine.ForwardReply{}, fmt.Errorf("forward to %s: answer without a log position", to.URL)
+	}
+	reply := engine.ForwardReply{LSN: lsn}
+	if v := first(header, mdDup); v != "" {
+		reply.Dup = true
+		if reply.DupRev, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return engine.ForwardReply{}, fmt.Errorf("forward to %s: bad duplicate revision %q", to.URL, v)
+		}
+	}
+	return reply, nil
+}
+
+// ReadIndex implements engine.Forwarder.
+func (c *Client) ReadIndex(ctx context.Context, to engine.Peer) (int64, error) {
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	out := &wrapperspb.Int64Value{}
+	if err := cc.Invoke(ctx, "/"+serviceName+"/ReadIndex", &emptypb.Empty{}, out); err != nil {
+		return 0, fmt.Errorf("read index from %s: %w", to.URL, err)
+	}
+	return out.Value, nil
+}
+
+// KeepAlive implements engine.Forwarder.
+func (c *Client) KeepAlive(ctx context.Context, to engine.Peer, id int64) (int64, error) {
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	out := &pb.LeaseKeepAliveResponse{}
+	if err := cc.Invoke(ctx, "/"+serviceName+"/KeepAlive", &pb.LeaseKeepAliveRequest{ID: id}, out); err != nil {
+		return 0, fmt.Errorf("keepalive at %s: %w", to.URL, err)
+	}
+	return out.TTL, nil
+}
+
+// LeaseTimeToLive implements engine.Forwarder.
+func (c *Client) LeaseTimeToLive(ctx context.Context, to engine.Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	out := &pb.LeaseTimeToLiveResponse{}
+	lsn, err := c.read(ctx, to, "LeaseTimeToLive", req, out)
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, lsn, nil
+}
+
+// Leases implements engine.Forwarder.
+func (c *Client) Leases(ctx context.Context, to engine.Peer) (*pb.LeaseLeasesResponse, int64, error) {
+	out := &pb.LeaseLeasesResponse{}
+	lsn, err := c.read(ctx, to, "LeaseLeases", &pb.LeaseLeasesRequest{}, out)
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, lsn, nil
+}
+
+// read calls a read method of the leader, filling out, and returns the
+// position its answer carries. Errors: engine.ErrUnsupported for a peer
+// without the method (an older version), engine.ErrNotLeader, else the
+// call's.
+func (c *Client) read(ctx context.Context, to engine.Peer, method string, req, out proto.Message) (int64, error) {
+	cc, err := c.conn(to.URL)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	var header, trailer metadata.MD
+	if err := cc.Invoke(ctx, "/"+serviceName+"/"+method, req, out, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+		switch {
+		case status.Code(err) == codes.Unimplemented:
+			return 0, fmt.Errorf("%w: %s at %s: %w", engine.ErrUnsupported, method, to.URL, err)
+		case first(trailer, mdOutcome) == outcomeNotLeader:
+			return 0, engine.ErrNotLeader
+		}
+		return 0, fmt.Errorf("%s at %s: %w", method, to.URL, err)
+	}
+	lsn, err := strconv.ParseInt(first(header, mdLSN), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s at %s: answer without a log position", method, to.URL)
+	}
+	return lsn, nil
+}

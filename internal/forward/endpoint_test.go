@@ -1,0 +1,229 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/revision"
+)
+
+// fakeLeader answers forwards with answer, recording what it was given.
+type fakeLeader struct {
+	answer func(call engine.ForwardCall) (proto.Message, engine.ForwardReply, error)
+	got    []engine.ForwardCall
+}
+
+func (f *fakeLeader) ServeForward(_ context.Context, call engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
+	f.got = append(f.got, call)
+	return f.answer(call)
+}
+func (f *fakeLeader) ReadIndex(context.Context) (int64, error)                  { return 77, nil }
+func (f *fakeLeader) ServeKeepAlive(_ context.Context, id int64) (int64, error) { return id * 10, nil }
+func (f *fakeLeader) ServeLeaseTimeToLive(_ context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	if req.ID == 404 {
+		return nil, 0, engine.ErrNotLeader
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{Revision: 5}, ID: req.ID, TTL: 8, GrantedTTL: 10}
+	if req.Keys {
+		resp.Keys = [][]byte{[]byte("a"), []byte("b")}
+	}
+	return resp, 21, nil
+}
+func (f *fakeLeader) ServeLeases(context.Context) (*pb.LeaseLeasesResponse, int64, error) {
+	return &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: []*pb.LeaseStatus{{ID: 2}, {ID: 1}}}, 22, nil
+}
+func (f *fakeLeader) InternalToken() string { return "secret" }
+
+func serve(t *testing.T, l Leader) engine.Peer {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	srv := NewServer(l, logrus.NewEntry(lg), nil)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return engine.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}
+}
+
+func TestEndpointCarriesTagsPositionsAndOutcomes(t *testing.T) {
+	fl := &fakeLeader{}
+	peer := serve(t, fl)
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tag := revision.WriterTag{Nonce: 0xabc, Seq: 5}
+	call := func(fresh bool) (engine.ForwardReply, *pb.PutResponse, error) {
+		resp := &pb.PutResponse{}
+		reply, err := c.Forward(ctx, peer, engine.ForwardCall{Origin: tag, AuthFP: 0x1234, Fresh: fresh,
+			Req: &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}, Resp: resp})
+		return reply, resp, err
+	}
+
+	fl.answer = func(engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 9}}, engine.ForwardReply{LSN: 12}, nil
+	}
+	reply, resp, err := call(true)
+	if err != nil || reply.LSN != 12 || reply.Dup || resp.Header.GetRevision() != 9 {
+		t.Fatalf("ok: %+v %v %v", reply, resp, err)
+	}
+	if g := fl.got[0]; g.Origin != tag || g.AuthFP != 0x1234 || string(g.Req.(*pb.PutRequest).Key) != "k" {
+		t.Fatalf("leader got %+v", g)
+	}
+
+	fl.answer = func(engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
+		return nil, engine.ForwardReply{LSN: 13, Dup: true, DupRev: 8}, nil
+	}
+	if reply, _, err := call(false); err != nil || reply != (engine.ForwardReply{LSN: 13, Dup: true, DupRev: 8}) {
+		t.Fatalf("duplicate: %+v %v", reply, err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		err   error
+		check func(error) bool
+	}{
+		{"not leader", engine.ErrNotLeader, func(err error) bool { return errors.Is(err, engine.ErrNotLeader) }},
+		{"auth changed", engine.ErrAuthChanged, func(err error) bool { return errors.Is(err, engine.ErrAuthChanged) }},
+		{"final", &engine.FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}, func(err error) bool {
+			var f *engine.FinalError
+			return errors.As(err, &f) && errors.Is(f.Err, rpctypes.ErrGRPCLeaseNotFound)
+		}},
+		{"unknown", rpctypes.ErrGRPCStopped, func(err error) bool {
+			var f *engine.FinalError
+			return err != nil && !errors.As(err, &f) && !errors.Is(err, engine.ErrNotLeader) && !errors.Is(err, engine.ErrNotSent)
+		}},
+	} {
+		fl.answer = func(engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
+			return nil, engine.ForwardReply{}, tc.err
+		}
+		if _, _, err := call(false); !tc.check(err) {
+			t.Errorf("%s: got %v", tc.name, err)
+		}
+	}
+
+	if lsn, err := c.ReadIndex(ctx, peer); err != nil || lsn != 77 {
+		t.Fatalf("read index: %d %v", lsn, err)
+	}
+	if ttl, err := c.KeepAlive(ctx, peer, 3); err != nil || ttl != 30 {
+		t.Fatalf("keepalive: %d %v", ttl, err)
+	}
+
+	// A wrong token is refused before anything runs: a first send is
+	// reported as not sent.
+	n := len(fl.got)
+	bad := peer
+	bad.Token = "wrong"
+	_, err = c.Forward(ctx, bad, engine.ForwardCall{Origin: tag, Fresh: true, Req: &pb.PutRequest{Key: []byte("k")}, Resp: &pb.PutResponse{}})
+	if !errors.Is(err, engine.ErrNotSent) || len(fl.got) != n {
+		t.Fatalf("bad token: %v (leader called %d times)", err, len(fl.got)-n)
+	}
+}
+
+func TestFirstSendToAnUnreachablePeerIsNotSent(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + lis.Addr().String()
+	lis.Close()
+	c := NewClient()
+	defer c.Close()
+	start := time.Now()
+	_, err = c.Forward(context.Background(), engine.Peer{URL: url, Token: "x"},
+		engine.ForwardCall{Fresh: true, Req: &pb.PutRequest{Key: []byte("k")}, Resp: &pb.PutResponse{}})
+	if !errors.Is(err, engine.ErrNotSent) {
+		t.Fatalf("got %v, want ErrNotSent", err)
+	}
+	if d := time.Since(start); d > 2*DefaultConnectWait {
+		t.Errorf("took %s to find the peer unreachable", d)
+	}
+}
+
+func TestLeaseReadsCarryTheAnswerAndItsPosition(t *testing.T) {
+	peer := serve(t, &fakeLeader{})
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ttl, lsn, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3, Keys: true})
+	if err != nil || lsn != 21 || ttl.ID != 3 || ttl.TTL != 8 || ttl.GrantedTTL != 10 || len(ttl.Keys) != 2 ||
+		string(ttl.Keys[0]) != "a" || ttl.Header.GetRevision() != 5 {
+		t.Fatalf("time to live with keys: %v at %d, %v", ttl, lsn, err)
+	}
+	if ttl, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); err != nil || len(ttl.Keys) != 0 {
+		t.Fatalf("time to live without keys: %v %v", ttl, err)
+	}
+	if _, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 404}); !errors.Is(err, engine.ErrNotLeader) {
+		t.Fatalf("time to live at a follower: %v, want ErrNotLeader", err)
+	}
+	leases, lsn, err := c.Leases(ctx, peer)
+	if err != nil || lsn != 22 || len(leases.Leases) != 2 || leases.Leases[0].ID != 2 || leases.Leases[1].ID != 1 {
+		t.Fatalf("leases: %v at %d, %v", leases, lsn, err)
+	}
+	bad := peer
+	bad.Token = "wrong"
+	if _, _, err := c.Leases(ctx, bad); err == nil || errors.Is(err, engine.ErrUnsupported) {
+		t.Fatalf("leases with a bad token: %v", err)
+	}
+}
+
+// TestLeaseReadsAtAnOlderPeerAreUnsupported: a peer whose service lacks
+// the lease reads (an older version) answers ErrUnsupported, for the
+// caller to answer locally; its other methods still work.
+func TestLeaseReadsAtAnOlderPeerAreUnsupported(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	s := &server{l: &fakeLeader{}, lg: logrus.NewEntry(lg)}
+	srv := grpc.NewServer()
+	srv.RegisterService(&grpc.ServiceDesc{ServiceName: serviceName, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
+		{MethodName: "ReadIndex", Handler: s.readIndex},
+		{MethodName: "KeepAlive", Handler: s.keepAlive},
+	}}, s)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	peer := engine.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); !errors.Is(err, engine.ErrUnsupported) {
+		t.Fatalf("time to live at an older peer: %v, want ErrUnsupported", err)
+	}
+	if _, _, err := c.Leases(ctx, peer); !errors.Is(err, engine.ErrUnsupported) {
+		t.Fatalf("leases at an older peer: %v, want ErrUnsupported", err)
+	}
+	if lsn, err := c.ReadIndex(ctx, peer); err != nil || lsn != 77 {
+		t.Fatalf("read index at an older peer: %d %v", lsn, err)
+	}
+	// An auth or alarm change sent first to a leader that does not serve
+	// it ran nothing there: the origin may commit it itself.
+	for _, req := range []proto.Message{&pb.AuthRoleAddRequest{Name: "r"}, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE}} {
+		resp, _ := auth.NewResponse(req)
+		if resp == nil {
+			resp = &pb.AlarmResponse{}
+		}
+		_, err := c.Forward(ctx, peer, engine.ForwardCall{Req: req, Resp: resp, Entropy: []byte("e"), Fresh: true})
+		if !errors.Is(err, engine.ErrNotSent) {
+			t.Fatalf("%T at an older peer: %v, want ErrNotSent", req, err)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package forward
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/zketcd/zketcd/internal/revision"
+)
+
+// serviceName is the internal gRPC service. Its methods carry etcd's own
+// protobuf messages; the protocol grows by adding methods, never by
+// changing one: a peer of an older version answers a method it lacks with
+// codes.Unimplemented, which the client reports as engine.ErrUnsupported
+// (the caller answers locally). Methods: Put, DeleteRange, Txn, Compact,
+// LeaseGrant, LeaseRevoke (writes: tag, auth fingerprint, position and
+// duplicate revision in metadata), ReadIndex, KeepAlive, and the lease
+// reads LeaseTimeToLive and LeaseLeases (the answer, with the position it
+// reflects in mdLSN).
+const serviceName = "zketcd.internal.Forward"
+
+// Metadata keys of the protocol.
+const (
+	mdToken   = "zketcd-token"
+	mdOrigin  = "zketcd-origin"
+	mdAuth    = "zketcd-auth"
+	mdLSN     = "zketcd-lsn"
+	mdDup     = "zketcd-dup-rev"
+	mdOutcome = "zketcd-outcome"
+	// mdEntropy carries an auth change's entropy (binary metadata).
+	mdEntropy = "zketcd-entropy-bin"
+)
+
+// authMethods name the forwarded auth changes by request type; the
+// server registers one method per entry.
+var authMethods = map[reflect.Type]string{
+	reflect.TypeOf(&pb.AuthEnableRequest{}):               "AuthEnable",
+	reflect.TypeOf(&pb.AuthDisableRequest{}):              "AuthDisable",
+	reflect.TypeOf(&pb.AuthUserAddRequest{}):              "UserAdd",
+	reflect.TypeOf(&pb.AuthUserDeleteRequest{}):           "UserDelete",
+	reflect.TypeOf(&pb.AuthUserChangePasswordRequest{}):   "UserChangePassword",
+	reflect.TypeOf(&pb.AuthUserGrantRoleRequest{}):        "UserGrantRole",
+	reflect.TypeOf(&pb.AuthUserRevokeRoleRequest{}):       "UserRevokeRole",
+	reflect.TypeOf(&pb.AuthRoleAddRequest{}):              "RoleAdd",
+	reflect.TypeOf(&pb.AuthRoleDeleteRequest{}):           "RoleDelete",
+	reflect.TypeOf(&pb.AuthRoleGrantPermissionRequest{}):  "RoleGrantPermission",
+	reflect.TypeOf(&pb.AuthRoleRevokePermissionRequest{}): "RoleRevokePermission",
+}
+
+// Values of mdOutcome.
+const (
+	outcomeNotLeader   = "not-leader"
+	outcomeAuthChanged = "auth-changed"
+	outcomeFailed      = "failed"
+	outcomeBadToken    = "bad-token"
+)
+
+func formatTag(t revision.WriterTag) string {
+	return strconv.FormatUint(t.Nonce, 16) + "-" + strconv.FormatUint(t.Seq, 16)
+}
+
+func parseTag(s string) (revision.WriterTag, error) {
+	n, q, ok := strings.Cut(s, "-")
+	if !ok {
+		return revision.WriterTag{}, fmt.Errorf("bad origin tag %q", s)
+	}
+	nonce, err1 := strconv.ParseUint(n, 16, 64)
+	seq, err2 := strconv.ParseUint(q, 16, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return revision.WriterTag{}, fmt.Errorf("bad origin tag %q: %w", s, err)
+	}
+	return revision.WriterTag{Nonce: nonce, Seq: seq}, nil
+}
+
+func first(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// target turns an advertised URL (http://host:port) into a gRPC target.
+func target(url string) (string, error) {
+	rest, ok := strings.CutPrefix(url, "http://")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", fmt.Errorf("internal URL %q: want http://host:port", url)
+	}
+	return "dns:///" + rest, nil
+}

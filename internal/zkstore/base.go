@@ -1,0 +1,344 @@
+package zkstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/zketcd/zketcd/internal/revision"
+)
+
+// Base names the current base generation: a snapshot of the state at log
+// position Gen, from which recovery starts instead of entry 1. It is the
+// data of <root>/compact, changed only by the leader in a fenced multi with
+// a version check.
+type Base struct {
+	// Format is the description's format (baseFormat; 0, absent, is 1).
+	Format int `json:"format,omitempty"`
+	// Gen is the log position of the snapshot; 0 means there is none and
+	// recovery replays the log from entry 1.
+	Gen int64 `json:"gen"`
+	// Path is the znode holding the snapshot's chunks.
+	Path       string `json:"path,omitempty"`
+	Rev        int64  `json:"rev"`
+	CompactRev int64  `json:"compact_rev"`
+	Chunks     int    `json:"chunks"`
+	Size       int    `json:"size"`
+	Sum        uint32 `json:"crc"`
+	// PrevGen and PrevPath name the generation before; log entries from
+	// PrevGen on are kept, so an instance a little behind can still tail.
+	PrevGen  int64  `json:"prev_gen"`
+	PrevPath string `json:"prev_path,omitempty"`
+	// PrevSize is the size of the generation at PrevPath and LogBytes the
+	// bytes of the log entries after PrevGen up to Gen, as the publishing
+	// leader counted them: what the root keeps for instances a cycle behind
+	// until the next compaction or FreeCompacted (absent in descriptions
+	// written before these fields existed: 0, not counted).
+	PrevSize int   `json:"prev_size,omitempty"`
+	LogBytes int64 `json:"log_bytes,omitempty"`
+
+	version int32 // of the compact znode; -1 if it does not exist
+}
+
+// ErrBaseChanged is returned by LoadBase when the generation was replaced
+// while being read; read the base again and retry.
+var ErrBaseChanged = errors.New("base generation replaced while loading")
+
+// ReadBase reads <root>/compact. A root without it has no base.
+func (s *Store) ReadBase() (Base, error) {
+	data, st, err := s.conn.Get(s.l.compact())
+	if errors.Is(err, zk.ErrNoNode) {
+		return Base{version: -1}, nil
+	}
+	if err != nil {
+		return Base{}, s.wrap("read compact", err)
+	}
+	var b Base
+	if len(data) > 0 {
+		if err := decodeJSON(s.l.compact(), data, &b); err != nil {
+			return Base{}, err
+		}
+		if b.Format > baseFormat {
+			return Base{}, &FormatError{What: "base description " + s.l.compact(), Got: b.Format, Known: baseFormat}
+		}
+	}
+	b.version = st.Version
+	return b, nil
+}
+
+// LoadBase reads and decodes the snapshot b names, with its chunks read in
+// parallel. Errors: ErrBaseChanged if a chunk is gone (a newer generation
+// replaced it), ErrCorruptEntry for bad data.
+func (s *Store) LoadBase(ctx context.Context, b Base) (*revision.Snapshot, error) {
+	if b.Gen == 0 {
+		return nil, errors.New("no base generation")
+	}
+	parts := make([][]byte, b.Chunks)
+	errs := make([]error, b.Chunks)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := 0; i < b.Chunks; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+				return
+			}
+			data, _, err := s.conn.Get(baseChunk(b.Path, i))
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				err = ErrBaseChanged
+			case err != nil:
+				err = s.wrap("read base chunk", err)
+			}
+			parts[i], errs[i] = data, err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	data := make([]byte, 0, b.Size)
+	for _, p := range parts {
+		data = append(data, p...)
+	}
+	if len(data) != b.Size || crc32.Checksum(data, crcTable) != b.Sum {
+		return nil, fmt.Errorf("%w: base %s does not match its description", ErrCorruptEntry, b.Path)
+	}
+	snap, err := DecodeSnapshot(data)
+	if err != nil {
+		return nil, fmt.Errorf("base %s: %w", b.Path, err)
+	}
+	if snap.State.LSN != b.Gen {
+		return nil, fmt.Errorf("%w: base %s holds entry %d, not %d", ErrCorruptEntry, b.Path, snap.State.LSN, b.Gen)
+	}
+	return snap, nil
+}
+
+// PrepareBase stores snap as a base generation in a fresh path (nothing
+// reads it until PublishBase makes it current). On failure the chunks
+// written so far are left for CollectBases.
+func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev Base, nonce uint64) (Base, error) {
+	data := EncodeSnapshot(snap)
+	nb := Base{
+		Format: baseFormat,
+		Gen:    snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
+		Path:    s.l.generation(snap.State.LSN, nonce),
+		Size:    len(data),
+		Sum:     crc32.Checksum(data, crcTable),
+		PrevGen: prev.Gen, PrevPath: prev.Path,
+	}
+	if _, err := s.conn.Create(s.l.base(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return Base{}, s.wrap("create base", err)
+	}
+	if _, err := s.conn.Create(nb.Path, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return Base{}, s.wrap("create base generation", err)
+	}
+	var chunks [][]byte
+	for len(data) > 0 {
+		n := min(len(data), s.cfg.MaxEntryBytes)
+		chunks = append(chunks, data[:n])
+		data = data[n:]
+	}
+	nb.Chunks = len(chunks)
+	errs := make([]error, len(chunks))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, c := range chunks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+				return
+			}
+			_, err := s.conn.Create(baseChunk(nb.Path, i), c, 0, s.acl)
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				errs[i] = s.wrap("write base chunk", err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return Base{}, err
+		}
+	}
+	nb.version = prev.version
+	return nb, nil
+}
+
+// PublishBase makes nb (from PrepareBase) the current generation with a
+// fenced multi that checks the generation it was prepared after is still
+// current. Errors: ErrUnavailable, or a ZooKeeper error if the fence or the
+// version check failed (nothing changed).
+func (s *Store) PublishBase(fence Fence, nb Base) (Base, error) {
+	meta, _ := json.Marshal(nb)
+	var flip any = &zk.SetDataRequest{Path: s.l.compact(), Data: meta, Version: nb.version}
+	if nb.version < 0 {
+		flip = &zk.CreateRequest{Path: s.l.compact(), Data: meta, Acl: s.acl}
+	}
+	if _, err := s.conn.Multi(fence.Guard().op(), flip); err != nil {
+		return Base{}, s.wrap("make base current", err)
+	}
+	nb.version++
+	return nb, nil
+}
+
+func (g Guard) op() any { return &zk.CheckVersionRequest{Path: g.path, Version: g.version} }
+
+// TruncateLog deletes the log entries below lsn, oldest first, in fenced
+// batches, and the buckets left empty. Entries at or above lsn stay.
+func (s *Store) TruncateLog(ctx context.Context, fence Fence, lsn int64) (int, error) {
+	buckets, _, err := s.conn.Children(s.l.log())
+	if err != nil {
+		return 0, s.wrap("list log buckets", err)
+	}
+	sort.Strings(buckets)
+	deleted := 0
+	for _, bname := range buckets {
+		bn, err := strconv.ParseInt(bname, 10, 64)
+		if err != nil || bn > lsn>>bucketShift {
+			continue
+		}
+		bpath := child(s.l.log(), bname)
+		names, _, err := s.conn.Children(bpath)
+		if err != nil {
+			return deleted, s.wrap("list log bucket", err)
+		}
+		sort.Strings(names)
+		var doomed []string
+		for _, n := range names {
+			if e, err := strconv.ParseInt(n, 10, 64); err == nil && e < lsn {
+				doomed = append(doomed, child(bpath, n))
+			}
+		}
+		for len(doomed) > 0 {
+			if ctx.Err() != nil {
+				return deleted, ctx.Err()
+			}
+			n := min(len(doomed), 512)
+			ops := []any{fence.Guard().op()}
+			for _, p := range doomed[:n] {
+				ops = append(ops, &zk.DeleteRequest{Path: p, Version: -1})
+			}
+			if _, err := s.conn.Multi(ops...); err != nil {
+				return deleted, s.wrap("delete log entries", err)
+			}
+			deleted += n
+			doomed = doomed[n:]
+		}
+		if len(names) > 0 && (bn+1)<<bucketShift <= lsn {
+			// Every entry of the bucket is below lsn: drop the bucket.
+			if _, err := s.conn.Multi(fence.Guard().op(), &zk.DeleteRequest{Path: bpath, Version: -1}); err != nil && !errors.Is(err, zk.ErrNotEmpty) {
+				return deleted, s.wrap("delete log bucket", err)
+			}
+			s.forgetBucket(bn << bucketShift)
+		}
+	}
+	return deleted, nil
+}
+
+// CollectBases deletes every base generation other than cur's and the one
+// before it (a deposed leader's unfinished one, or generations older than
+// the previous), chunks first. Leader only.
+func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, error) {
+	gens, _, err := s.conn.Children(s.l.base())
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.wrap("list bases", err)
+	}
+	removed := 0
+	for _, g := range gens {
+		p := child(s.l.base(), g)
+		if p == cur.Path || p == cur.PrevPath {
+			continue
+		}
+		// A generation newer than cur may be one being written right now
+		// by this leader; only the leader writes, and it collects after
+		// writing, so anything here is abandoned.
+		if err := s.deleteGeneration(ctx, fence, p); err != nil {
+			return removed, err
+		}
+		removed++
+	}
+	return removed, nil
+}
+
+// deleteGeneration deletes the base generation at p, chunks first, each
+// multi guarded by fence. A generation already gone is no error.
+func (s *Store) deleteGeneration(ctx context.Context, fence Fence, p string) error {
+	chunks, _, err := s.conn.Children(p)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return s.wrap("list base chunks", err)
+	}
+	for len(chunks) > 0 {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		n := min(len(chunks), 256)
+		ops := []any{fence.Guard().op()}
+		for _, c := range chunks[:n] {
+			ops = append(ops, &zk.DeleteRequest{Path: child(p, c), Version: -1})
+		}
+		if _, err := s.conn.Multi(ops...); err != nil {
+			return s.wrap("delete base chunks", err)
+		}
+		chunks = chunks[n:]
+	}
+	if _, err := s.conn.Multi(fence.Guard().op(), &zk.DeleteRequest{Path: p, Version: -1}); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return s.wrap("delete base", err)
+	}
+	return nil
+}
+
+// FreeCompacted deletes at once what the current generation cur made
+// obsolete and physical compaction otherwise keeps for one more cycle (for
+// instances a little behind): the log entries below cur.Gen and the
+// previous generation. It then records that in the description (PrevGen =
+// Gen, no PrevPath, PrevSize and LogBytes 0) and returns it. Any instance
+// may call it: nothing below the current generation is needed (recovery
+// starts at it, an instance behind it reloads), and generations only move
+// forward. The description is replaced only if cur is still current;
+// ErrBaseChanged otherwise (what was deleted stays deleted: it is below a
+// newer generation too). A cur without a generation (Gen 0) frees nothing.
+func (s *Store) FreeCompacted(ctx context.Context, cur Base) (Base, int, error) {
+	if cur.Gen == 0 {
+		return cur, 0, nil
+	}
+	guard := Fence{path: s.l.compact()}
+	deleted, err := s.TruncateLog(ctx, guard, cur.Gen)
+	if err != nil {
+		return Base{}, deleted, fmt.Errorf("truncate log below entry %d: %w", cur.Gen, err)
+	}
+	if cur.PrevPath != "" {
+		if err := s.deleteGeneration(ctx, guard, cur.PrevPath); err != nil {
+			return Base{}, deleted, err
+		}
+	}
+	nb := cur
+	nb.PrevGen, nb.PrevPath, nb.PrevSize, nb.LogBytes = cur.Gen, "", 0, 0
+	meta, _ := json.Marshal(nb)
+	if _, err := s.conn.Set(s.l.compact(), meta, cur.version); err != nil {
+		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
+			return Base{}, deleted, ErrBaseChanged
+		}
+		return Base{}, deleted, s.wrap("record freed generation", err)
+	}
+	nb.version++
+	return nb, deleted, nil
+}

@@ -1,0 +1,353 @@
+package zkstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/revision"
+)
+
+// Outcome is what became of a Commit.
+type Outcome int
+
+const (
+	// Committed: the entry is durable at its LSN.
+	Committed Outcome = iota
+	// Conflict: another writer's entry holds the LSN. Nothing of ours was
+	// written; catch up and evaluate again.
+	Conflict
+	// Behind: the predecessor entry no longer exists (it was compacted), so
+	// the caller's view is too old to write; nothing was written.
+	Behind
+	// Refused: a guard did not hold (a fence was lost, a lease was renewed
+	// meanwhile); nothing was written.
+	Refused
+	// Held: an absent guard did not hold: the znode it names exists (the
+	// leader instance holds a read lease); nothing was written.
+	Held
+)
+
+// Guard is a precondition of a commit: a znode must exist with a version,
+// or (an absent guard) must not exist.
+type Guard struct {
+	path    string
+	version int32
+	absent  bool
+}
+
+// NewAbsentGuard returns the precondition that no znode exists at path.
+// ZooKeeper has no such check: the multi creates the znode and deletes it
+// again, and the create fails while it exists. For other implementations
+// of the log.
+func NewAbsentGuard(path string) Guard { return Guard{path: path, absent: true} }
+
+// Absent reports whether the guard requires its znode not to exist.
+func (g Guard) Absent() bool { return g.absent }
+
+// ReadLeaseAbsent is the precondition of every commit that does not carry
+// the leader's fence: no instance holds a read lease (--read-lease), so no
+// leader can be answering reads from memory that this commit would make
+// stale.
+func (s *Store) ReadLeaseAbsent() Guard { return NewAbsentGuard(s.l.readLease()) }
+
+// NewGuard returns the precondition that the znode at path exists at
+// version (-1: any version). For other implementations of the log.
+func NewGuard(path string, version int32) Guard { return Guard{path: path, version: version} }
+
+// Path and Version are what the guard checks.
+func (g Guard) Path() string   { return g.path }
+func (g Guard) Version() int32 { return g.version }
+
+// LeaseGuard requires the renewal token of lease id to be at version (it was
+// not renewed since the caller read it).
+func (s *Store) LeaseGuard(id int64, version int32) Guard {
+	return Guard{path: s.l.lease(id), version: version}
+}
+
+func (o Outcome) String() string {
+	switch o {
+	case Committed:
+		return "committed"
+	case Conflict:
+		return "conflict"
+	case Behind:
+		return "behind"
+	case Refused:
+		return "refused"
+	case Held:
+		return "held"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// CommitResult describes a Commit that returned without error.
+type CommitResult struct {
+	Outcome Outcome
+	// Zxid of the ZooKeeper transaction that wrote the entry (Committed).
+	Zxid int64
+	// Size of the encoded entry in bytes.
+	Size int
+	// PrevTokenGone says a Refused commit failed on PrevToken: the commit
+	// before it failed, or the token vanished with an expired session.
+	PrevTokenGone bool
+}
+
+// maxChunkedEntryBytes bounds one entry written as chunks: the multi that
+// commits it checks every chunk, and a check costs a path's bytes.
+const maxChunkedEntryBytes = 64 << 20
+
+// ErrUnknownOutcome is returned by Commit when ctx ended while ZooKeeper had
+// not yet told whether a sent commit was applied. The entry may or may not
+// be in the log; the tailer will find out.
+var ErrUnknownOutcome = errors.New("commit outcome unknown")
+
+// CommitRequest describes one commit.
+type CommitRequest struct {
+	// Prev is the log position the entry follows; Entry.LSN is Prev+1.
+	Prev  int64
+	Entry *revision.Entry
+	// Rev is the revision after the entry (written to the head).
+	Rev int64
+	// Guards are extra preconditions.
+	Guards []Guard
+	// Token, if set, names an ephemeral znode the commit creates: proof,
+	// for a commit pipelined after it, that this one succeeded.
+	Token string
+	// PrevToken, if set, names the token of the commit this one follows
+	// (still in flight, or the last one); the commit deletes it, so it
+	// fails unless that commit succeeded.
+	PrevToken string
+	// Pipelined says entry Prev is a commit of ours still in flight: if it
+	// is missing, the outcome is Refused (it failed, or ZooKeeper received
+	// this commit first), not Behind.
+	Pipelined bool
+}
+
+// Commit appends req.Entry to the log in one multi: check that entry Prev
+// exists, create entry Prev+1, set the head to {Prev+1, Rev}. It returns the
+// zxid of the commit.
+//
+// A multi whose connection dropped is re-sent byte for byte until ZooKeeper
+// answers; if entry Prev+1 then exists, its writer tag tells whether it is
+// ours. So an entry is never written twice and a failure is never reported
+// for an entry that was written. Errors: ErrEntryTooLarge, ErrUnavailable
+// (nothing was written), ErrUnknownOutcome (ctx ended while unresolved).
+//
+// The same multi creates the renewal token of every lease the entry grants,
+// deletes that of every lease it revokes, checks every guard, and creates
+// and deletes the pipeline tokens; if one of those fails, nothing is written
+// and the outcome is Refused.
+func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, error) {
+	lsn := req.Prev + 1
+	if req.Entry.LSN != lsn {
+		return CommitResult{}, fmt.Errorf("commit: entry LSN %d does not follow %d", req.Entry.LSN, req.Prev)
+	}
+	data := EncodeEntry(req.Entry)
+	var tokenGone bool
+	out, zxid, err := s.commit(ctx, req, data, &tokenGone)
+	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data), PrevTokenGone: tokenGone}, err
+}
+
+// failedOp returns the index of the op that failed a multi, or -1. Ops after
+// it report a runtime inconsistency, ops before it nothing.
+func failedOp(mr []zk.MultiResponse) int {
+	for i, r := range mr {
+		if errors.Is(r.Error, zk.ErrNodeExists) || errors.Is(r.Error, zk.ErrNoNode) ||
+			errors.Is(r.Error, zk.ErrBadVersion) || errors.Is(r.Error, zk.ErrNotEmpty) ||
+			errors.Is(r.Error, zk.ErrNoAuth) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, tokenGone *bool) (Outcome, int64, error) {
+	prev, e, rev, guards := req.Prev, req.Entry, req.Rev, req.Guards
+	lsn := prev + 1
+	var chunks []string
+	if len(data) > s.cfg.MaxEntryBytes {
+		if len(data) > maxChunkedEntryBytes {
+			return 0, 0, fmt.Errorf("%w: %d bytes > %d", ErrEntryTooLarge, len(data), maxChunkedEntryBytes)
+		}
+		var err error
+		if chunks, err = s.writeChunks(lsn, e.Writer, data); err != nil {
+			return 0, 0, err
+		}
+		data = encodeIndirect(chunks, len(data), crc32.Checksum(data, crcTable))
+	}
+	headData, _ := json.Marshal(Head{LSN: lsn, Rev: rev})
+	if err := s.ensureBucket(lsn); err != nil {
+		return 0, 0, err
+	}
+	ops := []any{
+		&zk.CheckVersionRequest{Path: s.l.entry(prev), Version: -1},
+		&zk.CreateRequest{Path: s.l.entry(lsn), Data: data, Acl: s.acl},
+		&zk.SetDataRequest{Path: s.l.head(), Data: headData, Version: -1},
+	}
+	// Guards first: a revoke below deletes the token a guard checks.
+	for _, name := range chunks {
+		ops = append(ops, &zk.CheckVersionRequest{Path: s.l.chunk(name), Version: -1})
+	}
+	absent := map[int]bool{} // ops that fail only while an absent guard's znode exists
+	for _, g := range guards {
+		if g.absent {
+			absent[len(ops)] = true
+			ops = append(ops, &zk.CreateRequest{Path: g.path, Acl: s.acl}, &zk.DeleteRequest{Path: g.path, Version: -1})
+			continue
+		}
+		ops = append(ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
+	}
+	if req.PrevToken != "" {
+		ops = append(ops, &zk.DeleteRequest{Path: s.l.token(req.PrevToken), Version: -1})
+	}
+	if req.Token != "" {
+		ops = append(ops, &zk.CreateRequest{Path: s.l.token(req.Token), Flags: zk.FlagEphemeral, Acl: s.acl})
+	}
+	for _, op := range e.Ops {
+		switch op.Kind {
+		case revision.OpLeaseGrant:
+			ops = append(ops, &zk.CreateRequest{Path: s.l.lease(op.Lease), Acl: s.acl})
+		case revision.OpLeaseRevoke:
+			ops = append(ops, &zk.DeleteRequest{Path: s.l.lease(op.Lease), Version: -1})
+		}
+	}
+	lg := s.log.WithField("lsn", lsn)
+	unknown := false
+	backoff := 20 * time.Millisecond
+	for {
+		mr, err := bounded(s, func() ([]zk.MultiResponse, error) { return s.conn.Multi(ops...) })
+		opErr := func(i int) error {
+			if i < len(mr) {
+				return mr[i].Error
+			}
+			return nil
+		}
+		failed := failedOp(mr)
+		switch {
+		case err == nil:
+			if len(mr) < 3 || mr[2].Stat == nil {
+				return 0, 0, fmt.Errorf("commit entry %d: malformed multi response", lsn)
+			}
+			return Committed, mr[2].Stat.Mzxid, nil
+		case errors.Is(opErr(1), zk.ErrNodeExists) || (errors.Is(err, zk.ErrNodeExists) && len(mr) == 0):
+			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			if rerr == nil {
+				if unknown {
+					lg.WithField("outcome", out).Info("resolved commit of unknown outcome by its writer tag")
+				}
+				return out, zxid, nil
+			}
+			if !errors.Is(rerr, ErrUnavailable) {
+				return 0, 0, rerr
+			}
+			unknown = true // could not read it back yet
+		case failed > 2:
+			if unknown {
+				// Our earlier attempt may have landed (and deleted a
+				// revoked lease's token): look at entry lsn.
+				if out, zxid, rerr := s.resolve(lsn, e.Writer); rerr == nil {
+					return out, zxid, nil
+				}
+			}
+			if d, ok := ops[failed].(*zk.DeleteRequest); ok && req.PrevToken != "" && d.Path == s.l.token(req.PrevToken) {
+				*tokenGone = true
+			}
+			lg.WithField("op", fmt.Sprintf("%T %v", ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
+			if absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
+				return Held, 0, nil
+			}
+			return Refused, 0, nil
+		case errors.Is(opErr(1), zk.ErrNoNode):
+			// The bucket is missing (a multi applies nothing when one op fails).
+			s.forgetBucket(lsn)
+			if err := s.ensureBucket(lsn); err != nil && !unknown {
+				return 0, 0, err
+			}
+			continue
+		case errors.Is(opErr(0), zk.ErrNoNode) || (errors.Is(err, zk.ErrNoNode) && len(mr) == 0):
+			if !unknown && req.Pipelined {
+				return Refused, 0, nil
+			}
+			if !unknown {
+				return Behind, 0, nil
+			}
+			// Our earlier attempt may have landed and been compacted since.
+			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			if rerr == nil {
+				return out, zxid, nil
+			}
+			if errors.Is(rerr, ErrEntryMissing) {
+				return Behind, 0, fmt.Errorf("entry %d: %w", lsn, ErrUnknownOutcome)
+			}
+		case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrSessionExpired), isNoAnswer(err):
+			if !unknown {
+				lg.WithError(err).Warn("connection lost during commit; re-sending the same multi until ZooKeeper answers")
+			}
+			unknown = true
+		case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrClosing):
+			if !unknown {
+				return 0, 0, s.wrap("commit", err)
+			}
+		default:
+			// A definite failure: a failed multi changed nothing.
+			if !unknown {
+				return 0, 0, s.wrap("commit", err)
+			}
+			lg.WithError(err).Warn("commit retry failed")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("entry %d: %w: %v", lsn, ErrUnknownOutcome, ctx.Err())
+		case <-s.closed:
+			return 0, 0, fmt.Errorf("entry %d: %w: store closed", lsn, ErrUnknownOutcome)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// resolve reads entry lsn and tells whether writer wrote it.
+func (s *Store) resolve(lsn int64, writer revision.WriterTag) (Outcome, int64, error) {
+	e, _, err := s.readEntry(lsn)
+	if err != nil {
+		return 0, 0, err
+	}
+	if e.Writer == writer {
+		return Committed, e.Zxid, nil
+	}
+	return Conflict, 0, nil
+}
+
+func (s *Store) ensureBucket(lsn int64) error {
+	b := lsn >> bucketShift
+	s.mu.Lock()
+	known := s.buckets[b]
+	s.mu.Unlock()
+	if known {
+		return nil
+	}
+	_, err := s.conn.Create(s.l.bucket(lsn), nil, 0, s.acl)
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return s.wrap("create log bucket", err)
+	}
+	s.mu.Lock()
+	s.buckets[b] = true
+	s.mu.Unlock()
+	if lsn&(1<<bucketShift-1) == 0 {
+		s.log.WithFields(logrus.Fields{"bucket": b}).Debug("created log bucket")
+	}
+	return nil
+}
+
+func (s *Store) forgetBucket(lsn int64) {
+	s.mu.Lock()
+	delete(s.buckets, lsn>>bucketShift)
+	s.mu.Unlock()
+}
