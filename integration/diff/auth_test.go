@@ -52,7 +52,7 @@ func TestDiffAuthOnJWT(t *testing.T) {
 	opts := "jwt,pub-key=" + pub + ",priv-key=" + priv + ",sign-method=ES256"
 	etcd := diff.EtcdFactory(etcdoracle.WithConfig(func(c *etcdembed.Config) { c.AuthToken = opts }))
 	zk := diff.EndpointFactory("zketcd", func(t testing.TB) string {
-		return embedtest.Start(t, []string{zkAddr}, embedtest.Options{Configure: func(c *embed.Config) {
+		return embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Configure: func(c *embed.Config) {
 			tp, err := auth.NewTokenProvider(opts, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -68,7 +68,7 @@ func TestDiffAuthOnJWT(t *testing.T) {
 func TestDiffAuthTokenTTL(t *testing.T) {
 	etcd := diff.EtcdFactory(etcdoracle.WithConfig(func(c *etcdembed.Config) { c.AuthTokenTTL = 1 }))
 	zk := diff.EndpointFactory("zketcd", func(t testing.TB) string {
-		return embedtest.Start(t, []string{zkAddr}, embedtest.Options{Configure: func(c *embed.Config) {
+		return embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Configure: func(c *embed.Config) {
 			tp, err := auth.NewTokenProvider("simple", time.Second)
 			if err != nil {
 				t.Fatal(err)

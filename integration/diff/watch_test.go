@@ -25,7 +25,7 @@ func watchEtcd() diff.Factory {
 
 func watchZketcd() diff.Factory {
 	return diff.EndpointFactory("zketcd", func(t testing.TB) string {
-		return embedtest.Start(t, []string{zkAddr}, embedtest.Options{
+		return embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{
 			ProgressNotifyInterval: diff.WatchProgressInterval,
 			MaxRequestBytes:        diff.WatchMaxRequestBytes,
 		}).Endpoint()

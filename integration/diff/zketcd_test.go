@@ -1,6 +1,7 @@
 package diff_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
@@ -9,18 +10,16 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-// zkAddr is one ZooKeeper shared by the package's tests: every scenario
+// sharedZK is one ZooKeeper shared by the package's tests: every scenario
 // gets a fresh zketcd root on it, so revisions start at 1 as on a fresh etcd.
-var zkAddr string
+var sharedZK = zkservertest.NewShared("diff", zkserver.Options{})
 
-func TestMain(m *testing.M) {
-	zkservertest.Main(m, "diff", zkserver.Options{}, &zkAddr)
-}
+func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
 
 // zketcdFactory starts a fresh zketcd (a new root) per scenario.
 func zketcdFactory() diff.Factory {
 	return diff.EndpointFactory("zketcd", func(t testing.TB) string {
-		return embedtest.Start(t, []string{zkAddr}, embedtest.Options{}).Endpoint()
+		return embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{}).Endpoint()
 	})
 }
 

@@ -29,7 +29,7 @@ func TestSnapshotRestoreCommand(t *testing.T) {
 	saveSnapshot(t, src.Endpoint(), path)
 	root := freshRoot(t)
 	restore := func(file string) (string, int) {
-		cmd := exec.Command(bin, "snapshot", "restore", file, "--zk", zkAddr, "--zk-root", root, "--log-level", "warn")
+		cmd := exec.Command(bin, "snapshot", "restore", file, "--zk", sharedZK.Addr(t), "--zk-root", root, "--log-level", "warn")
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -61,7 +61,7 @@ func TestSnapshotRestoreCommand(t *testing.T) {
 	if out, code = restore(bad); code != 1 || !strings.Contains(out, "checksum mismatch") {
 		t.Errorf("corrupted file: exit %d\n%s", code, out)
 	}
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: strings.TrimSuffix(root, "-bad")})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: strings.TrimSuffix(root, "-bad")})
 	compareDumps(t, "etcd", want, "zketcd restored by the command", takeDump(t, zk.Client(t), "zketcd"))
 }
 
@@ -77,13 +77,13 @@ func TestMirrorCommandUntilCaughtUp(t *testing.T) {
 	writeHistory(t, src.Client(t))
 	want := takeDump(t, src.Client(t), "etcd")
 	root := freshRoot(t)
-	out, err := exec.Command(bin, "mirror", "--from", "http://"+src.Endpoint(), "--zk", zkAddr, "--zk-root", root,
+	out, err := exec.Command(bin, "mirror", "--from", "http://"+src.Endpoint(), "--zk", sharedZK.Addr(t), "--zk-root", root,
 		"--until-caught-up", "--status-interval", "200ms", "--log-level", "warn").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "mirrored ") {
 		t.Fatalf("zketcd mirror: %v\n%s", err, out)
 	}
 	t.Logf("mirror: %s", strings.TrimSpace(string(out)))
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})
 	compareDumps(t, "etcd", want, "zketcd mirror", takeDump(t, zk.Client(t), "zketcd"))
 }
 
@@ -93,7 +93,7 @@ func TestMirrorCommandUntilCaughtUp(t *testing.T) {
 func TestEtcdctlEndpointHashKVMatchesEtcd(t *testing.T) {
 	ctl := tool(t, "etcdctl")
 	etcd := etcdoracle.Start(t)
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{})
 	compacted := writeHistory(t, etcd.Client(t))
 	writeHistory(t, zk.Client(t))
 	hash := func(endpoint string, rev int64) string {

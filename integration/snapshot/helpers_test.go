@@ -24,17 +24,21 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-var zkAddr string
+// sharedZK is one ZooKeeper shared by the package's tests, each on a root
+// of its own.
+var sharedZK = zkservertest.NewShared("snapshot", sharedZKOptions())
 
-func TestMain(m *testing.M) {
+func sharedZKOptions() zkserver.Options {
 	var opts zkserver.Options
 	if os.Getenv("SNAPSHOT_MEASURE_KEYS") != "" {
 		// TestMeasureSnapshot: a million keys' log entries and a base
 		// generation of the same size do not fit the default 512 MiB heap.
 		opts.JVMFlags = []string{"-Xmx6g"}
 	}
-	zkservertest.Main(m, "snapshot", opts, &zkAddr)
+	return opts
 }
+
+func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
 
 // tool returns the path of etcdctl or etcdutl v3.7.3, or skips the test.
 func tool(t *testing.T, name string) string {

@@ -31,7 +31,7 @@ func TestMeasureSnapshot(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set SNAPSHOT_MEASURE_KEYS to measure")
 	}
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{})
 	etcd := etcdoracle.Start(t, etcdoracle.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 8 << 30 }))
 	value := make([]byte, 256)
 	for i := range value {

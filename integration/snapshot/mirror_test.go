@@ -100,7 +100,7 @@ func TestMirrorCopiesEtcdWithTheSameRevisions(t *testing.T) {
 		t.Fatalf("mirror: %v", err)
 	}
 	want := takeDump(t, ec, "etcd")
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})
 	zc := zk.Client(t)
 	compareDumps(t, "etcd", want, "zketcd mirror of it", takeDump(t, zc, "zketcd"))
 	resp, err := zc.Put(wctx, "/registry/after", "cut-over")
@@ -208,7 +208,7 @@ func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
 		t.Fatalf("mirror: %v", err)
 	}
 
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})
 	zc := zk.Client(t)
 	for _, id := range []clientv3.LeaseID{inSnapshot, viaWatch, viaSync} {
 		want, err := ec.TimeToLive(ctx, id)

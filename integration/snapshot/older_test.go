@@ -43,7 +43,7 @@ func TestOlderEtcdSnapshotRestoresIntoZketcd(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("etcd %s snapshot: storage version %q, revision %d, compacted %d", name, res.StorageVersion, res.Rev, res.CompactRev)
-			zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
+			zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})
 			got := takeDump(t, zk.Client(t), "zketcd")
 			if strings.HasPrefix(name, "3.5.") {
 				// etcd 3.5 does not fill HashKVResponse.hash_revision

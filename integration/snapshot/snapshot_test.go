@@ -25,7 +25,7 @@ import (
 func storeConfig(t *testing.T, root string) zkstore.Config {
 	lg := logrus.New()
 	lg.SetOutput(zketcdTestWriter{t})
-	return zkstore.Config{Servers: []string{zkAddr}, Root: root, Logger: logrus.NewEntry(lg)}
+	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: root, Logger: logrus.NewEntry(lg)}
 }
 
 type zketcdTestWriter struct{ t *testing.T }
@@ -42,7 +42,7 @@ func freshRoot(t *testing.T) string {
 // directory serves every retained revision, the leases and the compacted
 // revision zketcd served, with the same HashKV.
 func TestZketcdSnapshotRestoresIntoEtcd(t *testing.T) {
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{})
 	zc := zk.Client(t)
 	writeHistory(t, zc)
 	want := takeDump(t, zc, "zketcd")
@@ -79,7 +79,7 @@ func TestEtcdSnapshotRestoresIntoZketcdAndBack(t *testing.T) {
 	if res.Rev != want.Rev || res.CompactRev != want.Compacted || (res.StorageVersion != "" && res.StorageVersion != "3.7.0") {
 		t.Errorf("restore result %+v; want revision %d, compacted %d", res, want.Rev, want.Compacted)
 	}
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})
 	zc := zk.Client(t)
 	got := takeDump(t, zc, "zketcd")
 	compareDumps(t, "etcd", want, "zketcd restored from etcd's snapshot", got)
@@ -161,7 +161,7 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 	}
 
 	// A root in use.
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{})
 	if _, err := zk.Client(t).Put(context.Background(), "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func withTrailer(data []byte) []byte {
 // etcd restored from it lists, at its current revision R, what zketcd lists
 // at R, and its HashKV equals zketcd's HashKV(R).
 func TestSnapshotUnderWritesIsOfOneRevision(t *testing.T) {
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{})
 	zc := zk.Client(t)
 	writeHistory(t, zc)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -271,7 +271,7 @@ func TestRestoreThatFailsWritingLeavesNothing(t *testing.T) {
 // of a restore, refuses a root whose log has entries past the sentinel
 // (e.g. a zketcd started on it after the restore checked it was empty).
 func TestImportBaseRefusesARootWithWrites(t *testing.T) {
-	zk := embedtest.Start(t, []string{zkAddr}, embedtest.Options{})
+	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{})
 	if _, err := zk.Client(t).Put(context.Background(), "k", "v"); err != nil {
 		t.Fatal(err)
 	}

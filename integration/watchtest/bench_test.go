@@ -32,12 +32,12 @@ import (
 func BenchmarkWatchLatency(b *testing.B) {
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("zketcd-same/watchers=%d", n), func(b *testing.B) {
-			in := embedtest.Start(b, []string{zkAddr}, embedtest.Options{})
+			in := embedtest.Start(b, []string{sharedZK.Addr(b)}, embedtest.Options{})
 			benchLatency(b, in.Client(b), in.Client(b), n)
 		})
 		b.Run(fmt.Sprintf("zketcd-cross/watchers=%d", n), func(b *testing.B) {
-			a := embedtest.Start(b, []string{zkAddr}, embedtest.Options{})
-			bi := embedtest.Start(b, []string{zkAddr}, embedtest.Options{Root: a.Root()})
+			a := embedtest.Start(b, []string{sharedZK.Addr(b)}, embedtest.Options{})
+			bi := embedtest.Start(b, []string{sharedZK.Addr(b)}, embedtest.Options{Root: a.Root()})
 			benchLatency(b, a.Client(b), bi.Client(b), n)
 		})
 		b.Run(fmt.Sprintf("etcd/watchers=%d", n), func(b *testing.B) {

@@ -6,17 +6,16 @@
 package watchtest
 
 import (
+	"os"
 	"testing"
 
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-// zkAddr is one standalone ZooKeeper shared by the tests that do not break
+// sharedZK is one standalone ZooKeeper shared by the tests that do not break
 // ZooKeeper; every zketcd instance gets a root of its own on it. Fault tests
 // start their own servers.
-var zkAddr string
+var sharedZK = zkservertest.NewShared("watchtest", zkserver.Options{})
 
-func TestMain(m *testing.M) {
-	zkservertest.Main(m, "watchtest", zkserver.Options{}, &zkAddr)
-}
+func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }

@@ -241,7 +241,7 @@ func startZketcd(t testing.TB, opts embedtest.Options) *embedtest.Instance {
 	if opts.ProgressNotifyInterval == 0 {
 		opts.ProgressNotifyInterval = progressInterval
 	}
-	return embedtest.Start(t, []string{zkAddr}, opts)
+	return embedtest.Start(t, []string{sharedZK.Addr(t)}, opts)
 }
 
 // startEtcd starts embedded etcd with the tests' progress interval.

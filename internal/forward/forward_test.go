@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,9 +29,11 @@ import (
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
-var zkAddr string
+// sharedZK is one ZooKeeper shared by the package's tests, each on a root of
+// its own.
+var sharedZK = zkservertest.NewShared("forward", zkserver.Options{})
 
-func TestMain(m *testing.M) { zkservertest.Main(m, "forward", zkserver.Options{}, &zkAddr) }
+func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
 
 // cluster starts n forwarding instances on one root and returns them with
 // the leader first.
@@ -39,7 +42,7 @@ func cluster(t *testing.T, n int) []*embedtest.Instance {
 	var ins []*embedtest.Instance
 	root := ""
 	for i := 0; i < n; i++ {
-		in := embedtest.Start(t, []string{zkAddr}, embedtest.Options{Root: root, ForwardWrites: true, SessionTimeout: 4 * time.Second,
+		in := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root, ForwardWrites: true, SessionTimeout: 4 * time.Second,
 			// Quick password hashes: logins under the race detector.
 			Configure: func(c *embed.Config) { c.GRPC.Auth.BcryptCost = bcrypt.MinCost }})
 		root = in.Root()
@@ -83,7 +86,7 @@ func logOf(t *testing.T, root string) []*revision.Entry {
 	defer cancel()
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zkAddr}, Root: root, Logger: logrus.NewEntry(lg)})
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: root, Logger: logrus.NewEntry(lg)})
 	if err != nil {
 		t.Fatal(err)
 	}

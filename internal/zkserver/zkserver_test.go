@@ -286,6 +286,7 @@ func TestPreflightMissingJar(t *testing.T) {
 	if !errors.Is(err, zkserver.ErrPrerequisites) || !strings.Contains(err.Error(), "/nonexistent/zookeeper.jar") {
 		t.Fatalf("Preflight = %v; want ErrPrerequisites naming the jar", err)
 	}
+	zkservertest.SkipShort(t) // the defaults need Java and the jars
 	if err := zkserver.Preflight(zkserver.Options{}); err != nil {
 		t.Fatalf("Preflight with defaults: %v", err)
 	}

@@ -2,9 +2,11 @@
 //
 // Every server lives under t.TempDir(), logs through t.Log (visible with
 // go test -v or when the test fails) and is stopped by t.Cleanup before the
-// temporary directory is removed. Each helper fails the test with t.Fatalf,
-// never skips it, when Java or the ZooKeeper jars are missing, since the
-// project's tests need a real ZooKeeper.
+// temporary directory is removed. Under go test -short every helper skips
+// the test (see [SkipShort]), so the short suite needs no Java; otherwise a
+// helper fails the test with t.Fatalf, never skips it, when Java or the
+// ZooKeeper jars are missing, since the project's tests need a real
+// ZooKeeper. [Shared] is one server shared by a test binary's tests.
 //
 // The helpers may be called from parallel tests; all servers of a test
 // binary draw their ports from one process-wide allocator, so they never
@@ -29,9 +31,11 @@ const startBudget = 3 * time.Minute
 
 // Options returns the options the helpers use: Dir is a new t.TempDir() and
 // Logger writes through t.Log at info level. Change fields before passing
-// them to [StandaloneWith] or [EnsembleWith].
+// them to [StandaloneWith] or [EnsembleWith]. It skips the test under
+// go test -short: whatever the options are for needs Java.
 func Options(t testing.TB) zkserver.Options {
 	t.Helper()
+	SkipShort(t)
 	return zkserver.Options{
 		Dir:    t.TempDir(),
 		Logger: logrus.NewEntry(testLogger(t)),
@@ -95,6 +99,7 @@ func EnsembleWith(t testing.TB, n int, opts zkserver.Options) *zkserver.Ensemble
 // fill completes opts and fails the test if ZooKeeper cannot run here.
 func fill(t testing.TB, opts zkserver.Options) zkserver.Options {
 	t.Helper()
+	SkipShort(t)
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
