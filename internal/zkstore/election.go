@@ -32,6 +32,9 @@ type Election struct {
 	leader   bool
 	leaderID uint64
 	changed  chan struct{}
+	// predWatched mirrors whether pred holds a pending watch, for readers
+	// other than the loop (tests).
+	predWatched bool
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -207,6 +210,7 @@ func (e *Election) loop() {
 		case <-w.retry:
 		case <-w.pred:
 			e.pred = armedWatch{}
+			e.publishPred()
 		case <-w.hd:
 			e.head = armedWatch{}
 		case <-sessCh:
@@ -217,6 +221,22 @@ func (e *Election) loop() {
 			return
 		}
 	}
+}
+
+// publishPred records whether pred holds a pending watch (see
+// watchesPredecessor). Only the loop goroutine calls it.
+func (e *Election) publishPred() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.predWatched = e.pred.ev != nil
+}
+
+// watchesPredecessor reports whether the loop holds a pending watch on the
+// znode it waits on, as of its last step. Safe for concurrent use.
+func (e *Election) watchesPredecessor() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.predWatched
 }
 
 // step makes sure we have a znode, finds the leader, and returns what to
@@ -269,6 +289,7 @@ func (e *Election) step(sid int64) (wake, error) {
 		watch = e.s.l.electionNode(names[idx-1])
 	}
 	exists, err := e.pred.arm(e.s, watch)
+	e.publishPred()
 	if err != nil {
 		return wake{}, e.s.wrap("watch election", err)
 	}

@@ -44,7 +44,7 @@ func TestElectionRelooksHoldNoMoreWatches(t *testing.T) {
 		t.Errorf("election goroutines grew from %d to %d over a quiet second of re-looks", before, after)
 	}
 	for _, e := range elections {
-		if e.pred.ev == nil {
+		if !e.watchesPredecessor() {
 			t.Errorf("member %d holds no pending watch on its predecessor", e.memberID)
 		}
 	}
