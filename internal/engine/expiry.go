@@ -35,6 +35,10 @@ type leaseClock struct {
 	mu        sync.Mutex
 	fence     string // election znode of the term; "" when not leader
 	deadlines map[int64]*leaseDeadline
+	// granting counts this instance's grants in flight per lease ID (see
+	// startGrant): the expiry loop takes no baseline of such a lease, whose
+	// clock endGrant starts.
+	granting map[int64]int
 }
 
 // begin makes fence the current term; a different one drops every deadline.
@@ -79,21 +83,44 @@ func (c *leaseClock) renew(fence string, id int64, ttl time.Duration, now time.T
 	return true
 }
 
-// granted starts the clock of lease id, granted by a commit that landed
-// before now, at a whole ttl from now, if this instance leads: no keepalive
-// of the lease can be older than its grant, so the deadline is never early,
-// and the expiry loop needs no baseline read of the token. The token is as
-// the grant created it (version 0); were it renewed through the token
-// since (a follower's fallback keepalive), the loop finds the version moved
-// when the deadline passes and takes a new one, and an expiry is guarded by
-// the version it read. A deadline left by an earlier lease of the same ID
-// (revoked, granted again before the loop dropped it) is moved to at least
-// now+ttl. A lease being expired is left alone.
-func (c *leaseClock) granted(id int64, ttl time.Duration, now time.Time) {
+// startGrant records that this instance commits (or serves) a grant of
+// lease id; every call is paired with one endGrant. Until then the expiry
+// loop reads no baseline token for the lease (its commit may have landed
+// and the view applied it before endGrant runs), so a lease the leader
+// granted costs no ZooKeeper read: deferring a baseline only ever postpones
+// an expiry.
+func (c *leaseClock) startGrant(id int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.fence == "" {
+	if c.granting == nil {
+		c.granting = map[int64]int{}
+	}
+	c.granting[id]++
+}
+
+// endGrant ends a startGrant. If the grant committed (ok) and this
+// instance leads in term fence, it starts the clock of lease id, granted by
+// a commit that landed before now, at a whole ttl from now, beginning that
+// term if the expiry loop has not yet (as renew does): no keepalive of the
+// lease can be older than its grant, so the deadline is never early, and
+// the expiry loop needs no baseline read of the token. The token is as the
+// grant created it (version 0); were it renewed through the token since (a
+// follower's fallback keepalive), the loop finds the version moved when the
+// deadline passes and takes a new one, and an expiry is guarded by the
+// version it read. A deadline left by an earlier lease of the same ID
+// (revoked, granted again before the loop dropped it) is moved to at least
+// now+ttl. A lease being expired is left alone.
+func (c *leaseClock) endGrant(fence string, id int64, ttl time.Duration, now time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.granting[id]--; c.granting[id] <= 0 {
+		delete(c.granting, id)
+	}
+	if !ok || fence == "" {
 		return
+	}
+	if fence != c.fence {
+		c.fence, c.deadlines = fence, map[int64]*leaseDeadline{}
 	}
 	d := c.deadlines[id]
 	switch {
@@ -192,6 +219,8 @@ func (b *Engine) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 	for id := range ttls {
 		d := c.deadlines[id]
 		switch {
+		case d == nil && c.granting[id] > 0:
+			// Granted here, not yet answered: endGrant starts its clock.
 		case d == nil || !d.known:
 			baseline = append(baseline, id)
 		case !d.expiring && !now.Before(d.deadline):

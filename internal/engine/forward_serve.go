@@ -113,10 +113,10 @@ func (b *Engine) serveForward(ctx context.Context, call ForwardCall) (proto.Mess
 		if req.ID == 0 {
 			return nil, ForwardReply{}, &FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}
 		}
+		b.leases.startGrant(req.ID)
 		resp, reply, err := serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
-		if g, ok := resp.(*pb.LeaseGrantResponse); ok && err == nil {
-			b.leases.granted(req.ID, time.Duration(g.TTL)*time.Second, b.now())
-		}
+		g, ok := resp.(*pb.LeaseGrantResponse)
+		b.endGrant(req.ID, g.GetTTL(), ok && err == nil)
 		return resp, reply, err
 	case *pb.LeaseRevokeRequest:
 		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })

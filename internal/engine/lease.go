@@ -42,17 +42,28 @@ func (b *Engine) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb
 		// lost answer can be answered.
 		req = &pb.LeaseGrantRequest{TTL: req.TTL, ID: id}
 	}
+	b.leases.startGrant(id)
 	resp, err := writeFwd(ctx, b, req, func() *pb.LeaseGrantResponse { return &pb.LeaseGrantResponse{} },
 		func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, id) },
 		func(int64, int64) (*pb.LeaseGrantResponse, error) {
 			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: id, TTL: max(req.TTL, MinLeaseTTL)}, nil
 		})
-	if err == nil {
-		// A no-op unless this instance leads (it committed the grant, or
-		// leads now that the leader it sent the grant to committed it).
-		b.leases.granted(id, time.Duration(resp.TTL)*time.Second, b.now())
-	}
+	// Starts the lease's clock only if this instance leads (it committed
+	// the grant, or leads now that the leader it sent the grant to
+	// committed it).
+	b.endGrant(id, resp.GetTTL(), err == nil)
 	return resp, err
+}
+
+// endGrant ends the leases.startGrant of lease id's grant, with the TTL it
+// was granted and whether it committed, in the term this instance leads
+// now (if any).
+func (b *Engine) endGrant(id, ttl int64, ok bool) {
+	fence := ""
+	if leader, f, _ := b.election.State(); leader {
+		fence = f.Path()
+	}
+	b.leases.endGrant(fence, id, time.Duration(ttl)*time.Second, b.now(), ok)
 }
 
 // LeaseRevoke commits the removal of a lease and, in one revision, of every
