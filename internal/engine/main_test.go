@@ -1,54 +1,24 @@
 package engine_test
 
 import (
-	"context"
 	"os"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-// shared is one standalone ZooKeeper shared by the package's
+// sharedZK is one standalone ZooKeeper shared by the package's
 // ZooKeeper-backed tests, started by the first of them (the engine's unit
-// tests on memlog need none); each test uses its own root. Tests
-// that stop ZooKeeper start their own.
-var shared struct {
-	once sync.Once
-	srv  *zkserver.Server
-	dir  string
-	err  error
-}
+// tests on memlog need none); each test uses its own root. Tests that stop
+// ZooKeeper start their own.
+var sharedZK = zkservertest.NewShared("engine-test", zkserver.Options{})
 
-// zkAddr returns the shared ZooKeeper's address, starting it if needed.
+// zkAddr returns the shared ZooKeeper's address, starting it if needed; it
+// skips the test under -short.
 func zkAddr(tb testing.TB) string {
 	tb.Helper()
-	shared.once.Do(func() {
-		if shared.dir, shared.err = os.MkdirTemp("", "zketcd-engine-test-"); shared.err != nil {
-			return
-		}
-		lg := logrus.New()
-		lg.SetLevel(logrus.WarnLevel)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		shared.srv, shared.err = zkserver.StartStandalone(ctx, zkserver.Options{Dir: shared.dir, Logger: logrus.NewEntry(lg)})
-	})
-	if shared.err != nil {
-		tb.Fatalf("start zookeeper: %v", shared.err)
-	}
-	return shared.srv.Addr()
+	return sharedZK.Addr(tb)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared.srv != nil {
-		_ = shared.srv.Stop()
-	}
-	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
