@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/compactor"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // autoCompactions returns an instance's zketcd_auto_compactions_total for
@@ -42,17 +42,12 @@ func autoCompactions(t *testing.T, in *embedtest.Instance, outcome string) float
 // rev and returns its compacted revision.
 func waitCompactRev(t *testing.T, in *embedtest.Instance, rev int64, within time.Duration) int64 {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := in.Engine().State().CompactRev
-		if got >= rev {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("compacted revision %d after %s, want at least %d", got, within, rev)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var got int64
+	testutil.Eventually(t, within, fmt.Sprintf("compacted at revision %d or above", rev), func() bool {
+		got = in.Engine().State().CompactRev
+		return got >= rev
+	})
+	return got
 }
 
 func putN(t *testing.T, c *clientv3.Client, prefix string, n int) int64 {
@@ -81,6 +76,7 @@ func TestAutoCompactionRevisionModeCompactsToRetentionBelowTheHead(t *testing.T)
 		t.Fatalf("compacted to %d, want %d (head %d - retention 5)", got, last-5, last)
 	}
 	// A compaction takes no revision: later checks find nothing new to do.
+	// This proves a negative, so it waits a bounded time: three checks.
 	time.Sleep(600 * time.Millisecond)
 	if got := in.Engine().State().CompactRev; got != last-5 {
 		t.Fatalf("compacted revision moved to %d with no writes", got)
@@ -123,9 +119,10 @@ func TestAutoCompactionPeriodicModeCompactsTheRevisionOfRetentionAgo(t *testing.
 	written := map[int64]time.Time{} // revision -> when its Put was sent
 	var mid int64                    // the first revision written a retention after the start
 	start := time.Now()
-	deadline := start.Add(12 * time.Second)
 	checked := 0
-	for time.Now().Before(deadline) {
+	// Writes (about one every 50 ms, Eventually's pace) until the compaction
+	// reaches a revision written a retention and a half after the start.
+	testutil.Eventually(t, 12*time.Second, "compacted to a revision written after 1.5 retentions", func() bool {
 		sent := time.Now()
 		resp, err := c.Put(ctx, "p/k", sent.String())
 		if err != nil {
@@ -146,16 +143,9 @@ func TestAutoCompactionPeriodicModeCompactsTheRevisionOfRetentionAgo(t *testing.
 			}
 			checked++
 		}
-		if mid != 0 && cr >= mid {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return mid != 0 && cr >= mid
+	})
 	cr := in.Engine().State().CompactRev
-	if mid == 0 || cr < mid {
-		t.Fatalf("after %s: compacted revision %d, want at least %d (written %s after the start)",
-			time.Since(start).Round(time.Millisecond), cr, mid, retention+retention/2)
-	}
 	if checked == 0 {
 		t.Fatal("never saw a compaction to a revision this test wrote")
 	}
@@ -182,7 +172,9 @@ func TestAutoCompactionRunsOnlyOnTheLeaderInstance(t *testing.T) {
 	last := putN(t, c, "two/", 15)
 	waitCompactRev(t, leader, last-3, 10*time.Second)
 	waitCompactRev(t, follower, last-3, 10*time.Second)
-	time.Sleep(500 * time.Millisecond) // several of the follower's checks
+	// The follower must not compact: a negative, so a bounded wait of
+	// five of its checks.
+	time.Sleep(500 * time.Millisecond)
 	if n := autoCompactions(t, leader, "compacted"); n < 1 {
 		t.Fatalf("leader: %v auto-compactions", n)
 	}
@@ -191,13 +183,10 @@ func TestAutoCompactionRunsOnlyOnTheLeaderInstance(t *testing.T) {
 	}
 
 	leader.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for l, _ := follower.Engine().Leader(); !l; l, _ = follower.Engine().Leader() {
-		if time.Now().After(deadline) {
-			t.Fatal("the remaining instance never became the leader")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the remaining instance leads", func() bool {
+		l, _ := follower.Engine().Leader()
+		return l
+	})
 	last = putN(t, c, "two/", 10)
 	if got := waitCompactRev(t, follower, last-3, 10*time.Second); got != last-3 {
 		t.Fatalf("new leader compacted to %d, want %d", got, last-3)
@@ -211,19 +200,16 @@ func TestAutoCompactionRunsOnlyOnTheLeaderInstance(t *testing.T) {
 // leader and returns it first.
 func waitLeader(t *testing.T, a, b *embedtest.Instance) (leader, follower *embedtest.Instance) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
+	testutil.Eventually(t, 10*time.Second, "a single leader among the two instances", func() bool {
 		la, ida := a.Engine().Leader()
 		lb, idb := b.Engine().Leader()
 		switch {
 		case la && !lb && idb == a.Engine().MemberID():
-			return a, b
+			leader, follower = a, b
 		case lb && !la && ida == b.Engine().MemberID():
-			return b, a
+			leader, follower = b, a
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no single leader among the two instances")
-	return nil, nil
+		return leader != nil
+	})
+	return leader, follower
 }

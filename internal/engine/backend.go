@@ -33,6 +33,7 @@ type Engine struct {
 	renewals    chan *renewal
 	compactKick chan struct{}
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
+	expiryScans atomic.Int64              // scans of the expiry loop done (for tests)
 	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
 	readLease   atomic.Pointer[heldLease] // the read lease, while held (readlease.go)
 	flights     flightMarks               // the committer's commits sent and settled (readlease.go)

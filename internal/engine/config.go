@@ -107,6 +107,10 @@ type Config struct {
 	// compares its readings with each other, on the monotonic clock, so a
 	// step of the wall clock moves no deadline. For tests.
 	Now func() time.Time
+	// expiryTick is how often the leader looks for leases past their
+	// deadline (zero: defaultExpiryTick). For the package's tests, which
+	// move Now by hand and wait for the loop's scans (Engine.expiryScans).
+	expiryTick time.Duration
 }
 
 // Defaults used for zero Config fields. The request limits (etcd's

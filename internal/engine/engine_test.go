@@ -21,6 +21,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -68,25 +69,13 @@ func get(t *testing.T, b *Engine, key string, serializable bool) *pb.RangeRespon
 	return resp
 }
 
-// eventually polls cond every 20 ms until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // checkLogReplaysToView replays the whole log into a fresh view and checks
 // it equals b's: every write applied exactly once, in log order.
 func checkLogReplaysToView(t *testing.T, st *memlog.Store, b *Engine) {
 	t.Helper()
 	c := st.Client()
 	defer c.Close()
-	eventually(t, 5*time.Second, "view caught up with the head", func() bool { return b.State().LSN == st.HeadNow().LSN })
+	testutil.Eventually(t, 5*time.Second, "view caught up with the head", func() bool { return b.State().LSN == st.HeadNow().LSN })
 	view, _, _, err := Replay(context.Background(), c, 8, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +142,9 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 			revs <- put(t, b, fmt.Sprintf("k%02d", i), "v")
 		}()
 	}
-	eventually(t, 5*time.Second, "first commit in flight", first.Load)
-	time.Sleep(100 * time.Millisecond) // let the rest queue behind it
+	testutil.Eventually(t, 5*time.Second, "first commit in flight", first.Load)
+	// Two writes queued behind the held commit are sure to share an entry.
+	testutil.Eventually(t, 5*time.Second, "writes queued behind the first commit", func() bool { return len(b.proposals) >= 2 })
 	close(release)
 	wg.Wait()
 	close(revs)
@@ -301,21 +291,26 @@ func TestTooLargeEntryIsSplitAndATooLargeRequestRefused(t *testing.T) {
 	st := memlog.New(memlog.Options{MaxEntryBytes: 1 << 20, MaxChunkedBytes: 8 << 10})
 	release := make(chan struct{})
 	var first atomic.Bool
-	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
+	var held atomic.Int64 // the writes in the held first entry
+	st.SetCommitFault(func(req zkstore.CommitRequest) memlog.Fault {
 		if first.CompareAndSwap(false, true) {
+			held.Store(int64(len(req.Entry.Ops)))
 			<-release
 		}
 		return memlog.NoFault
 	})
 	b, _ := engine(t, st, "a", nil)
 	value := string(make([]byte, 1024))
+	const n = 20
 	var wg sync.WaitGroup
-	for i := 0; i < 20; i++ {
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); put(t, b, fmt.Sprintf("k%02d", i), value) }()
 	}
-	eventually(t, 5*time.Second, "first commit in flight", first.Load)
-	time.Sleep(100 * time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, "first commit in flight", first.Load)
+	// Every write is in the held entry or queued behind it: the next batch
+	// takes them all, past the chunk size.
+	testutil.Eventually(t, 5*time.Second, "every write queued", func() bool { return held.Load()+int64(len(b.proposals)) == n })
 	close(release)
 	wg.Wait()
 	_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("huge"), Value: make([]byte, 16<<10)})
@@ -329,7 +324,7 @@ func TestTailerAppliesAnotherWritersEntries(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	b, _ := engine(t, st, "a", nil)
 	lsn := st.AppendForeign([]revision.Op{{Kind: revision.OpTxn, Rev: 2, Changes: []revision.Change{{Key: []byte("x"), Value: []byte("1")}}}})
-	eventually(t, 3*time.Second, "tailer applied the foreign entry", func() bool { return b.State().LSN >= lsn })
+	testutil.Eventually(t, 3*time.Second, "tailer applied the foreign entry", func() bool { return b.State().LSN >= lsn })
 	if kv := get(t, b, "x", true).Kvs; len(kv) != 1 || kv[0].ModRevision != 2 {
 		t.Fatalf("x = %v", kv)
 	}
@@ -383,7 +378,7 @@ func TestBarrierReadsJoinOneRoundStartedAfterThem(t *testing.T) {
 	}}
 	first := make(chan int64)
 	go func() { l, _ := br.wait(context.Background()); first <- l }()
-	eventually(t, time.Second, "first round started", func() bool { return rounds.Load() == 1 })
+	testutil.Eventually(t, time.Second, "first round started", func() bool { return rounds.Load() == 1 })
 	lsn.Store(7) // written after the first round began: later reads must see it
 	var wg sync.WaitGroup
 	got := make([]int64, 10)
@@ -391,7 +386,11 @@ func TestBarrierReadsJoinOneRoundStartedAfterThem(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); got[i], _ = br.wait(context.Background()) }()
 	}
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, "the ten reads joined", func() bool {
+		br.mu.Lock()
+		defer br.mu.Unlock()
+		return br.seq == 11
+	})
 	close(gate)
 	<-first
 	wg.Wait()
@@ -407,8 +406,11 @@ func TestBarrierReadsJoinOneRoundStartedAfterThem(t *testing.T) {
 
 func TestLeaseExpiresAfterItsTTLDeletingItsKeysInOneRevision(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	b, _ := engine(t, st, "a", nil)
+	clk := testutil.NewClock()
+	b, _ := engine(t, st, "a", onClock(clk, 0, nil))
+	testutil.Eventually(t, time.Second, "a leads", leads(b))
 	ctx := context.Background()
+	start := clk.Now()
 	lease, err := b.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: MinLeaseTTL})
 	if err != nil {
 		t.Fatal(err)
@@ -419,11 +421,7 @@ func TestLeaseExpiresAfterItsTTLDeletingItsKeysInOneRevision(t *testing.T) {
 		}
 	}
 	rev := b.State().Rev
-	start := time.Now()
-	eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(lease.ID) })
-	if took := time.Since(start); took < time.Duration(MinLeaseTTL)*time.Second-100*time.Millisecond {
-		t.Fatalf("expired after %s, before its TTL", took)
-	}
+	expiresNoSoonerThan(t, b, st, clk, lease.ID, start.Add(ttlOf(MinLeaseTTL)), time.Second)
 	if kv := get(t, b, "l", false); len(kv.Kvs) != 0 {
 		t.Fatalf("keys left: %v", kv.Kvs)
 	}
@@ -435,18 +433,21 @@ func TestLeaseExpiresAfterItsTTLDeletingItsKeysInOneRevision(t *testing.T) {
 
 func TestRenewedLeaseOutlivesItsTTL(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	b, _ := engine(t, st, "a", nil)
+	clk := testutil.NewClock()
+	b, _ := engine(t, st, "a", onClock(clk, 0, nil))
+	testutil.Eventually(t, time.Second, "a leads", leads(b))
 	ctx := context.Background()
 	lease, err := b.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: MinLeaseTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(2*time.Duration(MinLeaseTTL)*time.Second + 500*time.Millisecond); time.Now().Before(end); {
+	for end := clk.Now().Add(2*ttlOf(MinLeaseTTL) + 500*time.Millisecond); clk.Now().Before(end); {
 		ttl, err := b.LeaseRenew(ctx, lease.ID)
 		if err != nil || ttl != MinLeaseTTL {
 			t.Fatalf("renew: %d %v", ttl, err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		clk.Advance(400 * time.Millisecond)
+		scanned(t, b)
 	}
 	if !st.LeaseTokenExists(lease.ID) {
 		t.Fatal("a lease renewed every 400 ms expired")
@@ -455,22 +456,27 @@ func TestRenewedLeaseOutlivesItsTTL(t *testing.T) {
 
 func TestSessionLossMovesLeadershipAndTheNewLeaderExpiresLeases(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	a, ca := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
-	b, _ := engine(t, st, "b", nil)
+	clk := testutil.NewClock()
+	a, ca := engine(t, st, "a", onClock(clk, 0, nil))
+	testutil.Eventually(t, time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	b, _ := engine(t, st, "b", onClock(clk, 0, nil))
+	granted := clk.Now()
 	lease, err := b.LeaseGrant(context.Background(), &pb.LeaseGrantRequest{TTL: MinLeaseTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ca.ExpireSession()
-	eventually(t, 2*time.Second, "b leads", func() bool {
+	testutil.Eventually(t, 2*time.Second, "b leads", func() bool {
 		lb, id := b.Leader()
 		return lb && id == b.MemberID()
 	})
 	if l, _ := a.Leader(); l {
 		t.Fatal("a still leads after its session expired")
 	}
-	eventually(t, 10*time.Second, "lease expired by the new leader", func() bool { return !st.LeaseTokenExists(lease.ID) })
+	// b's clock for the lease starts at its first look, on the clock
+	// still at the grant.
+	scanned(t, b)
+	expiresNoSoonerThan(t, b, st, clk, lease.ID, granted.Add(ttlOf(MinLeaseTTL)), time.Second)
 }
 
 func TestCompactionPublishesABaseTruncatesTheLogAndRecoversFromIt(t *testing.T) {
@@ -507,10 +513,10 @@ func TestCompactionPublishesABaseTruncatesTheLogAndRecoversFromIt(t *testing.T) 
 func TestTailerBehindATruncatedLogReloadsTheView(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	a, _ := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	testutil.Eventually(t, time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
 	b, cb := engine(t, st, "b", nil)
 	put(t, a, "k", "0")
-	eventually(t, 3*time.Second, "b caught up", func() bool { return b.State().Rev == a.State().Rev })
+	testutil.Eventually(t, 3*time.Second, "b caught up", func() bool { return b.State().Rev == a.State().Rev })
 	cb.SetConnected(false)
 	ctx := context.Background()
 	for round := 0; round < 2; round++ {
@@ -522,7 +528,7 @@ func TestTailerBehindATruncatedLogReloadsTheView(t *testing.T) {
 		}
 	}
 	cb.SetConnected(true)
-	eventually(t, 5*time.Second, "b reloaded", func() bool { return b.State().Rev == a.State().Rev })
+	testutil.Eventually(t, 5*time.Second, "b reloaded", func() bool { return b.State().Rev == a.State().Rev })
 	if kv := get(t, b, "k", true).Kvs; len(kv) != 1 || string(kv[0].Value) != "9" {
 		t.Fatalf("b reads %v", kv)
 	}

@@ -15,8 +15,9 @@ import (
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
-// expiryTick is how often the leader looks for leases past their deadline.
-const expiryTick = 250 * time.Millisecond
+// defaultExpiryTick is how often the leader looks for leases past their
+// deadline (Config.expiryTick in tests).
+const defaultExpiryTick = 250 * time.Millisecond
 
 // leaseDeadline is the leader's view of one lease: when it expires unless
 // its token moved past version or the leader renewed it in memory.
@@ -176,7 +177,11 @@ func (b *Engine) firstTTL(id, granted int64, tok zkstore.LeaseToken) time.Durati
 func (b *Engine) expireLoop() {
 	defer b.wg.Done()
 	lg := b.log.WithField("component", "lease-expiry")
-	t := time.NewTicker(expiryTick)
+	tick := b.cfg.expiryTick
+	if tick <= 0 {
+		tick = defaultExpiryTick
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		changed := b.election.Changed()
@@ -192,6 +197,7 @@ func (b *Engine) expireLoop() {
 		}
 		b.leases.begin(fence.Path())
 		b.expireDue(lg, fence)
+		b.expiryScans.Add(1)
 		select {
 		case <-t.C:
 		case <-changed:

@@ -18,6 +18,7 @@ import (
 	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // memForwarder is an in-process Forwarder: peers are backends registered
@@ -166,9 +167,9 @@ func forwardingPairWith(t *testing.T, configure func(*Config)) (*memlog.Store, *
 		return b, c
 	}
 	a, ac := start("a")
-	eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	testutil.Eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
 	b, bc := start("b")
-	eventually(t, 5*time.Second, "b knows the leader", func() bool { _, id := b.Leader(); return id == a.MemberID() })
+	testutil.Eventually(t, 5*time.Second, "b knows the leader", func() bool { _, id := b.Leader(); return id == a.MemberID() })
 	return st, fw, a, ac, b, bc
 }
 

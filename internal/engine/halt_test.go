@@ -19,6 +19,7 @@ import (
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/lossfile"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/translate"
 )
 
@@ -36,7 +37,7 @@ func TestLogGoingBackHaltsTheEngineRefusesEveryReadAndWritesTheLoss(t *testing.T
 	}
 
 	var rbe *RollbackError
-	eventually(t, 10*time.Second, "the engine halts with the loss file named", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the engine halts with the loss file named", func() bool {
 		return errors.As(b.Health(), &rbe) && rbe.LossFile != ""
 	})
 	if !errors.Is(b.Health(), ErrRollback) || !errors.Is(b.Health(), ErrHalted) {
@@ -97,6 +98,8 @@ func TestLogGoingBackHaltsTheEngineRefusesEveryReadAndWritesTheLoss(t *testing.T
 
 	// Another history at the reused positions is never applied.
 	st.AppendForeign([]revision.Op{{Kind: revision.OpTxn, Rev: 4, Changes: []revision.Change{{Key: []byte("x"), Value: []byte("other")}}}})
+	// A negative: nothing is applied for a bounded while (the tailer of a
+	// running engine applies a foreign entry within milliseconds).
 	time.Sleep(300 * time.Millisecond)
 	if got := b.State(); got.Rev != 5 || got.LSN != rbe.Applied.LSN {
 		t.Fatalf("halted engine moved to %+v", got)

@@ -6,7 +6,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -52,23 +52,26 @@ func leads(b *Engine) func() bool {
 }
 
 // TestKeepalivesAtTheLeaderWriteNothingToZooKeeper keeps a lease alive at
-// the leader for three TTLs: no token write, no log entry; then it expires a
-// TTL after the last keepalive, not before.
+// the leader for three TTLs (of the engine's clock, with the expiry loop
+// scanning between keepalives): no token write, no log entry; then it
+// expires a TTL after the last keepalive, not before.
 func TestKeepalivesAtTheLeaderWriteNothingToZooKeeper(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	b, c := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", leads(b))
+	clk := testutil.NewClock()
+	b, c := engine(t, st, "a", onClock(clk, 0, nil))
+	testutil.Eventually(t, time.Second, "a leads", leads(b))
 	id := grant(t, b, MinLeaseTTL)
 	version, commits := tokenVersion(t, c, id), st.Commits()
 	trips0 := counterValue(t, b.metrics.barrierTrips)
 	n := 0
 	var last time.Time
-	for end := time.Now().Add(3 * time.Duration(MinLeaseTTL) * time.Second); time.Now().Before(end); n++ {
+	for end := clk.Now().Add(3 * ttlOf(MinLeaseTTL)); clk.Now().Before(end); n++ {
 		if ttl := renew(t, b, id); ttl != MinLeaseTTL {
 			t.Fatalf("keepalive answered TTL %d", ttl)
 		}
-		last = time.Now()
-		time.Sleep(200 * time.Millisecond)
+		last = clk.Now()
+		clk.Advance(ttlOf(MinLeaseTTL) / 4)
+		scanned(t, b)
 	}
 	if v := tokenVersion(t, c, id); v != version {
 		t.Fatalf("token version %d after %d keepalives at the leader, want %d: a ZooKeeper write per keepalive", v, n, version)
@@ -88,19 +91,16 @@ func TestKeepalivesAtTheLeaderWriteNothingToZooKeeper(t *testing.T) {
 	if trips > float64(n)/4 {
 		t.Fatalf("%.0f barrier round trips for %d keepalives", trips, n)
 	}
-	eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
-	if after := time.Since(last); after < time.Duration(MinLeaseTTL)*time.Second {
-		t.Fatalf("lease expired %s after its last keepalive, before its TTL", after)
-	}
+	expiresNoSoonerThan(t, b, st, clk, id, last.Add(ttlOf(MinLeaseTTL)), time.Second)
 }
 
 func TestKeepaliveAtAFollowerWritesTheToken(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	a, _ := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", leads(a))
+	testutil.Eventually(t, time.Second, "a leads", leads(a))
 	b, cb := engine(t, st, "b", nil)
 	id := grant(t, b, 60)
-	eventually(t, 3*time.Second, "a applied the grant", func() bool { return a.State().LSN == b.State().LSN })
+	testutil.Eventually(t, 3*time.Second, "a applied the grant", func() bool { return a.State().LSN == b.State().LSN })
 	v := tokenVersion(t, cb, id)
 	if ttl := renew(t, b, id); ttl != 60 {
 		t.Fatalf("TTL %d", ttl)
@@ -122,27 +122,28 @@ func TestKeepaliveAtAFollowerWritesTheToken(t *testing.T) {
 // after the last keepalive the old leader answered.
 func TestRenewalsInTheOldLeadersMemoryAreNotLost(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	a, ca := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", leads(a))
-	b, _ := engine(t, st, "b", nil)
+	clk := testutil.NewClock()
+	a, ca := engine(t, st, "a", onClock(clk, 0, nil))
+	testutil.Eventually(t, time.Second, "a leads", leads(a))
+	b, _ := engine(t, st, "b", onClock(clk, 0, nil))
 	id := grant(t, a, MinLeaseTTL)
 	var last time.Time
-	for end := time.Now().Add(time.Duration(MinLeaseTTL)*time.Second + time.Second); time.Now().Before(end); {
+	for end := clk.Now().Add(ttlOf(MinLeaseTTL) + time.Second); clk.Now().Before(end); {
 		renew(t, a, id)
-		last = time.Now()
-		time.Sleep(300 * time.Millisecond)
+		last = clk.Now()
+		clk.Advance(300 * time.Millisecond)
+		scanned(t, a)
 	}
 	if n := counterValue(t, a.metrics.renewalsInMemory); n == 0 {
 		t.Fatal("the leader renewed nothing in memory")
 	}
 	ca.ExpireSession()
-	eventually(t, 2*time.Second, "b leads", leads(b))
+	testutil.Eventually(t, 2*time.Second, "b leads", leads(b))
 	// a is a follower now: its keepalives write the token.
-	eventually(t, 2*time.Second, "a knows it does not lead", func() bool { return !leads(a)() })
-	eventually(t, 10*time.Second, "lease expired by the new leader", func() bool { return !st.LeaseTokenExists(id) })
-	if after := time.Since(last); after < time.Duration(MinLeaseTTL)*time.Second {
-		t.Fatalf("lease expired %s after the last keepalive the old leader answered, before its TTL", after)
-	}
+	testutil.Eventually(t, 2*time.Second, "a knows it does not lead", func() bool { return !leads(a)() })
+	// The new leader's clock for the lease starts at its first look, after
+	// the last keepalive: it expires a TTL after that at the earliest.
+	expiresNoSoonerThan(t, b, st, clk, id, last.Add(ttlOf(MinLeaseTTL)), 2*time.Second)
 }
 
 // TestKeepaliveWithoutAProofWaitsForARoundTrip: with no clock assumption
@@ -152,7 +153,7 @@ func TestRenewalsInTheOldLeadersMemoryAreNotLost(t *testing.T) {
 func TestKeepaliveWithoutAProofWaitsForARoundTrip(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	b, c := engine(t, st, "a", func(cfg *Config) { cfg.LeaderProofWindow = -1 })
-	eventually(t, time.Second, "a leads", leads(b))
+	testutil.Eventually(t, time.Second, "a leads", leads(b))
 	id := grant(t, b, 60)
 	v := tokenVersion(t, c, id)
 	before := st.QuorumCalls()
@@ -186,11 +187,11 @@ func BenchmarkLeaseKeepAliveInMemory(b *testing.B) {
 	const leases = 10000
 	st := memlog.New(memlog.Options{})
 	be, _ := engine(b, st, "a", nil)
-	eventually(b, time.Second, "a leads", leads(be))
+	testutil.Eventually(b, time.Second, "a leads", leads(be))
 	ids := grantMany(b, be, leases, 60)
 	// The expiry loop reads every token once (its baseline) on becoming
 	// leader: wait for that, it is not steady state.
-	eventually(b, 30*time.Second, "baselines read", func() bool {
+	testutil.Eventually(b, 30*time.Second, "baselines read", func() bool {
 		be.leases.mu.Lock()
 		defer be.leases.mu.Unlock()
 		return len(be.leases.deadlines) == leases
@@ -228,9 +229,9 @@ func BenchmarkLeaseExpiryScan(b *testing.B) {
 	const leases = 10000
 	st := memlog.New(memlog.Options{})
 	be, _ := engine(b, st, "a", nil)
-	eventually(b, time.Second, "a leads", leads(be))
+	testutil.Eventually(b, time.Second, "a leads", leads(be))
 	grantMany(b, be, leases, 60)
-	eventually(b, 30*time.Second, "baselines read", func() bool {
+	testutil.Eventually(b, 30*time.Second, "baselines read", func() bool {
 		be.leases.mu.Lock()
 		defer be.leases.mu.Unlock()
 		return len(be.leases.deadlines) == leases
@@ -278,9 +279,10 @@ func TestCheckpointedRemainingTTLIsTheFirstDeadline(t *testing.T) {
 		t.Fatalf("commit: %v %v", res.Outcome, err)
 	}
 	w.Close()
-	start := time.Now()
-	b, c := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", leads(b))
+	clk := testutil.NewClock()
+	start := clk.Now()
+	b, c := engine(t, st, "a", onClock(clk, 0, nil))
+	testutil.Eventually(t, time.Second, "a leads", leads(b))
 	ttl, err := b.LeaseTimeToLive(context.Background(), &pb.LeaseTimeToLiveRequest{ID: 0xa})
 	if err != nil || ttl.GrantedTTL != granted || ttl.TTL > left || ttl.TTL < left-1 {
 		t.Fatalf("time to live of a checkpointed lease: %+v %v, want granted %d, remaining ≤ %d", ttl, err, granted, left)
@@ -291,13 +293,10 @@ func TestCheckpointedRemainingTTLIsTheFirstDeadline(t *testing.T) {
 	if v := tokenVersion(t, c, 0xb); v != 1 {
 		t.Fatalf("token of the checkpointed lease at version %d after a keepalive, want 1 (renewed through it)", v)
 	}
-	eventually(t, 10*time.Second, "lease a expired", func() bool { return !st.LeaseTokenExists(0xa) })
-	if took := time.Since(start); took < left*time.Second {
-		t.Fatalf("lease expired %s after the leader started, before its remaining TTL", took)
-	} else if took > granted*time.Second/4 {
-		t.Fatalf("lease expired only after %s: the checkpoint was ignored", took)
-	}
-	time.Sleep(2 * time.Second)
+	// Its remaining TTL from the leader's start, not its granted one.
+	expiresNoSoonerThan(t, b, st, clk, 0xa, start.Add(ttlOf(left)), ttlOf(granted)/4)
+	clk.Advance(2 * time.Second)
+	scanned(t, b)
 	if !st.LeaseTokenExists(0xb) {
 		t.Fatal("the kept-alive checkpointed lease expired")
 	}
@@ -309,41 +308,36 @@ func TestCheckpointedRemainingTTLIsTheFirstDeadline(t *testing.T) {
 // at once used to cost 10,000 ZooKeeper reads right after); each still
 // expires a TTL after its grant, not before.
 func TestLeasesTheLeaderGrantsNeedNoTokenRead(t *testing.T) {
-	st, _, a, _, b, _ := forwardingPair(t)
+	clk := testutil.NewClock()
+	st, _, a, _, b, _ := forwardingPairWith(t, onClock(clk, 0, nil))
 	granted := map[int64]time.Time{}
 	for i := 0; i < 20; i++ {
 		e := a
 		if i%2 == 1 {
 			e = b // forwarded to a
 		}
-		at := time.Now()
+		at := clk.Now()
 		granted[grant(t, e, MinLeaseTTL)] = at
+		clk.Advance(10 * time.Millisecond)
 	}
-	time.Sleep(4 * expiryTick)
+	for range 4 {
+		scanned(t, a)
+	}
 	if n := counterValue(t, a.metrics.leaseTokenReads); n != 0 {
 		t.Fatalf("the leader read %.0f lease tokens for leases it granted", n)
 	}
 	for id, at := range granted {
-		expiresAWholeTTLAfter(t, st, id, at, "its grant")
+		expiresNoSoonerThan(t, a, st, clk, id, at.Add(ttlOf(MinLeaseTTL)), time.Second)
 	}
 }
 
-// expiresAWholeTTLAfter waits for lease id (of TTL MinLeaseTTL) to expire
-// and fails if that came sooner than a TTL after since (what: the event).
-func expiresAWholeTTLAfter(t *testing.T, st *memlog.Store, id int64, since time.Time, what string) {
-	t.Helper()
-	eventually(t, 10*time.Second, "lease expired", func() bool { return !st.LeaseTokenExists(id) })
-	if after := time.Since(since); after < time.Duration(MinLeaseTTL)*time.Second {
-		t.Fatalf("lease %x expired %s after %s, before its TTL", id, after, what)
-	}
-}
-
-// soloLeader starts one instance on a fresh memlog and waits until it leads.
-func soloLeader(t *testing.T) (*memlog.Store, *Engine) {
+// soloLeader starts one instance on a fresh memlog, its lease expiry on
+// clk with the loop scanning every tick, and waits until it leads.
+func soloLeader(t *testing.T, clk *testutil.Clock, tick time.Duration) (*memlog.Store, *Engine) {
 	t.Helper()
 	st := memlog.New(memlog.Options{})
-	a, _ := engine(t, st, "a", nil)
-	eventually(t, time.Second, "a leads", leads(a))
+	a, _ := engine(t, st, "a", onClock(clk, tick, nil))
+	testutil.Eventually(t, time.Second, "a leads", leads(a))
 	return st, a
 }
 
@@ -364,16 +358,22 @@ func revokeID(t *testing.T, b *Engine, id int64) {
 // TestALeaseGrantedAgainUnderItsIDLivesAWholeTTL: a lease revoked and
 // granted again with the same ID before the expiry loop dropped its old
 // deadline lives a TTL from the second grant, not from the first.
+//
+// The loop scans every 50 ms here, so that the revoke and the grant again
+// (a fraction of a millisecond on memlog) almost always fall between two
+// scans, with the first grant's deadline still held.
 func TestALeaseGrantedAgainUnderItsIDLivesAWholeTTL(t *testing.T) {
-	st, a := soloLeader(t)
+	clk := testutil.NewClock()
+	st, a := soloLeader(t, clk, 50*time.Millisecond)
 	const id = 0x1234
-	for round := 0; round < 5; round++ {
+	for range 5 {
 		grantID(t, a, id, MinLeaseTTL)
-		time.Sleep(time.Second) // the loop takes the first grant's deadline
+		clk.Advance(time.Second)
+		scanned(t, a) // the loop holds the first grant's deadline
 		revokeID(t, a, id)
-		at := time.Now()
+		at := clk.Now()
 		grantID(t, a, id, MinLeaseTTL)
-		expiresAWholeTTLAfter(t, st, id, at, fmt.Sprintf("its grant again in round %d", round))
+		expiresNoSoonerThan(t, a, st, clk, id, at.Add(ttlOf(MinLeaseTTL)), time.Second)
 	}
 }
 
@@ -382,7 +382,7 @@ func TestALeaseGrantedAgainUnderItsIDLivesAWholeTTL(t *testing.T) {
 // again under the same ID before the expiry commits does not revoke the new
 // grant, whose token is at version 0 as well.
 func TestAnExpiryDecidedForAnEarlierGrantOfTheIDIsRefused(t *testing.T) {
-	st, a := soloLeader(t)
+	st, a := soloLeader(t, testutil.NewClock(), 0)
 	const id = 0x4321
 	grantID(t, a, id, 60)
 	old := a.viewLease(id)

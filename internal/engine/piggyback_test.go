@@ -19,6 +19,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -97,7 +98,7 @@ func TestBarrierRoundsWaitForACommitSentAfterThem(t *testing.T) {
 		}()
 	}
 	joined := func(n uint64) {
-		eventually(t, time.Second, fmt.Sprintf("%d reads joined", n), func() bool {
+		testutil.Eventually(t, time.Second, fmt.Sprintf("%d reads joined", n), func() bool {
 			br.mu.Lock()
 			defer br.mu.Unlock()
 			return br.seq == n
@@ -200,7 +201,7 @@ func TestReadsUnderConcurrentWritesNeedFewerBarriers(t *testing.T) {
 			}()
 		}
 		if writers > 0 {
-			eventually(t, 2*time.Second, "writes flowing", func() bool { return b.State().Rev > 5 })
+			testutil.Eventually(t, 2*time.Second, "writes flowing", func() bool { return b.State().Rev > 5 })
 		}
 		t0 := counterValue(t, b.metrics.barrierTrips)
 		c0 := counterValue(t, b.metrics.linearizableReads.WithLabelValues("commit"))

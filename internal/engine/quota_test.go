@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 func alarmOf(b *Engine, t pb.AlarmType, member uint64) bool {
@@ -61,7 +62,7 @@ func TestQuotaRaisesNoSpaceOnEveryInstanceAndOnlyWritesThatGrowAreRefused(t *tes
 	if !alarmOf(a, pb.AlarmType_NOSPACE, a.MemberID()) {
 		t.Fatalf("alarms on a: %v", a.Alarms())
 	}
-	eventually(t, 5*time.Second, "b sees a's NOSPACE alarm", func() bool { return alarmOf(b, pb.AlarmType_NOSPACE, a.MemberID()) })
+	testutil.Eventually(t, 5*time.Second, "b sees a's NOSPACE alarm", func() bool { return alarmOf(b, pb.AlarmType_NOSPACE, a.MemberID()) })
 	got, err := b.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_GET})
 	if err != nil || len(got) != 1 || got[0].MemberID != a.MemberID() || got[0].Alarm != pb.AlarmType_NOSPACE {
 		t.Fatalf("alarm list on b: %v %v", got, err)
@@ -107,7 +108,7 @@ func TestQuotaRaisesNoSpaceOnEveryInstanceAndOnlyWritesThatGrowAreRefused(t *tes
 	if err != nil || len(again) != 0 {
 		t.Fatalf("disarm of a cleared alarm: %v %v", again, err)
 	}
-	eventually(t, 5*time.Second, "b sees the disarm", func() bool { return len(b.Alarms()) == 0 })
+	testutil.Eventually(t, 5*time.Second, "b sees the disarm", func() bool { return len(b.Alarms()) == 0 })
 	if _, err := b.Put(ctx, put); err != nil {
 		t.Fatalf("put after disarm: %v", err)
 	}
@@ -118,7 +119,7 @@ func TestDefragmentFreesCompactedHistoryAtOnce(t *testing.T) {
 	a, _ := engine(t, st, "a", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	testutil.Eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
 	for i := 0; i < 40; i++ {
 		put(t, a, "k", strings.Repeat("v", 500))
 	}
@@ -129,7 +130,7 @@ func TestDefragmentFreesCompactedHistoryAtOnce(t *testing.T) {
 	if _, err := a.Compact(ctx, &pb.CompactionRequest{Revision: rev, Physical: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the base generation is accounted", func() bool { return a.DBSizeInUse() < 4*500 })
+	testutil.Eventually(t, 5*time.Second, "the base generation is accounted", func() bool { return a.DBSizeInUse() < 4*500 })
 	total, inUse := a.DBSize(), a.DBSizeInUse()
 	if total < 40*500 {
 		t.Fatalf("after compaction the log is still held, yet DB size is %d (in use %d)", total, inUse)
@@ -164,7 +165,7 @@ func TestDefragmentFreesCompactedHistoryAtOnce(t *testing.T) {
 func TestCorruptionCheckRaisesCorruptForTheMemberWhoseHashDiffers(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	a, _ := engine(t, st, "a", nil)
-	eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	testutil.Eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
 	var bad bool
 	var badMu = make(chan struct{}, 1)
 	badMu <- struct{}{}
@@ -198,7 +199,7 @@ func TestCorruptionCheckRaisesCorruptForTheMemberWhoseHashDiffers(t *testing.T) 
 	if err := a.CheckCorruption(ctx); !errors.Is(err, errMismatch) {
 		t.Fatalf("check with b's hash off: %v", err)
 	}
-	eventually(t, 5*time.Second, "both see CORRUPT for b", func() bool {
+	testutil.Eventually(t, 5*time.Second, "both see CORRUPT for b", func() bool {
 		return alarmOf(a, pb.AlarmType_CORRUPT, b.MemberID()) && alarmOf(b, pb.AlarmType_CORRUPT, b.MemberID())
 	})
 	for name, be := range map[string]*Engine{"a": a, "b": b} {

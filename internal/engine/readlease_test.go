@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -22,7 +23,7 @@ func withReadLease(window time.Duration) func(*Config) {
 // the next read pays one round, which proves the lease again.
 func TestReadLeaseAnswersReadsFromMemory(t *testing.T) {
 	st, _, a, _, b, _ := forwardingPairWith(t, withReadLease(time.Hour))
-	eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
 	put(t, a, "k", "0") // a proof sent after the lease was taken
 	before := st.QuorumCalls()
 	for i := 1; i <= 50; i++ {
@@ -53,7 +54,7 @@ func TestReadLeaseAnswersReadsFromMemory(t *testing.T) {
 // answer without it. It waits for the commit to settle.
 func TestReadLeaseWaitsForCommitsInFlight(t *testing.T) {
 	st, _, a, _, b, _ := forwardingPairWith(t, withReadLease(time.Hour))
-	eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
 	put(t, a, "k", "old")
 	release := make(chan struct{})
 	st.SetAnswerHook(func(zkstore.CommitRequest, zkstore.Outcome) { <-release })
@@ -64,7 +65,7 @@ func TestReadLeaseWaitsForCommitsInFlight(t *testing.T) {
 		_, err := a.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("new")})
 		done <- err
 	}()
-	eventually(t, 5*time.Second, "the follower read the landed put", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the follower read the landed put", func() bool {
 		got := get(t, b, "k", true)
 		return len(got.Kvs) == 1 && string(got.Kvs[0].Value) == "new"
 	})
@@ -91,7 +92,7 @@ func TestReadLeaseWaitsForCommitsInFlight(t *testing.T) {
 // once the leader has given the lease up.
 func TestReadLeaseStopsOtherCommitters(t *testing.T) {
 	st, fw, a, _, b, _ := forwardingPairWith(t, withReadLease(time.Hour))
-	eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
 	fw.mu.Lock()
 	delete(fw.peers, "mem://a") // the follower cannot reach the leader
 	fw.mu.Unlock()
@@ -111,7 +112,7 @@ func TestReadLeaseStopsOtherCommitters(t *testing.T) {
 	}
 	// The leader steps down (closes): its lease goes, the follower leads.
 	a.Close()
-	eventually(t, 5*time.Second, "the lease was released", func() bool { return st.ReadLeaseHolder() == 0 || b.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the lease was released", func() bool { return st.ReadLeaseHolder() == 0 || b.readLease.Load() != nil })
 	put(t, b, "k", "v")
 	if got := get(t, b, "k", false); len(got.Kvs) != 1 {
 		t.Fatal("the follower's write after the leader left is missing")

@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // forwardingLeader starts the only committer (ForwardWrites) on st, its
@@ -19,7 +20,7 @@ import (
 func forwardingLeader(t *testing.T, st *memlog.Store, rtt time.Duration) *Engine {
 	t.Helper()
 	b := slowEngineWith(t, st, "a", rtt, func(c *Config) { c.ForwardWrites = true })
-	eventually(t, 5*time.Second, "a leads", func() bool { l, _ := b.Leader(); return l })
+	testutil.Eventually(t, 5*time.Second, "a leads", func() bool { l, _ := b.Leader(); return l })
 	return b
 }
 
@@ -60,9 +61,10 @@ func TestLeaderSeesAForeignCommitWhileItCommits(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	busy := st.Commits()
+	testutil.Eventually(t, 5*time.Second, "the leader is busy committing", func() bool { return st.Commits() >= busy+5 })
 	lsn := st.AppendForeignPut()
-	eventually(t, 3*time.Second, "the busy leader applied the foreign entry", func() bool { return b.State().LSN >= lsn })
+	testutil.Eventually(t, 3*time.Second, "the busy leader applied the foreign entry", func() bool { return b.State().LSN >= lsn })
 	close(stop)
 	<-done
 	if kv := get(t, b, memlog.ForeignKey, true).Kvs; len(kv) != 1 {
@@ -71,9 +73,10 @@ func TestLeaderSeesAForeignCommitWhileItCommits(t *testing.T) {
 	checkLogReplaysToView(t, st, b)
 
 	// Quiet leader: the watch is set again within rearmQuiet of the last
-	// commit, so a foreign entry is seen without a probe.
+	// commit, so a foreign entry is seen without a probe. The quiet period
+	// (real time, 10 ms) is what is under test: wait it out.
 	time.Sleep(2 * rearmQuiet)
 	lsn = st.AppendForeignPut()
-	eventually(t, 500*time.Millisecond, "the quiet leader applied the foreign entry (before the 1 s probe)",
+	testutil.Eventually(t, 500*time.Millisecond, "the quiet leader applied the foreign entry (before the 1 s probe)",
 		func() bool { return b.State().LSN >= lsn })
 }
