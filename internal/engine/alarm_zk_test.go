@@ -14,6 +14,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 func hasAlarm(t *testing.T, c *clientv3.Client, typ pb.AlarmType, member uint64) bool {
@@ -52,13 +53,7 @@ func TestNoSpaceAlarmIsSharedByInstancesAndSurvivesRestarts(t *testing.T) {
 		t.Fatalf("%d puts of 4 KiB fit in 64 KiB", n)
 	}
 	member := a.Engine().MemberID()
-	deadline := time.Now().Add(5 * time.Second)
-	for !hasAlarm(t, cb, pb.AlarmType_NOSPACE, member) {
-		if time.Now().After(deadline) {
-			t.Fatal("b never listed a's NOSPACE alarm")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, "b lists a's NOSPACE alarm", func() bool { return hasAlarm(t, cb, pb.AlarmType_NOSPACE, member) })
 	if _, err := cb.Put(ctxT(t), "x", "1"); err == nil || err.Error() != rpctypes.ErrNoSpace.Error() {
 		t.Fatalf("put through b under NOSPACE: %v", err)
 	}
@@ -85,13 +80,8 @@ func TestNoSpaceAlarmIsSharedByInstancesAndSurvivesRestarts(t *testing.T) {
 	if _, err := cb.Defragment(ctxT(t), b.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if size := a.Engine().DBSize(); size >= 16<<10 {
-		// a reads the new generation within its 2 s check
-		time.Sleep(3 * time.Second)
-		if size = a.Engine().DBSize(); size >= 16<<10 {
-			t.Fatalf("a's DB size after defragment: %d", size)
-		}
-	}
+	// a reads the new generation within its 2 s check.
+	testutil.Eventually(t, 10*time.Second, "a's DB size below 16 KiB after the defragment", func() bool { return a.Engine().DBSize() < 16<<10 })
 	if _, err := cb.AlarmDisarm(ctxT(t), &clientv3.AlarmMember{MemberID: member, Alarm: pb.AlarmType_NOSPACE}); err != nil {
 		t.Fatal(err)
 	}

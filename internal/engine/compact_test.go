@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -63,18 +65,11 @@ func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second cycle deletes the entries below the first generation.
-	deadline := time.Now().Add(10 * time.Second)
 	var after int
-	for {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("the log shrinks below its %d entries after two compactions", before), func() bool {
 		after = countLogEntries(t, []string{zkAddr(t)}, in.Root())
-		if after < before || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if after >= before {
-		t.Fatalf("log did not shrink: %d entries before, %d after two compactions", before, after)
-	}
+		return after < before
+	})
 	t.Logf("log entries: %d before the second compaction, %d after it", before, after)
 
 	want, err := c.Get(ctx, "", clientv3.WithPrefix())
@@ -172,8 +167,10 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 	for _, step := range []string{"base-prepared", "base-published", "log-truncated"} {
 		t.Run(step, func(t *testing.T) {
 			crashed := make(chan struct{}, 1)
+			var reached atomic.Int32 // cycles that reached step
 			hook := func(s string) error {
 				if s == step {
+					reached.Add(1)
 					select {
 					case crashed <- struct{}{}:
 					default:
@@ -202,9 +199,9 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 					t.Fatal(err)
 				}
 				if round == 0 {
-					// Let the first cycle complete normally... unless the
-					// step is the first one, where every cycle stops.
-					time.Sleep(3 * time.Second)
+					// Let the first cycle run up to the step (where it
+					// stops) before the second round's writes.
+					testutil.Eventually(t, 10*time.Second, "the first compaction cycle reached "+step, func() bool { return reached.Load() > 0 })
 				}
 			}
 			select {

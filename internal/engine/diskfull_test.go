@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -106,13 +107,7 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 	// Unavailable: health fails, a linearizable read fails, a serializable
 	// read answers from the view.
 	failed := time.Now()
-	deadline := time.Now().Add(30 * time.Second)
-	for in.Engine().Health() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("still healthy 30 s after ZooKeeper's disk filled")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "unhealthy after ZooKeeper's disk filled", func() bool { return in.Engine().Health() != nil })
 	t.Logf("unhealthy %v after the first failed put: %v", time.Since(failed).Round(time.Millisecond), in.Engine().Health())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	_, err := c.Get(ctx, "big/0/00000")
@@ -148,19 +143,13 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 	check := func(who string, c *clientv3.Client) {
 		t.Helper()
 		var resp *clientv3.GetResponse
-		var err error
-		for deadline := time.Now().Add(60 * time.Second); ; {
+		testutil.Eventually(t, 60*time.Second, who+": a read after ZooKeeper restarted with room", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var err error
 			resp, err = c.Get(ctx, "big/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-			cancel()
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("%s: read after ZooKeeper restarted with room: %v", who, err)
-		}
+			return err == nil
+		})
 		have := map[string]int64{}
 		for _, kv := range resp.Kvs {
 			have[string(kv.Key)] = kv.ModRevision

@@ -19,6 +19,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -97,13 +98,7 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	written := time.Now()
-	deadline := time.Now().Add(20 * time.Second)
-	for !errors.Is(in.Engine().Health(), engine.ErrHalted) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not halted by a newer entry: health %v", in.Engine().Health())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, "halted by a newer entry", func() bool { return errors.Is(in.Engine().Health(), engine.ErrHalted) })
 	t.Logf("halted %v after a format-3 entry appeared: %v", time.Since(written).Round(time.Millisecond), in.Engine().Health())
 	wantNewerFormat(t, in.Engine().Health(), "log entry has format 3, newer than this zketcd reads (up to 2)", "upgrade this instance")
 	if v := haltedGauge(t, in); v != 1 {

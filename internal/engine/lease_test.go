@@ -2,29 +2,29 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
+// waitGone waits until key is gone and returns how long that took.
 func waitGone(t *testing.T, c *clientv3.Client, key string, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for time.Since(start) < within {
+	testutil.Eventually(t, within, fmt.Sprintf("key %q gone", key), func() bool {
 		resp, err := c.Get(context.Background(), key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(resp.Kvs) == 0 {
-			return time.Since(start)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("key %q still there after %s", key, within)
-	return 0
+		return len(resp.Kvs) == 0
+	})
+	return time.Since(start)
 }
 
 func TestLeaseExpiresAndDeletesKeysInOneRevision(t *testing.T) {
@@ -74,8 +74,14 @@ func TestLeaseExpiresAndDeletesKeysInOneRevision(t *testing.T) {
 	t.Logf("lease with TTL 2s expired after %s", took)
 }
 
+// TestKeepAliveKeepsLeaseAlive: clientv3's keepalives keep a 2 s lease
+// alive for three TTLs of the engine's clock, moved 1.5 s after each
+// keepalive answered; once they stop, the lease expires.
 func TestKeepAliveKeepsLeaseAlive(t *testing.T) {
-	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	clk := testutil.NewClock()
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{
+		Configure: func(cfg *embed.Config) { cfg.Engine.Now = clk.Now },
+	})
 	c := in.Client(t)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	grant, err := c.Grant(ctx, 2)
@@ -89,15 +95,23 @@ func TestKeepAliveKeepsLeaseAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for range ka {
+	start := clk.Now()
+	for clk.Now().Sub(start) < 6*time.Second {
+		select {
+		case _, ok := <-ka:
+			if !ok {
+				t.Fatal("keepalives ended while the lease was kept alive")
+			}
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
 		}
-	}()
-	time.Sleep(5 * time.Second)
+		clk.Advance(1500 * time.Millisecond) // less than the TTL since the keepalive
+	}
 	if g, _ := c.Get(ctx, "k"); len(g.Kvs) != 1 {
 		t.Fatal("key of a kept-alive lease was deleted")
 	}
 	cancel()
+	clk.Advance(time.Second) // past the TTL since the last keepalive
 	took := waitGone(t, c, "k", 10*time.Second)
 	t.Logf("expired %s after keepalives stopped", took)
 	if resp, err := c.KeepAliveOnce(context.Background(), grant.ID); err == nil {
@@ -107,7 +121,7 @@ func TestKeepAliveKeepsLeaseAlive(t *testing.T) {
 
 func TestLeaseSurvivesLeaderRestartAndExpiresAfterFailover(t *testing.T) {
 	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
-	time.Sleep(300 * time.Millisecond) // let a win the election
+	testutil.Eventually(t, 10*time.Second, "the first instance leads", func() bool { l, _ := a.Engine().Leader(); return l })
 	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root()})
 	if leader, _ := a.Engine().Leader(); !leader {
 		t.Fatal("first instance is not the leader")
@@ -135,11 +149,16 @@ func TestLeaseSurvivesLeaderRestartAndExpiresAfterFailover(t *testing.T) {
 }
 
 // TestKeepalivesAtTheLeaderCostNoZooKeeperWrite: on a real ZooKeeper, a
-// lease kept alive through the leader instance for longer than its TTL
-// costs no renewal multi and no token write; it stays alive.
+// lease kept alive through the leader instance for longer than its TTL (of
+// the engine's clock, moved half a second per keepalive) costs no renewal
+// multi and no token write; it stays alive.
 func TestKeepalivesAtTheLeaderCostNoZooKeeperWrite(t *testing.T) {
-	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	clk := testutil.NewClock()
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{
+		Configure: func(cfg *embed.Config) { cfg.Engine.Now = clk.Now },
+	})
 	c := in.Client(t)
+	testutil.Eventually(t, 10*time.Second, "the instance leads", func() bool { l, _ := in.Engine().Leader(); return l })
 	ctx := ctxT(t)
 	grant, err := c.Grant(ctx, 2)
 	if err != nil {
@@ -170,11 +189,11 @@ func TestKeepalivesAtTheLeaderCostNoZooKeeperWrite(t *testing.T) {
 		return
 	}
 	n := 0
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); n++ {
+	for start := clk.Now(); clk.Now().Sub(start) < 3*time.Second; n++ {
 		if _, err := c.KeepAliveOnce(ctx, grant.ID); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		clk.Advance(500 * time.Millisecond)
 	}
 	inMemory, multis, writes := counters()
 	t.Logf("%d keepalives: %.0f in memory, %.0f renewal multis, %.0f token writes", n, inMemory, multis, writes)

@@ -62,6 +62,8 @@ func TestLeaseReadsAtAFollowerAreTheLeaders(t *testing.T) {
 		if got := renew(t, b, kept); got != ttl {
 			t.Fatalf("keepalive through the follower answered TTL %d", got)
 		}
+		// Real time: the follower's own estimate decays by the token's
+		// age on the wall clock, which the answer must not show.
 		time.Sleep(250 * time.Millisecond)
 	}
 	if n := counterValue(t, a.metrics.renewalsInMemory); n == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -108,7 +109,7 @@ func TestReplayOverlappingCompactions(t *testing.T) {
 			if stall {
 				stall = false
 				startWriter()
-				waitGenerations(ctx, t, st, 3)
+				waitGenerations(t, st, 3)
 			}
 		})
 		if err != nil {
@@ -162,25 +163,24 @@ func TestReplayOverlappingCompactions(t *testing.T) {
 }
 
 // waitGenerations waits until n base generations newer than the current
-// one have been published.
-func waitGenerations(ctx context.Context, t *testing.T, st *zkstore.Store, n int) {
+// one have been published (it polls: generations published between two
+// polls count as one, which only makes it wait longer).
+func waitGenerations(t *testing.T, st *zkstore.Store, n int) {
 	t.Helper()
 	base, err := st.ReadBase()
 	if err != nil {
-		t.Error(err)
-		return
+		t.Fatal(err)
 	}
 	gen, seen := base.Gen, 0
-	for seen < n && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("%d new base generations", n), func() bool {
 		b, err := st.ReadBase()
 		if err != nil {
-			t.Error(err)
-			return
+			t.Fatal(err)
 		}
 		if b.Gen != gen {
 			gen = b.Gen
 			seen++
 		}
-	}
+		return seen >= n
+	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/lossfile"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -53,19 +54,18 @@ func rangeStream(ctx context.Context, c *clientv3.Client, prefix string, seriali
 // putRetry puts until it succeeds (ZooKeeper may be coming back).
 func putRetry(t *testing.T, c *clientv3.Client, key, value string) *clientv3.PutResponse {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var resp *clientv3.PutResponse
+	var err error
+	testutil.Eventually(t, 60*time.Second, "put "+key+" succeeds", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.Put(ctx, key, value)
-		cancel()
-		if err == nil {
-			return resp
+		defer cancel()
+		resp, err = c.Put(ctx, key, value)
+		if err != nil {
+			t.Logf("put %s: %v", key, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("put %s: %v", key, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return resp
 }
 
 // restartZooKeeper stops srv, runs between (if any) on its data directory,
@@ -157,23 +157,16 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 
 	// Until it is declared, a read is the instance's own history (41) or
 	// fails; never ZooKeeper's 21 nor a mix.
-	var declared time.Duration
-	for deadline := time.Now().Add(60 * time.Second); ; {
+	testutil.Eventually(t, 60*time.Second, "a rollback declared after the restore", func() bool {
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		get, err := c.Get(rctx, "k", clientv3.WithPrefix(), clientv3.WithSerializable())
 		cancel()
 		if err == nil && (get.Header.Revision != 41 || len(get.Kvs) != 38) {
 			t.Fatalf("serializable read mixes histories: revision %d, %d keys", get.Header.Revision, len(get.Kvs))
 		}
-		if lossWritten(in.Engine().Health()) {
-			declared = time.Since(restored)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no rollback declared a minute after the restore; health: %v", in.Engine().Health())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return lossWritten(in.Engine().Health())
+	})
+	declared := time.Since(restored)
 	t.Logf("rollback declared %v after ZooKeeper came back with the old data: %v", declared.Round(time.Millisecond), in.Engine().Health())
 
 	want := "revision 41 applied, ZooKeeper holds 21"
@@ -219,7 +212,9 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 			break
 		}
 	}
-	time.Sleep(2 * time.Second) // give a second declaration the chance to happen
+	// A negative (no second declaration), so a bounded wait: two of the
+	// rollback checks' periods.
+	time.Sleep(2 * time.Second)
 	if i := strings.Index(logs.String(), "ZooKeeper's data is older"); i >= 0 {
 		t.Logf("logs from the declaration on:\n%s", logs.String()[i:])
 	}
@@ -352,7 +347,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 					}
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // a reader's pace, not a wait
 		}
 	}()
 	defer close(stop)
@@ -519,13 +514,15 @@ func startWithLossDir(t *testing.T, zk, lossDir string) *embedtest.Instance {
 // loss file; it fails t with what, and in's health, if it does not.
 func waitLossWritten(t *testing.T, in *embedtest.Instance, what string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !lossWritten(in.Engine().Health()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, in.Engine().Health())
+	last := ""
+	testutil.Eventually(t, 60*time.Second, what, func() bool {
+		err := in.Engine().Health()
+		if s := fmt.Sprint(err); s != last {
+			last = s
+			t.Logf("health: %v", err) // the trail, should it never come
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return lossWritten(err)
+	})
 }
 
 // readLossFile reads the one loss file in lossDir (failing t if there is
