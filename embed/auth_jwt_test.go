@@ -22,6 +22,7 @@ import (
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -109,9 +110,12 @@ func TestAuthJWTIssuedByOneInstanceIsHonouredByAnotherAndForgeriesAreNot(t *test
 		}
 	}
 
-	// Expired (ttl=2s).
-	time.Sleep(3 * time.Second)
-	if _, err := kvB.Range(withToken(ctx, resp.Token), &pb.RangeRequest{Key: []byte("/foo/a")}); !errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) {
-		t.Fatalf("expired token: %v, want invalid auth token", err)
-	}
+	// Expired (ttl=2s; a JWT's expiry is whole seconds of the wall clock).
+	testutil.Eventually(t, 5*time.Second, "the token refused once expired", func() bool {
+		_, err := kvB.Range(withToken(ctx, resp.Token), &pb.RangeRequest{Key: []byte("/foo/a")})
+		if err != nil && !errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) {
+			t.Fatalf("expired token: %v, want invalid auth token", err)
+		}
+		return err != nil
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/zketcd/zketcd/internal/zkstore"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -197,20 +198,13 @@ func TestAuthSurvivesRestartAndBaseGenerations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, "a base generation written after the compaction", func() bool {
 		base, err := st.ReadBase()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if base.Gen > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no base generation written after the compaction")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return base.Gen > 0
+	})
 	in.Restart()
 	checkAlice(t, in.Endpoint())
 }

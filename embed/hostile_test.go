@@ -28,6 +28,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -227,19 +228,11 @@ func TestManyWatchStreamsDoNotStarveOthersAndAreReleased(t *testing.T) {
 	}
 	var afterHeap uint64
 	var afterG int
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testutil.Eventually(t, 15*time.Second, "heap and goroutines back near their baseline after closing the streams", func() bool {
 		afterHeap, afterG = heapInUse(), runtime.NumGoroutine()
 		grown := int64(afterHeap) - int64(baseHeap)
-		if (grown < int64(peakHeap-baseHeap)/4 || grown < 8<<20) && afterG < baseG+50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after closing %d streams: heap %d MiB (baseline %d, peak %d), goroutines %d (baseline %d, peak %d)",
-				opened.Load(), afterHeap>>20, baseHeap>>20, peakHeap>>20, afterG, baseG, peakG)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return (grown < int64(peakHeap-baseHeap)/4 || grown < 8<<20) && afterG < baseG+50
+	})
 	t.Logf("%d streams on %d connections opened in %v; put+get beside them %v; heap in use %.1f MiB before, %.1f MiB open, %.1f MiB after; goroutines %d, %d, %d",
 		opened.Load(), conns, openTook.Round(time.Millisecond), took.Round(time.Millisecond),
 		float64(baseHeap)/(1<<20), float64(peakHeap)/(1<<20), float64(afterHeap)/(1<<20), baseG, peakG, afterG)

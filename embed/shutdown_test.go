@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -30,7 +31,10 @@ func TestShutdownDoesNotWaitForStreams(t *testing.T) {
 	if _, err := c.Put(ctx, "k", "v", clientv3.WithLease(grant.ID)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testutil.Eventually(t, 10*time.Second, "the watch stream open", func() bool {
+		st := in.Engine().WatchStats()
+		return st.Synced+st.Unsynced > 0
+	})
 	start := time.Now()
 	in.Zketcd().Close(5 * time.Second)
 	if took := time.Since(start); took > 2*time.Second {

@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // memSource is a Source over a state kept in memory.
@@ -340,15 +342,17 @@ func TestSimpleTokenExpiresAfterTTL(t *testing.T) {
 	st := enabledState(t)
 	tp := newSimpleTokens(300 * time.Millisecond)
 	defer tp.Close()
+	clk := testutil.NewClock()
+	tp.now = clk.Now
 	tok, err := tp.Assign("alice", st, 9)
 	must(t, err)
 	for i := 0; i < 4; i++ { // each use extends the lifetime
-		time.Sleep(150 * time.Millisecond)
+		clk.Advance(150 * time.Millisecond)
 		if _, ok := tp.Info(tok, st); !ok {
 			t.Fatalf("token invalid %d uses in", i)
 		}
 	}
-	time.Sleep(450 * time.Millisecond)
+	clk.Advance(450 * time.Millisecond)
 	if _, ok := tp.Info(tok, st); ok {
 		t.Fatal("token valid after its TTL")
 	}

@@ -81,6 +81,7 @@ func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
 // has not seen counts from its issue time.
 type simpleTokens struct {
 	ttl     time.Duration
+	now     func() time.Time // time.Now; tests move their own clock
 	mu      sync.Mutex
 	lastUse map[string]time.Time
 	stop    chan struct{}
@@ -91,7 +92,7 @@ func newSimpleTokens(ttl time.Duration) *simpleTokens {
 	if ttl <= 0 {
 		ttl = DefaultTokenTTL
 	}
-	t := &simpleTokens{ttl: ttl, lastUse: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	t := &simpleTokens{ttl: ttl, now: time.Now, lastUse: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go t.expire()
 	return t
 }
@@ -132,7 +133,7 @@ func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 	if u == nil || len(st.secret) == 0 {
 		return "", errors.New("simple token: no such user or auth disabled")
 	}
-	now := time.Now()
+	now := t.now()
 	issued := strconv.FormatInt(now.UnixMilli(), 10)
 	tok := base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + issued + "." +
 		base64.RawURLEncoding.EncodeToString(simpleMAC(st.secret, user, issued, u.Password))
@@ -163,7 +164,7 @@ func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
 	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(st.secret, string(name), parts[1], u.Password)) {
 		return Info{}, false
 	}
-	now := time.Now()
+	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	last, seen := t.lastUse[token]

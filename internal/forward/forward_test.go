@@ -24,6 +24,7 @@ import (
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -55,10 +56,10 @@ func cluster(t *testing.T, n int) []*embedtest.Instance {
 // the instances with the leader first.
 func byLeader(t *testing.T, ins []*embedtest.Instance) []*embedtest.Instance {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		var leader *embedtest.Instance
-		var others []*embedtest.Instance
+	var leader *embedtest.Instance
+	var others []*embedtest.Instance
+	testutil.Eventually(t, 20*time.Second, "the instances agree on a leader", func() bool {
+		leader, others = nil, nil
 		agree := true
 		_, want := ins[0].Engine().Leader()
 		for _, in := range ins {
@@ -70,13 +71,9 @@ func byLeader(t *testing.T, ins []*embedtest.Instance) []*embedtest.Instance {
 				others = append(others, in)
 			}
 		}
-		if agree && leader != nil {
-			return append([]*embedtest.Instance{leader}, others...)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("the instances did not agree on a leader")
-	return nil
+		return agree && leader != nil
+	})
+	return append([]*embedtest.Instance{leader}, others...)
 }
 
 // logOf reads every entry of root after the sentinel.
@@ -209,10 +206,10 @@ func TestLeaderDeathDuringForwardedWritesLosesAndDoublesNothing(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	testutil.Eventually(t, 30*time.Second, "puts acknowledged through the followers", func() bool { return nacked.Load() >= 50 })
 	before := nacked.Load()
 	leader.Close()
-	time.Sleep(3 * time.Second)
+	testutil.Eventually(t, time.Minute, "puts acknowledged after the leader died", func() bool { return nacked.Load() >= before+50 })
 	close(stop)
 	wg.Wait()
 	after := nacked.Load()
@@ -332,6 +329,8 @@ func TestLeaseReadsThroughAFollowerSeeKeepalivesInTheLeadersMemory(t *testing.T)
 		for range ka {
 		}
 	}()
+	// Real time, past the TTL: the token's age on the wall clock, which a
+	// follower's own estimate would show, is what the answer must not.
 	time.Sleep(7 * time.Second)
 	ttl, err := follower.TimeToLive(ctx, lease.ID, clientv3.WithAttachedKeys())
 	if err != nil {

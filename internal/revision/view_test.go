@@ -154,7 +154,11 @@ func TestWaitApplied(t *testing.T) {
 	v := NewView(1, 1)
 	done := make(chan error, 1)
 	go func() { done <- v.WaitApplied(context.Background(), 2) }()
-	time.Sleep(10 * time.Millisecond)
+	select { // a negative, bounded: it waits while 2 is not applied
+	case err := <-done:
+		t.Fatalf("WaitApplied(2) returned %v before 2 was applied", err)
+	case <-time.After(10 * time.Millisecond):
+	}
 	mustApply(t, v, 2, txn(2, put("a", "1")))
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package rvmap_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/rvmap"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -103,29 +105,23 @@ func TestIndexSaysWhenARevisionWasCompactedAway(t *testing.T) {
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
 	cfg := zkstore.Config{Servers: []string{zk.Addr()}, Root: in.Root(), Logger: logrus.NewEntry(lg)}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ix, err := rvmap.Open(ctx, cfg)
-		if err != nil {
+	var ix *rvmap.Index
+	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("revision %d compacted away after two physical compactions", old), func() bool {
+		var err error
+		if ix, err = rvmap.Open(ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
 		m := ix.Revision(old)
-		if m.Compacted && !m.Found && !m.Future {
-			if f := ix.Revision(ix.Head.Rev + 1); !f.Future || f.Compacted {
-				t.Fatalf("revision after the head: %+v", f)
-			}
-			var out bytes.Buffer
-			if err := ix.WriteTable(&out, nil, []int64{old}); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(out.String(), "compacted into the base generation") {
-				t.Fatalf("table does not say the revision was compacted:\n%s", out.String())
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("revision %d still mapped after two physical compactions: %+v", old, m)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return m.Compacted && !m.Found && !m.Future
+	})
+	if f := ix.Revision(ix.Head.Rev + 1); !f.Future || f.Compacted {
+		t.Fatalf("revision after the head: %+v", f)
+	}
+	var out bytes.Buffer
+	if err := ix.WriteTable(&out, nil, []int64{old}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "compacted into the base generation") {
+		t.Fatalf("table does not say the revision was compacted:\n%s", out.String())
 	}
 }

@@ -1,6 +1,9 @@
 package testutil
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,12 +20,13 @@ func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
 // fatalRecorder is a testing.TB whose Fatalf records instead of stopping.
 type fatalRecorder struct {
 	testing.TB
-	msg string
+	msg  string
+	args []any
 }
 
 func (f *fatalRecorder) Helper() {}
 func (f *fatalRecorder) Fatalf(format string, args ...any) {
-	f.msg = format
+	f.msg, f.args = format, args
 	panic(f)
 }
 
@@ -43,6 +47,31 @@ func TestEventuallyFailsAfterItsTime(t *testing.T) {
 	if rec.msg == "" {
 		t.Fatal("no failure reported")
 	}
+}
+
+func TestEventuallyWithAnErrorConditionReportsTheLastError(t *testing.T) {
+	var calls int
+	Eventually(t, 5*time.Second, "second call", func() error {
+		if calls++; calls < 2 {
+			return errors.New("first")
+		}
+		return nil
+	})
+	rec := &fatalRecorder{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		Eventually(rec, 10*time.Millisecond, "never", func() error { return errors.New("still broken") })
+	}()
+	if got := fmt.Sprintf(rec.msg, rec.args...); !strings.Contains(got, "never: still broken") {
+		t.Fatalf("failure %q does not carry the last error", got)
+	}
+}
+
+type namedCond func() bool
+
+func TestEventuallyTakesNamedConditionTypes(t *testing.T) {
+	n := 0
+	Eventually(t, 5*time.Second, "third call", namedCond(func() bool { n++; return n >= 3 }))
 }
 
 func TestClockMovesOnlyForwardAndKeepsMonotonicOrder(t *testing.T) {

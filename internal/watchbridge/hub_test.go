@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // fixture is a hub over a real view, fed entries the way the engine does
@@ -212,7 +213,7 @@ func TestCatchUpWhileNotifying(t *testing.T) {
 			}
 			last = f.put(fmt.Sprintf("a%d", i%7))
 			if i%100 == 0 {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // the writer's pace, not a wait
 			}
 		}
 	}()
@@ -225,7 +226,15 @@ func TestCatchUpWhileNotifying(t *testing.T) {
 		}
 		streams = append(streams, s)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The watchers catch up while a thousand more revisions are applied.
+	f.mu.Lock()
+	opened := f.rev
+	f.mu.Unlock()
+	testutil.Eventually(t, 30*time.Second, "a thousand revisions applied while the watchers catch up", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.rev >= opened+1000
+	})
 	close(stop)
 	last := <-writes
 	for i, s := range streams {
@@ -284,6 +293,8 @@ func TestFutureStartRevision(t *testing.T) {
 		t.Fatalf("progress for a watcher waiting for revision 10 at %d", f.h.Rev())
 	}
 	f.h.Resync()
+	// A negative (resyncs do not move a watcher waiting for a future
+	// revision), so a bounded wait: three resync periods.
 	time.Sleep(3 * resyncPeriod)
 	for f.rev < 12 {
 		f.put("x")

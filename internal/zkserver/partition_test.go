@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -191,9 +192,7 @@ func TestEnsembleRoutedPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := waitSyncedFollowers(ctx, e, leader, 2); err != nil {
-		t.Fatal(err)
-	}
+	waitSyncedFollowers(ctx, t, e, leader, 2)
 	follower := (leader + 1) % 3
 	other := 3 - leader - follower
 	// The follower follows the leader through the gate.
@@ -215,7 +214,7 @@ func TestEnsembleRoutedPartition(t *testing.T) {
 	began := time.Now()
 	// The cut-off follower stops serving (it answers srvr, but not as a
 	// follower); the leader keeps its quorum with one synced follower.
-	if err := retry(20*time.Second, func() error {
+	testutil.Eventually(t, 20*time.Second, "the cut-off member stops serving", func() error {
 		mode, err := e.Member(follower).Mode(ctx)
 		if err == nil {
 			return fmt.Errorf("cut-off member %d still serves as %s", follower+1, mode)
@@ -224,13 +223,9 @@ func TestEnsembleRoutedPartition(t *testing.T) {
 			return err
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	t.Logf("cut-off member %d stopped serving %s after the cut", follower+1, time.Since(began).Round(time.Millisecond))
-	if err := waitSyncedFollowers(ctx, e, leader, 1); err != nil {
-		t.Fatal(err)
-	}
+	waitSyncedFollowers(ctx, t, e, leader, 1)
 	if mode, err := e.Member(other).Mode(ctx); err != nil || mode != zkserver.ModeFollower {
 		t.Fatalf("member %d Mode() = %q, %v during the partition; want follower", other+1, mode, err)
 	}
@@ -238,7 +233,8 @@ func TestEnsembleRoutedPartition(t *testing.T) {
 	if _, err := conn.Create("/during", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("write through member %d during the partition: %v", other+1, err)
 	}
-	// It stays out: several sync limits later it still does not serve.
+	// It stays out: several sync limits later it still does not serve (a
+	// negative, so a bounded wait).
 	time.Sleep(5 * opts.TickTime * time.Duration(opts.SyncLimit))
 	if mode, err := e.Member(follower).Mode(ctx); err == nil {
 		t.Fatalf("cut-off member %d serves as %s %s into the partition", follower+1, mode, time.Since(began).Round(time.Millisecond))
@@ -246,9 +242,7 @@ func TestEnsembleRoutedPartition(t *testing.T) {
 
 	cut(false)
 	healed := time.Now()
-	if err := waitSyncedFollowers(ctx, e, leader, 2); err != nil {
-		t.Fatal(err)
-	}
+	waitSyncedFollowers(ctx, t, e, leader, 2)
 	if err := e.WaitQuorum(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -272,18 +266,16 @@ func gateOf(t *testing.T, mu *sync.Mutex, gates map[zkserver.PeerLink]*gate, fro
 
 // waitSyncedFollowers waits until member leader leads with exactly n synced
 // followers (mntr).
-func waitSyncedFollowers(ctx context.Context, e *zkserver.Ensemble, leader, n int) error {
-	var last string
-	err := retry(30*time.Second, func() error {
+func waitSyncedFollowers(ctx context.Context, t *testing.T, e *zkserver.Ensemble, leader, n int) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("member %d leads with %d synced followers", leader+1, n), func() error {
 		m, err := e.Member(leader).Monitor(ctx)
 		if err != nil {
 			return err
 		}
-		last = m["zk_server_state"] + ", " + m["zk_synced_followers"] + " synced followers"
 		if m["zk_server_state"] != zkserver.ModeLeader || m["zk_synced_followers"] != strconv.Itoa(n) {
-			return fmt.Errorf("member %d: %s; want leader, %d synced followers", leader+1, last, n)
+			return fmt.Errorf("member %d: %s, %s synced followers", leader+1, m["zk_server_state"], m["zk_synced_followers"])
 		}
 		return nil
 	})
-	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -25,18 +26,6 @@ func connect(t *testing.T, addrs ...string) *zk.Conn {
 	}
 	t.Cleanup(conn.Close)
 	return conn
-}
-
-// retry calls f until it succeeds or timeout passes, returning the last error.
-func retry(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func getData(conn *zk.Conn, path string) (string, error) {
@@ -193,30 +182,26 @@ func TestEnsembleLeaderFailover(t *testing.T) {
 	killed := time.Now()
 
 	var newLeader int
-	if err := retry(15*time.Second, func() error {
+	testutil.Eventually(t, 15*time.Second, fmt.Sprintf("a new leader after killing %d", leader), func() error {
 		l, err := e.Leader(ctx)
 		if err == nil && l == leader {
 			err = fmt.Errorf("killed member %d still reported as leader", l)
 		}
 		newLeader = l
 		return err
-	}); err != nil {
-		t.Fatalf("no new leader within 15s of killing %d: %v", leader, err)
-	}
+	})
 	t.Logf("new leader %d elected %s after killing leader %d", newLeader, time.Since(killed), leader)
 
 	// Write through a surviving member that is not the new leader.
 	other := 3 - leader - newLeader
 	oconn := connect(t, e.Member(other).Addr())
-	if err := retry(15*time.Second, func() error {
+	testutil.Eventually(t, 15*time.Second, fmt.Sprintf("a write through member %d after failover", other), func() error {
 		_, err := oconn.Create("/after", []byte("v2"), 0, zk.WorldACL(zk.PermAll))
 		if errors.Is(err, zk.ErrNodeExists) {
 			return nil // an earlier attempt succeeded but its answer got lost
 		}
 		return err
-	}); err != nil {
-		t.Fatalf("write through member %d after failover: %v", other, err)
-	}
+	})
 	t.Logf("write through member %d succeeded %s after the kill", other, time.Since(killed))
 	if got, err := getData(oconn, "/before"); err != nil || got != "v1" {
 		t.Fatalf("get /before = %q, %v; want v1", got, err)
@@ -251,14 +236,12 @@ func TestEnsembleRestartAfterQuorumLoss(t *testing.T) {
 	}
 	// The survivor may still call itself leader until it notices that its
 	// followers are gone.
-	if err := retry(15*time.Second, func() error {
+	testutil.Eventually(t, 15*time.Second, "no leader without a quorum", func() error {
 		if _, err := e.Leader(ctx); !errors.Is(err, zkserver.ErrNoLeader) {
 			return fmt.Errorf("Leader() without quorum = %v; want ErrNoLeader", err)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if err := e.Start(ctx); err != nil {
 		t.Fatalf("Ensemble.Start: %v", err)
 	}

@@ -65,7 +65,8 @@ func TestHandshakeConnBoundsOnlyTheConnectResponse(t *testing.T) {
 	if got := c.bound(far); !got.Equal(far) {
 		t.Fatalf("after the connect response, a far deadline became %v", got)
 	}
-	// The bound set at dial time was lifted: a read now waits past it.
+	// The bound set at dial time was lifted: a read now waits past it (the
+	// deadline passing, in real time, is what is under test).
 	time.Sleep(time.Until(deadline) + 50*time.Millisecond)
 	go func() { _, _ = server.Write([]byte{1}) }()
 	if _, err := c.Read(buf[:1]); err != nil {
@@ -127,6 +128,7 @@ func TestOpenMovesPastAPausedZooKeeperMember(t *testing.T) {
 		}
 		t.Logf("open %d: session after %v", i, time.Since(start).Round(time.Millisecond))
 		if i == 0 {
+			// Idle past the 2 s handshake bound (the experiment itself).
 			time.Sleep(3 * time.Second)
 			if _, err := st.Head(); err != nil {
 				t.Fatalf("read after an idle period longer than the handshake bound: %v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -24,20 +25,15 @@ func TestElectionRelooksHoldNoMoreWatches(t *testing.T) {
 		t.Cleanup(e.Close)
 		elections = append(elections, e)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, "member 1 elected, as all know", func() bool {
 		leader, _, id := elections[0].State()
 		_, _, id2 := elections[2].State()
-		if leader && id == 1 && id2 == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no leader elected")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return leader && id == 1 && id2 == 1
+	})
 	before := electionGoroutines()
-	time.Sleep(time.Second) // ~100 looks per instance
+	// A negative (no goroutine per look), so a bounded wait: a quiet
+	// second is ~100 looks per instance.
+	time.Sleep(time.Second)
 	after := electionGoroutines()
 	t.Logf("goroutines in zkstore's election: %d, after ~100 looks each: %d", before, after)
 	if after > before {
@@ -50,17 +46,11 @@ func TestElectionRelooksHoldNoMoreWatches(t *testing.T) {
 	}
 	// The watches still work: the leader going makes the next one lead.
 	elections[0].Close()
-	for deadline = time.Now().Add(10 * time.Second); ; {
+	testutil.Eventually(t, 10*time.Second, "member 2 takes over when member 1 withdrew", func() bool {
 		leader, _, _ := elections[1].State()
 		_, _, id := elections[2].State()
-		if leader && id == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("member 2 did not take over when member 1 withdrew")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return leader && id == 2
+	})
 }
 
 // electionGoroutines counts the goroutines running zkstore's election code.
