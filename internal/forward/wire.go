@@ -41,8 +41,13 @@ const (
 	mdLSN     = "zketcd-lsn"
 	mdDup     = "zketcd-dup-rev"
 	mdOutcome = "zketcd-outcome"
-	// mdEntropy carries an auth change's entropy (binary metadata).
+	// mdEntropy carries an auth change's entropy (binary metadata; a
+	// leader of this build draws its own instead).
 	mdEntropy = "zketcd-entropy-bin"
+	// mdCallerToken and mdCallerCN carry the credential of the client a
+	// request came from (auth.Caller), for the leader to check it itself.
+	mdCallerToken = "zketcd-caller-token"
+	mdCallerCN    = "zketcd-caller-cn"
 )
 
 // Values of mdOutcome.
@@ -77,11 +82,15 @@ func first(md metadata.MD, key string) string {
 	return ""
 }
 
-// target turns an advertised URL (http://host:port) into a gRPC target.
-func target(url string) (string, error) {
+// target turns an advertised URL (http:// or https://host:port) into a
+// gRPC target, and tells whether it is https.
+func target(url string) (t string, secure bool, err error) {
 	rest, ok := strings.CutPrefix(url, "http://")
-	if !ok || rest == "" || strings.Contains(rest, "/") {
-		return "", fmt.Errorf("internal URL %q: want http://host:port", url)
+	if !ok {
+		rest, secure = strings.CutPrefix(url, "https://")
 	}
-	return "dns:///" + rest, nil
+	if (!ok && !secure) || rest == "" || strings.Contains(rest, "/") {
+		return "", false, fmt.Errorf("internal URL %q: want http:// or https://host:port", url)
+	}
+	return "dns:///" + rest, secure, nil
 }
