@@ -191,6 +191,9 @@ func TestTheExampleConfigFileParses(t *testing.T) {
 	if _, _, _, _, err := f.tlsVersions(); err != nil {
 		t.Errorf("example TLS settings: %v", err)
 	}
+	if p := f.peer.peerTLS(); !p.ClientCertAuth || p.TrustedCAFile == "" || len(p.AllowedCNs) != 3 || f.internalListenURL != "https://10.0.0.11:2380" {
+		t.Errorf("example peer TLS: %+v at %s", p, f.internalListenURL)
+	}
 	if _, err := f.autoCompaction(); err != nil {
 		t.Errorf("example auto-compaction: %v", err)
 	}

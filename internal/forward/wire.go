@@ -50,7 +50,11 @@ const (
 	mdCallerCN    = "zketcd-caller-cn"
 )
 
-// Values of mdOutcome.
+// Values of mdOutcome. outcomeBadToken is any refusal before the request
+// ran that its origin may answer by committing it itself: today a request
+// without its caller's credential while auth is on (a bad token is refused
+// from the headers, without a trailer; older builds sent this outcome for
+// it, and their clients read it the same way).
 const (
 	outcomeNotLeader   = "not-leader"
 	outcomeAuthChanged = "auth-changed"
