@@ -26,6 +26,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -356,6 +357,93 @@ func TestForwardedTrafficIsNotInClear(t *testing.T) {
 	} {
 		if bytes.Contains(seen, []byte(secret)) {
 			t.Errorf("%s crossed the wire in clear", what)
+		}
+	}
+}
+
+// counter reads a counter of in's registry (0 if absent).
+func counter(t *testing.T, in *embedtest.Instance, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := in.Zketcd().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestClientCertificateIdentityIsForwardedOnlyOverMutualTLS: under
+// --client-cert-auth a user known by its certificate's common name writes
+// through a follower; with mutual TLS between the instances the leader
+// takes that name from the follower and commits the forwarded write;
+// without it, the name is not taken, and the follower commits the write
+// itself after checking it (nothing is forwarded on a claim the leader
+// cannot verify).
+func TestClientCertificateIdentityIsForwardedOnlyOverMutualTLS(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	for _, mutual := range []bool{true, false} {
+		certs := testcerts.New(t)
+		configure := func(cn string) func(*embed.Config) {
+			return func(c *embed.Config) {
+				c.GRPC.Auth.BcryptCost = bcrypt.MinCost
+				if mutual {
+					cert, key := certs.Peer(t, cn, "127.0.0.1")
+					c.Peer = embed.PeerTLS{CertFile: cert, KeyFile: key, TrustedCAFile: certs.CAFile, ClientCertAuth: true}
+				}
+			}
+		}
+		leader := embedtest.Start(t, []string{zk}, embedtest.Options{ForwardWrites: true, TLS: certs.ServerTLS(t), SessionTimeout: 4 * time.Second,
+			Configure: configure("zketcd-a")})
+		waitLeader(t, leader)
+		follower := embedtest.Start(t, []string{zk}, embedtest.Options{Root: leader.Root(), ForwardWrites: true, TLS: certs.ServerTLS(t),
+			SessionTimeout: 4 * time.Second, Configure: configure("zketcd-b")})
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{follower.Endpoint()}, TLS: certs.ClientTLS(t, true), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// testcerts' client certificate has the common name "client".
+		for _, step := range []func() error{
+			func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+			func() error { _, err := c.RoleAdd(ctx, "root"); return err },
+			func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+			func() error { _, err := c.UserAdd(ctx, "client", "clientpw"); return err },
+			func() error { _, err := c.UserGrantRole(ctx, "client", "root"); return err },
+			func() error { _, err := c.AuthEnable(ctx); return err },
+		} {
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		labels := map[string]string{"method": "put"}
+		ok := func() float64 { labels["outcome"] = "ok"; return counter(t, follower, "zketcd_forward_requests_total", labels) }
+		local := func() float64 { labels["outcome"] = "local"; return counter(t, follower, "zketcd_forward_requests_total", labels) }
+		ok0, local0 := ok(), local()
+		if _, err := c.Put(ctx, "by-certificate", "v"); err != nil {
+			t.Fatalf("mutual TLS %v: the certificate's user writes through the follower: %v", mutual, err)
+		}
+		forwarded, committedHere := ok()-ok0, local()-local0
+		t.Logf("mutual TLS %v: forwarded %v, committed by the follower %v", mutual, forwarded, committedHere)
+		if mutual && (forwarded != 1 || committedHere != 0) {
+			t.Errorf("with mutual TLS: forwarded %v, committed by the follower %v; want it forwarded", forwarded, committedHere)
+		}
+		if !mutual && (forwarded != 0 || committedHere != 1) {
+			t.Errorf("without mutual TLS: forwarded %v, committed by the follower %v; want the follower to commit it", forwarded, committedHere)
 		}
 	}
 }
