@@ -431,8 +431,14 @@ func TestClientCertificateIdentityIsForwardedOnlyOverMutualTLS(t *testing.T) {
 			}
 		}
 		labels := map[string]string{"method": "put"}
-		ok := func() float64 { labels["outcome"] = "ok"; return counter(t, follower, "zketcd_forward_requests_total", labels) }
-		local := func() float64 { labels["outcome"] = "local"; return counter(t, follower, "zketcd_forward_requests_total", labels) }
+		ok := func() float64 {
+			labels["outcome"] = "ok"
+			return counter(t, follower, "zketcd_forward_requests_total", labels)
+		}
+		local := func() float64 {
+			labels["outcome"] = "local"
+			return counter(t, follower, "zketcd_forward_requests_total", labels)
+		}
 		ok0, local0 := ok(), local()
 		if _, err := c.Put(ctx, "by-certificate", "v"); err != nil {
 			t.Fatalf("mutual TLS %v: the certificate's user writes through the follower: %v", mutual, err)
