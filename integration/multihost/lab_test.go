@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
+	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -62,7 +63,7 @@ type host struct {
 type instance struct {
 	*host
 	proc *exec.Cmd
-	log  *syncBuffer
+	log  *embedtest.SyncBuffer
 	done chan error
 	once sync.Once
 }
@@ -326,7 +327,7 @@ func (h *host) start(t *testing.T, dir, script string, env ...string) *instance 
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(h.lab.bin)+":"+os.Getenv("PATH"))
 	cmd.Env = append(cmd.Env, env...)
-	in := &instance{host: h, proc: cmd, log: &syncBuffer{}, done: make(chan error, 1)}
+	in := &instance{host: h, proc: cmd, log: &embedtest.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = in.log, in.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -336,7 +337,7 @@ func (h *host) start(t *testing.T, dir, script string, env ...string) *instance 
 	t.Cleanup(func() {
 		in.kill()
 		if t.Failed() {
-			t.Logf("%s's log:\n%s", h.name, in.log.tail(60))
+			t.Logf("%s's log:\n%s", h.name, tail(in.log.String(), 60))
 		}
 	})
 	return in
@@ -429,27 +430,9 @@ func (h *host) metric(t *testing.T, endpoint, series string) float64 {
 	return 0
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// tail returns the last n lines.
-func (s *syncBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(s.String(), "\n"), "\n")
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 

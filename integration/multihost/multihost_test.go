@@ -36,7 +36,7 @@ func waitServing(t *testing.T, from *host, ins []*instance) (leader uint64, ids 
 		c := from.client(t, in.addr+":"+clientPort)
 		eventually(t, in.name+" serving", time.Minute, func() error {
 			if err, exited := in.exited(0); exited {
-				t.Fatalf("%s exited: %v\n%s", in.name, err, in.log.tail(30))
+				t.Fatalf("%s exited: %v\n%s", in.name, err, tail(in.log.String(), 30))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
@@ -120,7 +120,7 @@ func TestInstancesOnSeveralHostsForwardOverMutualTLS(t *testing.T) {
 	}
 	for _, in := range ins {
 		if !strings.Contains(in.log.String(), "https://"+in.addr+":2380") {
-			t.Fatalf("%s does not advertise its https internal endpoint:\n%s", in.name, in.log.tail(20))
+			t.Fatalf("%s does not advertise its https internal endpoint:\n%s", in.name, tail(in.log.String(), 20))
 		}
 	}
 	// A client on the first follower's host writes through the second's.
