@@ -3,11 +3,9 @@ package forward
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/zketcd/zketcd/internal/revision"
@@ -16,13 +14,24 @@ import (
 // serviceName is the internal gRPC service. Its methods carry etcd's own
 // protobuf messages; the protocol grows by adding methods, never by
 // changing one: a peer of an older version answers a method it lacks with
-// codes.Unimplemented, which the client reports as engine.ErrUnsupported
-// (the caller answers locally). Methods: Put, DeleteRange, Txn, Compact,
-// LeaseGrant, LeaseRevoke (writes: tag, auth fingerprint, position and
-// duplicate revision in metadata), ReadIndex, KeepAlive, and the lease
-// reads LeaseTimeToLive and LeaseLeases (the answer, with the position it
+// codes.Unimplemented, which the client reports as engine.ErrNotSent for a
+// write sent first and engine.ErrUnsupported for a read (the caller
+// answers locally). Methods: one per kind of forwarded write
+// (engine.WriteKinds: Put, DeleteRange, Txn, Compact, LeaseGrant,
+// LeaseRevoke, Alarm and the auth changes; tag, auth fingerprint and
+// entropy in the request's metadata, position and duplicate revision in
+// the response's), ReadIndex, KeepAlive, and the lease reads
+// LeaseTimeToLive and LeaseLeases (the answer, with the position it
 // reflects in mdLSN).
 const serviceName = "zketcd.internal.Forward"
+
+// The methods beside the forwarded writes.
+const (
+	methodReadIndex       = "ReadIndex"
+	methodKeepAlive       = "KeepAlive"
+	methodLeaseTimeToLive = "LeaseTimeToLive"
+	methodLeaseLeases     = "LeaseLeases"
+)
 
 // Metadata keys of the protocol.
 const (
@@ -32,27 +41,20 @@ const (
 	mdLSN     = "zketcd-lsn"
 	mdDup     = "zketcd-dup-rev"
 	mdOutcome = "zketcd-outcome"
-	// mdEntropy carries an auth change's entropy (binary metadata).
+	// mdEntropy carries an auth change's entropy (binary metadata; a
+	// leader of this build draws its own instead).
 	mdEntropy = "zketcd-entropy-bin"
+	// mdCallerToken and mdCallerCN carry the credential of the client a
+	// request came from (auth.Caller), for the leader to check it itself.
+	mdCallerToken = "zketcd-caller-token"
+	mdCallerCN    = "zketcd-caller-cn"
 )
 
-// authMethods name the forwarded auth changes by request type; the
-// server registers one method per entry.
-var authMethods = map[reflect.Type]string{
-	reflect.TypeOf(&pb.AuthEnableRequest{}):               "AuthEnable",
-	reflect.TypeOf(&pb.AuthDisableRequest{}):              "AuthDisable",
-	reflect.TypeOf(&pb.AuthUserAddRequest{}):              "UserAdd",
-	reflect.TypeOf(&pb.AuthUserDeleteRequest{}):           "UserDelete",
-	reflect.TypeOf(&pb.AuthUserChangePasswordRequest{}):   "UserChangePassword",
-	reflect.TypeOf(&pb.AuthUserGrantRoleRequest{}):        "UserGrantRole",
-	reflect.TypeOf(&pb.AuthUserRevokeRoleRequest{}):       "UserRevokeRole",
-	reflect.TypeOf(&pb.AuthRoleAddRequest{}):              "RoleAdd",
-	reflect.TypeOf(&pb.AuthRoleDeleteRequest{}):           "RoleDelete",
-	reflect.TypeOf(&pb.AuthRoleGrantPermissionRequest{}):  "RoleGrantPermission",
-	reflect.TypeOf(&pb.AuthRoleRevokePermissionRequest{}): "RoleRevokePermission",
-}
-
-// Values of mdOutcome.
+// Values of mdOutcome. outcomeBadToken is any refusal before the request
+// ran that its origin may answer by committing it itself: today a request
+// without its caller's credential while auth is on (a bad token is refused
+// from the headers, without a trailer; older builds sent this outcome for
+// it, and their clients read it the same way).
 const (
 	outcomeNotLeader   = "not-leader"
 	outcomeAuthChanged = "auth-changed"
@@ -84,11 +86,15 @@ func first(md metadata.MD, key string) string {
 	return ""
 }
 
-// target turns an advertised URL (http://host:port) into a gRPC target.
-func target(url string) (string, error) {
+// target turns an advertised URL (http:// or https://host:port) into a
+// gRPC target, and tells whether it is https.
+func target(url string) (t string, secure bool, err error) {
 	rest, ok := strings.CutPrefix(url, "http://")
-	if !ok || rest == "" || strings.Contains(rest, "/") {
-		return "", fmt.Errorf("internal URL %q: want http://host:port", url)
+	if !ok {
+		rest, secure = strings.CutPrefix(url, "https://")
 	}
-	return "dns:///" + rest, nil
+	if (!ok && !secure) || rest == "" || strings.Contains(rest, "/") {
+		return "", false, fmt.Errorf("internal URL %q: want http:// or https://host:port", url)
+	}
+	return "dns:///" + rest, secure, nil
 }
