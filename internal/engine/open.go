@@ -201,7 +201,7 @@ func (b *Engine) recover(ctx context.Context) error {
 // flight. each, if not nil, sees every log entry before it is applied. It
 // returns the view, that head and the bytes read. It starts over when a
 // compaction replaces the base or removes entries while it reads.
-func Replay(ctx context.Context, st Log, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
+func Replay(ctx context.Context, st History, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
 	return replay(ctx, st, window, each, nil)
 }
 
@@ -224,7 +224,7 @@ func (rec *replayed) account(sp *space) {
 }
 
 // replay is Replay; rec, if not nil, receives what it read.
-func replay(ctx context.Context, st Log, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
+func replay(ctx context.Context, st History, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		if rec != nil {
@@ -242,7 +242,7 @@ func replay(ctx context.Context, st Log, window int, each func(*revision.Entry),
 	return nil, zkstore.Head{}, 0, fmt.Errorf("recovery kept racing compactions: %w", lastErr)
 }
 
-func replayOnce(ctx context.Context, st Log, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
+func replayOnce(ctx context.Context, st History, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
 	head, err := st.SyncHead()
 	if err != nil {
 		return nil, zkstore.Head{}, 0, fmt.Errorf("read head: %w", err)

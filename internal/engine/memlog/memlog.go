@@ -26,6 +26,7 @@ package memlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -88,6 +89,11 @@ type leaseToken struct {
 	mtime   time.Time
 }
 
+// mtimeNow is a znode's modification time as ZooKeeper records it: the
+// wall clock in milliseconds, with no monotonic reading (so a comparison
+// with it is a wall-clock one, as on ZooKeeper).
+func mtimeNow() time.Time { return time.UnixMilli(time.Now().UnixMilli()) }
+
 type candidate struct {
 	seq      int64
 	memberID uint64
@@ -117,6 +123,7 @@ type Store struct {
 	seq        int64
 	base       zkstore.Base
 	bases      map[string][]byte
+	prepared   map[string]zkstore.Base // generation path -> the description it was prepared after
 	sessions   int64
 	fault      func(zkstore.CommitRequest) Fault
 	down       bool
@@ -151,6 +158,7 @@ func New(opts Options) *Store {
 		members:    map[uint64]member{},
 		electionCh: make(chan struct{}),
 		bases:      map[string][]byte{},
+		prepared:   map[string]zkstore.Base{},
 		base:       zkstore.Base{},
 	}
 	s.zxid = 1
@@ -607,7 +615,7 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 	if req.Token != "" {
 		s.tokens[req.Token] = session
 	}
-	now := time.Now()
+	now := mtimeNow()
 	for _, op := range req.Entry.Ops {
 		switch op.Kind {
 		case revision.OpLeaseGrant:
@@ -855,7 +863,7 @@ func (c *Client) RenewLeases(ids []int64) (map[int64]bool, error) {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	renewed := make(map[int64]bool, len(ids))
-	now := time.Now()
+	now := mtimeNow()
 	for _, id := range ids {
 		if t := c.s.leases[id]; t != nil {
 			t.version++
@@ -877,10 +885,13 @@ func (c *Client) ReadBase() (zkstore.Base, error) {
 }
 
 // LoadBase decodes the snapshot b names. Errors: zkstore.ErrBaseChanged if
-// it was collected.
+// it was collected, an error for b without a generation.
 func (c *Client) LoadBase(_ context.Context, b zkstore.Base) (*revision.Snapshot, error) {
 	if err := c.check("load base"); err != nil {
 		return nil, err
+	}
+	if b.Gen == 0 {
+		return nil, errors.New("no base generation")
 	}
 	c.s.mu.Lock()
 	data, ok := c.s.bases[b.Path]
@@ -905,11 +916,13 @@ func (c *Client) PrepareBase(_ context.Context, snap *revision.Snapshot, prev zk
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	c.s.bases[nb.Path] = data
+	c.s.prepared[nb.Path] = prev
 	return nb, nil
 }
 
-// PublishBase makes nb current if fence holds and nb's predecessor is
-// still current.
+// PublishBase makes nb current if fence holds and the description nb was
+// prepared after is still current, unchanged (zkstore checks the version
+// of the description: a FreeCompacted since makes it fail too).
 func (c *Client) PublishBase(fence zkstore.Fence, nb zkstore.Base) (zkstore.Base, error) {
 	if err := c.check("make base current"); err != nil {
 		return zkstore.Base{}, err
@@ -919,9 +932,10 @@ func (c *Client) PublishBase(fence zkstore.Fence, nb zkstore.Base) (zkstore.Base
 	if !c.s.guardHoldsLocked(fence.Guard()) {
 		return zkstore.Base{}, fmt.Errorf("make base current: fence %q lost", fence.Path())
 	}
-	if c.s.base.Path != nb.PrevPath {
-		return zkstore.Base{}, fmt.Errorf("make base current: generation %q replaced meanwhile", nb.PrevPath)
+	if prev, ok := c.s.prepared[nb.Path]; !ok || prev != c.s.base {
+		return zkstore.Base{}, fmt.Errorf("make base current: the description of generation %q changed meanwhile", nb.PrevPath)
 	}
+	delete(c.s.prepared, nb.Path)
 	c.s.base = nb
 	return nb, nil
 }
@@ -960,6 +974,7 @@ func (c *Client) CollectBases(_ context.Context, fence zkstore.Fence, cur zkstor
 	for p := range c.s.bases {
 		if p != cur.Path && p != cur.PrevPath {
 			delete(c.s.bases, p)
+			delete(c.s.prepared, p)
 			n++
 		}
 	}
@@ -988,7 +1003,7 @@ func (c *Client) FreeCompacted(_ context.Context, cur zkstore.Base) (zkstore.Bas
 	if cur.PrevPath != "" {
 		delete(c.s.bases, cur.PrevPath)
 	}
-	if c.s.base.Path != cur.Path || c.s.base.PrevPath != cur.PrevPath {
+	if c.s.base != cur {
 		return zkstore.Base{}, n, zkstore.ErrBaseChanged
 	}
 	nb := cur
