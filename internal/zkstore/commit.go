@@ -169,55 +169,17 @@ func failedOp(mr []zk.MultiResponse) int {
 }
 
 func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, tokenGone *bool) (Outcome, int64, error) {
-	prev, e, rev, guards := req.Prev, req.Entry, req.Rev, req.Guards
-	lsn := prev + 1
-	var chunks []string
-	if len(data) > s.cfg.MaxEntryBytes {
-		if len(data) > maxChunkedEntryBytes {
-			return 0, 0, fmt.Errorf("%w: %d bytes > %d", ErrEntryTooLarge, len(data), maxChunkedEntryBytes)
-		}
-		var err error
-		if chunks, err = s.writeChunks(lsn, e.Writer, data); err != nil {
-			return 0, 0, err
-		}
-		data = encodeIndirect(chunks, len(data), crc32.Checksum(data, crcTable))
+	e := req.Entry
+	lsn := req.Prev + 1
+	data, chunks, err := s.storedData(lsn, e.Writer, data)
+	if err != nil {
+		return 0, 0, err
 	}
-	headData, _ := json.Marshal(Head{LSN: lsn, Rev: rev})
 	if err := s.ensureBucket(lsn); err != nil {
 		return 0, 0, err
 	}
-	ops := []any{
-		&zk.CheckVersionRequest{Path: s.l.entry(prev), Version: -1},
-		&zk.CreateRequest{Path: s.l.entry(lsn), Data: data, Acl: s.acl},
-		&zk.SetDataRequest{Path: s.l.head(), Data: headData, Version: -1},
-	}
-	// Guards first: a revoke below deletes the token a guard checks.
-	for _, name := range chunks {
-		ops = append(ops, &zk.CheckVersionRequest{Path: s.l.chunk(name), Version: -1})
-	}
-	absent := map[int]bool{} // ops that fail only while an absent guard's znode exists
-	for _, g := range guards {
-		if g.absent {
-			absent[len(ops)] = true
-			ops = append(ops, &zk.CreateRequest{Path: g.path, Acl: s.acl}, &zk.DeleteRequest{Path: g.path, Version: -1})
-			continue
-		}
-		ops = append(ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
-	}
-	if req.PrevToken != "" {
-		ops = append(ops, &zk.DeleteRequest{Path: s.l.token(req.PrevToken), Version: -1})
-	}
-	if req.Token != "" {
-		ops = append(ops, &zk.CreateRequest{Path: s.l.token(req.Token), Flags: zk.FlagEphemeral, Acl: s.acl})
-	}
-	for _, op := range e.Ops {
-		switch op.Kind {
-		case revision.OpLeaseGrant:
-			ops = append(ops, &zk.CreateRequest{Path: s.l.lease(op.Lease), Acl: s.acl})
-		case revision.OpLeaseRevoke:
-			ops = append(ops, &zk.DeleteRequest{Path: s.l.lease(op.Lease), Version: -1})
-		}
-	}
+	m := multiOps(s.l, s.acl, req, data, chunks)
+	ops := m.ops
 	lg := s.log.WithField("lsn", lsn)
 	unknown := false
 	backoff := 20 * time.Millisecond
@@ -256,11 +218,11 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 					return out, zxid, nil
 				}
 			}
-			if d, ok := ops[failed].(*zk.DeleteRequest); ok && req.PrevToken != "" && d.Path == s.l.token(req.PrevToken) {
+			if failed == m.prevToken {
 				*tokenGone = true
 			}
 			lg.WithField("op", fmt.Sprintf("%T %v", ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
-			if absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
+			if m.absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
 				return Held, 0, nil
 			}
 			return Refused, 0, nil
@@ -311,6 +273,82 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// storedData is what entry lsn's znode holds for the encoded entry data:
+// data itself within the byte budget, else an indirect record naming the
+// chunks it writes first (returned too). Errors: ErrEntryTooLarge above
+// maxChunkedEntryBytes, the chunks' writes.
+func (s *Store) storedData(lsn int64, w revision.WriterTag, data []byte) ([]byte, []string, error) {
+	if len(data) <= s.cfg.MaxEntryBytes {
+		return data, nil, nil
+	}
+	if len(data) > maxChunkedEntryBytes {
+		return nil, nil, fmt.Errorf("%w: %d bytes > %d", ErrEntryTooLarge, len(data), maxChunkedEntryBytes)
+	}
+	chunks, err := s.writeChunks(lsn, w, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return encodeIndirect(chunks, len(data), crc32.Checksum(data, crcTable)), chunks, nil
+}
+
+// commitOps is the multi of one commit and what some of its ops mean.
+type commitOps struct {
+	ops []any
+	// absent marks the ops that fail only while an absent guard's znode
+	// exists (the outcome is then Held, not Refused).
+	absent map[int]bool
+	// prevToken is the index of the op that deletes req.PrevToken (-1:
+	// none): its failure means the commit before this one did not land.
+	prevToken int
+}
+
+// multiOps returns the ZooKeeper multi that commits req, whose entry is
+// stored as data at entry Prev+1 (the encoded entry, or the indirect record
+// naming chunks): check that entry Prev exists, create entry Prev+1, set
+// the head to {Prev+1, Rev} — the first three ops, which Commit's outcome
+// decoding relies on — then check that each chunk exists, check each
+// guard (an absent guard creates and deletes its znode), delete PrevToken,
+// create Token (ephemeral), and create or delete the renewal token of each
+// lease the entry grants or revokes. Guards come before the lease ops: a
+// revoke deletes the token a guard checks. It does no I/O.
+func multiOps(l layout, acl []zk.ACL, req CommitRequest, data []byte, chunks []string) commitOps {
+	lsn := req.Prev + 1
+	headData, _ := json.Marshal(Head{LSN: lsn, Rev: req.Rev})
+	m := commitOps{absent: map[int]bool{}, prevToken: -1}
+	m.ops = []any{
+		&zk.CheckVersionRequest{Path: l.entry(req.Prev), Version: -1},
+		&zk.CreateRequest{Path: l.entry(lsn), Data: data, Acl: acl},
+		&zk.SetDataRequest{Path: l.head(), Data: headData, Version: -1},
+	}
+	for _, name := range chunks {
+		m.ops = append(m.ops, &zk.CheckVersionRequest{Path: l.chunk(name), Version: -1})
+	}
+	for _, g := range req.Guards {
+		if g.absent {
+			m.absent[len(m.ops)] = true
+			m.ops = append(m.ops, &zk.CreateRequest{Path: g.path, Acl: acl}, &zk.DeleteRequest{Path: g.path, Version: -1})
+			continue
+		}
+		m.ops = append(m.ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
+	}
+	if req.PrevToken != "" {
+		m.prevToken = len(m.ops)
+		m.ops = append(m.ops, &zk.DeleteRequest{Path: l.token(req.PrevToken), Version: -1})
+	}
+	if req.Token != "" {
+		m.ops = append(m.ops, &zk.CreateRequest{Path: l.token(req.Token), Flags: zk.FlagEphemeral, Acl: acl})
+	}
+	for _, op := range req.Entry.Ops {
+		switch op.Kind {
+		case revision.OpLeaseGrant:
+			m.ops = append(m.ops, &zk.CreateRequest{Path: l.lease(op.Lease), Acl: acl})
+		case revision.OpLeaseRevoke:
+			m.ops = append(m.ops, &zk.DeleteRequest{Path: l.lease(op.Lease), Version: -1})
+		}
+	}
+	return m
 }
 
 // resolve reads entry lsn and tells whether writer wrote it.
