@@ -49,8 +49,9 @@ type Zketcd struct {
 
 // Start opens the engine (connecting to ZooKeeper and recovering the view
 // within ctx) and starts serving. Errors: ZooKeeper unreachable, a bad
-// configuration, a listen failure.
-func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
+// configuration, a listen failure; whatever Start had opened by then is
+// closed again.
+func Start(ctx context.Context, cfg Config) (_ *Zketcd, err error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -68,77 +69,30 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	// The gateway shares the gRPC server's limits.
 	cfg.GRPC = cfg.GRPC.WithDefaults()
 	z := &Zketcd{registry: reg, errc: make(chan error, 1), lg: cfg.Logger}
-	closeAll := func() {
-		for _, l := range append(z.clients, z.metrics...) {
-			l.Close()
-		}
-		if z.internal != nil {
-			z.internal.Close()
-		}
-		if z.fwd != nil {
-			z.fwd.Close()
-		}
-	}
-	for _, a := range cfg.ClientAddrs {
-		l, err := net.Listen("tcp", a)
+	defer func() {
 		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("listen on %s: %w", a, err)
+			z.abort()
 		}
-		z.clients = append(z.clients, l)
-	}
-	for _, a := range cfg.MetricsAddrs {
-		l, err := net.Listen("tcp", a)
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("listen on %s: %w", a, err)
-		}
-		z.metrics = append(z.metrics, l)
-	}
-	var peerServerTLS *tls.Config
-	if cfg.Engine.ForwardWrites {
-		l, err := net.Listen("tcp", cfg.InternalAddr)
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
-		}
-		z.internal = l
-		scheme := "http://"
-		if cfg.Peer.Enabled() {
-			scheme = "https://"
-		}
-		if cfg.Engine.InternalURL = cfg.InternalURL; cfg.Engine.InternalURL == "" {
-			cfg.Engine.InternalURL = scheme + l.Addr().String()
-		}
-		z.fwd = forward.NewClient()
-		if cfg.Peer.Enabled() {
-			var client *tls.Config
-			if peerServerTLS, client, err = cfg.Peer.configs(internalHosts(l.Addr(), cfg.Engine.InternalURL)); err != nil {
-				closeAll()
-				return nil, err
-			}
-			z.fwd.TLS = client
-		}
-		cfg.Engine.Forwarder = z.fwd
-		warnInternalSecurity(cfg, l.Addr().String())
-	}
-	be, err := engine.Open(ctx, cfg.Engine)
-	if err != nil {
-		closeAll()
+	}()
+	if err := z.listen(cfg); err != nil {
 		return nil, err
 	}
-	z.be = be
+	peerServerTLS, err := z.forwarding(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if z.be, err = engine.Open(ctx, cfg.Engine); err != nil {
+		return nil, err
+	}
 	var srvCtx context.Context
 	srvCtx, z.cancel = context.WithCancel(context.Background())
-	var fwdAuth *grpcsrv.ForwardAuthorizer
-	if z.srv, fwdAuth, err = grpcsrv.NewWithForwardAuthorizer(srvCtx, cfg.GRPC, be); err != nil {
-		z.cancel()
-		be.Close()
-		closeAll()
+	srv, fwdAuth, err := grpcsrv.NewWithForwardAuthorizer(srvCtx, cfg.GRPC, z.be)
+	if err != nil {
 		return nil, err
 	}
+	z.srv = srv
 	if z.internal != nil {
-		z.isrv = forward.NewServer(be, forward.ServerConfig{
+		z.isrv = forward.NewServer(z.be, forward.ServerConfig{
 			TLS: peerServerTLS, MaxMessageBytes: cfg.GRPC.RecvMsgLimit(), Authorizer: fwdAuth,
 			Logger: cfg.Logger, Registerer: reg,
 		})
@@ -147,25 +101,81 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 			Info("serving the internal endpoint (write forwarding to the leader instance)")
 	}
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	gwCfg := gatewayConfig(cfg, be, z.srv, metrics, &z.closeLE)
+	gwCfg := gatewayConfig(cfg, z.be, z.srv, metrics, &z.closeLE)
 	if cfg.EnablePprof {
 		gwCfg.Debug = pprofHandler()
 	}
-	z.gw, err = httpgw.New(gwCfg)
-	if err != nil {
-		z.srv.Stop()
-		z.cancel()
-		be.Close()
-		closeAll()
+	if z.gw, err = httpgw.New(gwCfg); err != nil {
 		return nil, err
 	}
+	z.serve(metrics, gwCfg.Debug)
+	return z, nil
+}
+
+// listen opens the client and metrics listeners.
+func (z *Zketcd) listen(cfg Config) error {
+	for _, a := range cfg.ClientAddrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", a, err)
+		}
+		z.clients = append(z.clients, l)
+	}
+	for _, a := range cfg.MetricsAddrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", a, err)
+		}
+		z.metrics = append(z.metrics, l)
+	}
+	return nil
+}
+
+// forwarding, when the engine forwards writes, opens the internal endpoint's
+// listener and the engine's forwarding client, and completes cfg.Engine
+// with them (the advertised URL, the Forwarder). It returns the endpoint's
+// server TLS configuration (nil: plaintext).
+func (z *Zketcd) forwarding(cfg *Config) (*tls.Config, error) {
+	if !cfg.Engine.ForwardWrites {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", cfg.InternalAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
+	}
+	z.internal = l
+	scheme := "http://"
+	if cfg.Peer.Enabled() {
+		scheme = "https://"
+	}
+	if cfg.Engine.InternalURL = cfg.InternalURL; cfg.Engine.InternalURL == "" {
+		cfg.Engine.InternalURL = scheme + l.Addr().String()
+	}
+	z.fwd = forward.NewClient()
+	var serverTLS *tls.Config
+	if cfg.Peer.Enabled() {
+		var client *tls.Config
+		if serverTLS, client, err = cfg.Peer.configs(internalHosts(l.Addr(), cfg.Engine.InternalURL)); err != nil {
+			return nil, err
+		}
+		z.fwd.TLS = client
+	}
+	cfg.Engine.Forwarder = z.fwd
+	warnInternalSecurity(*cfg, l.Addr().String())
+	return serverTLS, nil
+}
+
+// serve starts serving the etcd API on the client listeners and /metrics
+// (with the health endpoints and, if debug is set, /debug/) on the metrics
+// ones.
+func (z *Zketcd) serve(metrics, debug http.Handler) {
 	for _, l := range z.clients {
 		go func() { z.report(z.gw.Serve(l)) }()
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics)
-	if gwCfg.Debug != nil {
-		mux.Handle("/debug/", gwCfg.Debug)
+	if debug != nil {
+		mux.Handle("/debug/", debug)
 	}
 	z.gw.HandleHealth(mux)
 	for _, l := range z.metrics {
@@ -177,7 +187,35 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 			}
 		}()
 	}
-	return z, nil
+}
+
+// abort undoes a Start that failed midway: it closes whatever Start opened,
+// the last first.
+func (z *Zketcd) abort() {
+	if z.closeLE != nil {
+		z.closeLE()
+	}
+	if z.srv != nil {
+		z.srv.Stop()
+	}
+	if z.cancel != nil {
+		z.cancel()
+	}
+	if z.isrv != nil {
+		z.isrv.Stop()
+	}
+	if z.be != nil {
+		z.be.Close()
+	}
+	for _, l := range append(z.clients, z.metrics...) {
+		l.Close()
+	}
+	if z.internal != nil {
+		z.internal.Close()
+	}
+	if z.fwd != nil {
+		z.fwd.Close()
+	}
 }
 
 func (z *Zketcd) report(err error) {
