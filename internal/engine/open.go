@@ -49,21 +49,76 @@ func New(ctx context.Context, cfg Config, st Log) (*Engine, error) {
 	return start(ctx, cfg, st, nil)
 }
 
-// start is New with inspect (nil: none) for rollback detection.
-func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
+// start is New with inspect (nil: none) for rollback detection. A failed
+// start closes what it opened, st included.
+func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Engine, err error) {
+	var b *Engine
+	running := false // b's goroutines started: b.Close undoes it all
+	defer func() {
+		switch {
+		case err == nil:
+		case running:
+			b.Close()
+		default:
+			if b != nil {
+				b.cancel()
+				if b.hub != nil {
+					b.hub.Close()
+				}
+			}
+			st.Close()
+		}
+	}()
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		st.Close()
 		return nil, err
 	}
+	b, err = newEngine(cfg, st, inspect)
+	if err != nil {
+		return nil, err
+	}
+	var auto *compactor.Compactor
+	if cfg.AutoCompaction.Enabled() {
+		if auto, err = compactor.New(cfg.AutoCompaction, autoCompactTarget{b}, cfg.Logger, cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	began := time.Now()
+	if err := b.recover(ctx); err != nil {
+		return nil, err
+	}
+	s := b.view.State()
+	b.log.WithFields(logrus.Fields{
+		"lsn": s.LSN, "revision": s.Rev, "keys": b.view.KeyCount(),
+		"took": time.Since(began).Round(time.Millisecond),
+	}).Info("recovered view from the zookeeper log")
+	b.hub = watchbridge.NewHub(b.view)
+	b.check.self = zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
+		InternalURL: cfg.InternalURL, InternalToken: b.internalToken}
+	if err := st.RegisterMember(b.check.self); err != nil {
+		return nil, fmt.Errorf("register member: %w", err)
+	}
+	b.election = st.Campaign(b.memberID)
+	b.run(auto)
+	running = true
+	if cfg.InitialCorruptCheck {
+		if err := b.initialCheck(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// newEngine returns the engine of cfg on st, not running yet: its
+// identity (member ID, writer nonce, internal token), queues, metrics and
+// read barrier.
+func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 	var nb [8]byte
 	if _, err := rand.Read(nb[:]); err != nil {
-		st.Close()
 		return nil, fmt.Errorf("writer nonce: %w", err)
 	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
-		st.Close()
 		return nil, fmt.Errorf("internal token: %w", err)
 	}
 	b := &Engine{
@@ -84,14 +139,6 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 		internalToken: hex.EncodeToString(tok[:]),
 	}
 	b.fwd.metrics = newFwdMetrics(cfg.Registerer)
-	var auto *compactor.Compactor
-	if cfg.AutoCompaction.Enabled() {
-		var err error
-		if auto, err = compactor.New(cfg.AutoCompaction, autoCompactTarget{b}, cfg.Logger, cfg.Registerer); err != nil {
-			st.Close()
-			return nil, err
-		}
-	}
 	b.barrier.sync = func() (int64, error) {
 		b.metrics.barrierTrips.Inc()
 		sent := time.Now()
@@ -111,32 +158,19 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 		b.metrics.linearizableReads.WithLabelValues(via).Add(float64(reads))
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	start := time.Now()
-	if err := b.recover(ctx); err != nil {
-		st.Close()
-		return nil, err
-	}
-	s := b.view.State()
-	b.log.WithFields(logrus.Fields{
-		"lsn": s.LSN, "revision": s.Rev, "keys": b.view.KeyCount(),
-		"took": time.Since(start).Round(time.Millisecond),
-	}).Info("recovered view from the zookeeper log")
-	b.hub = watchbridge.NewHub(b.view)
-	b.check.self = zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
-		InternalURL: cfg.InternalURL, InternalToken: b.internalToken}
-	if err := st.RegisterMember(b.check.self); err != nil {
-		b.hub.Close()
-		st.Close()
-		return nil, fmt.Errorf("register member: %w", err)
-	}
-	b.election = st.Campaign(b.memberID)
+	return b, nil
+}
+
+// run starts the engine's goroutines (auto, if set, is the
+// auto-compactor); Close stops them.
+func (b *Engine) run(auto *compactor.Compactor) {
 	if auto != nil {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
 	b.wg.Add(7)
 	go b.answerHashChecks()
-	if cfg.CorruptCheckTime > 0 {
+	if b.cfg.CorruptCheckTime > 0 {
 		b.wg.Add(1)
 		go b.corruptCheckLoop()
 	}
@@ -146,17 +180,10 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 	go b.renewLoop()
 	go b.expireLoop()
 	go b.compactLoop()
-	if cfg.ReadLease {
+	if b.cfg.ReadLease {
 		b.wg.Add(1)
 		go b.readLeaseLoop()
 	}
-	if cfg.InitialCorruptCheck {
-		if err := b.initialCheck(ctx); err != nil {
-			b.Close()
-			return nil, err
-		}
-	}
-	return b, nil
 }
 
 // Close stops the instance and ends its ZooKeeper session. Requests in
