@@ -34,12 +34,27 @@ func runServe(args []string) error {
 	return serve(ctx, f, nil)
 }
 
-// serve runs zketcd until ctx ends. ready, if not nil, is called once the
+// serve runs zketcd until ctx ends: it builds the configuration from the
+// flags, validates it and runs it. ready, if not nil, is called once the
 // client listeners are open.
 func serve(ctx context.Context, f serveFlags, ready func()) error {
-	root, err := f.logger()
+	cfg, err := f.config()
 	if err != nil {
 		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return run(ctx, cfg, ready)
+}
+
+// config builds the instance's configuration from the flags (and logs the
+// warnings they deserve); it fails on the first flag that is invalid or
+// contradicts another.
+func (f serveFlags) config() (embed.Config, error) {
+	root, err := f.logger()
+	if err != nil {
+		return embed.Config{}, err
 	}
 	lg := logrus.NewEntry(root)
 	for _, w := range f.configWarnings {
@@ -47,90 +62,40 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	}
 	listen, secure, err := listenAddrs(splitList(f.listenClientURLs))
 	if err != nil {
-		return err
+		return embed.Config{}, err
 	}
 	if len(listen) == 0 {
-		return errors.New("--listen-client-urls is empty")
+		return embed.Config{}, errors.New("--listen-client-urls is empty")
 	}
 	tlsCfg, err := f.tlsConfig()
 	if err != nil {
-		return err
+		return embed.Config{}, err
 	}
 	if secure && tlsCfg == nil {
-		return errors.New("https client URLs need --cert-file and --key-file")
+		return embed.Config{}, errors.New("https client URLs need --cert-file and --key-file")
 	}
 	if _, _, _, insecure, _ := f.tlsVersions(); len(insecure) > 0 && tlsCfg != nil {
 		lg.WithField("cipher_suites", insecure).Warn("--cipher-suites names suites Go considers insecure")
 	}
-	if f.handshakeTimeout <= 0 {
-		return errors.New("--grpc-handshake-timeout must be positive")
-	}
 	metricsAddrs, _, err := listenAddrs(splitList(f.listenMetricsURLs))
 	if err != nil {
-		return fmt.Errorf("--listen-metrics-urls: %w", err)
+		return embed.Config{}, fmt.Errorf("--listen-metrics-urls: %w", err)
 	}
 	cors, err := corsOrigins(splitList(f.cors))
 	if err != nil {
-		return err
+		return embed.Config{}, err
 	}
-	advertise := splitList(f.advertiseClientURLs)
-	if len(advertise) == 0 {
-		advertise = splitList(f.listenClientURLs)
-	}
-	name := f.name
-	if name == "" {
-		host, _ := os.Hostname()
-		_, port, _ := net.SplitHostPort(listen[0])
-		name = fmt.Sprintf("%s-%s", host, port)
-	}
-	storeCfg, err := f.storeConfig(lg)
+	engineCfg, err := f.engineConfig(lg, listen[0])
 	if err != nil {
-		return err
+		return embed.Config{}, err
 	}
-	autoCompaction, err := f.autoCompaction()
+	grpcCfg, err := f.grpcConfig()
 	if err != nil {
-		return err
-	}
-	initialCorruptCheck, gateWarnings, err := f.features()
-	if err != nil {
-		return err
-	}
-	for _, w := range gateWarnings {
-		lg.Warn(w)
-	}
-	authCfg, err := f.authConfig()
-	if err != nil {
-		return err
+		return embed.Config{}, err
 	}
 	cfg := embed.Config{
-		Engine: engine.Config{
-			Store:               storeCfg,
-			Name:                name,
-			ClientURLs:          advertise,
-			RelaxedReads:        f.relaxedReads,
-			ForwardWrites:       f.forwardWrites,
-			ReadLease:           f.readLease,
-			CommitPipeline:      f.commitPipeline,
-			AutoCompaction:      autoCompaction,
-			LossDir:             f.lossDir,
-			RollbackCheckAfter:  f.rollbackCheckAfter,
-			QuotaBackendBytes:   f.quotaBackendBytes,
-			CorruptCheckTime:    f.corruptCheckTime,
-			InitialCorruptCheck: initialCorruptCheck,
-		},
-		GRPC: grpcsrv.Config{
-			MaxTxnOps:                   f.maxTxnOps,
-			MaxRequestBytes:             f.maxRequestBytes,
-			KeepaliveMinTime:            f.keepaliveMinTime,
-			KeepaliveInterval:           f.keepaliveInterval,
-			KeepaliveTimeout:            f.keepaliveTimeout,
-			WatchProgressNotifyInterval: f.watchProgressInterval,
-			MaxWatchersPerStream:        f.maxWatchersPerStream,
-			MaxConcurrentStreams:        uint32(min(f.maxConcurrentStreams, 1<<32-1)),
-			MaxConcurrentRequests:       f.maxConcurrentRequests,
-			ConnectionTimeout:           f.handshakeTimeout,
-			Auth:                        authCfg,
-		},
+		Engine:        engineCfg,
+		GRPC:          grpcCfg,
 		ClientAddrs:   listen,
 		TLS:           tlsCfg,
 		MetricsAddrs:  metricsAddrs,
@@ -139,20 +104,96 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 		HostWhitelist: splitList(f.hostWhitelist),
 		Logger:        lg,
 	}
-	lg.WithFields(logrus.Fields{"zk": f.zk, "zk_root": f.zkRoot}).Info("connecting to zookeeper")
 	if err := f.internalEndpoint(&cfg); err != nil {
-		return err
+		return embed.Config{}, err
 	}
+	return cfg, nil
+}
+
+// engineConfig is the engine's part of the configuration; the member name
+// defaults to the host's name and the port of the first client address.
+func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.Config, error) {
+	advertise := splitList(f.advertiseClientURLs)
+	if len(advertise) == 0 {
+		advertise = splitList(f.listenClientURLs)
+	}
+	name := f.name
+	if name == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(firstClient)
+		name = fmt.Sprintf("%s-%s", host, port)
+	}
+	storeCfg, err := f.storeConfig(lg)
+	if err != nil {
+		return engine.Config{}, err
+	}
+	autoCompaction, err := f.autoCompaction()
+	if err != nil {
+		return engine.Config{}, err
+	}
+	initialCorruptCheck, gateWarnings, err := f.features()
+	if err != nil {
+		return engine.Config{}, err
+	}
+	for _, w := range gateWarnings {
+		lg.Warn(w)
+	}
+	return engine.Config{
+		Store:               storeCfg,
+		Name:                name,
+		ClientURLs:          advertise,
+		RelaxedReads:        f.relaxedReads,
+		ForwardWrites:       f.forwardWrites,
+		ReadLease:           f.readLease,
+		CommitPipeline:      f.commitPipeline,
+		AutoCompaction:      autoCompaction,
+		LossDir:             f.lossDir,
+		RollbackCheckAfter:  f.rollbackCheckAfter,
+		QuotaBackendBytes:   f.quotaBackendBytes,
+		CorruptCheckTime:    f.corruptCheckTime,
+		InitialCorruptCheck: initialCorruptCheck,
+	}, nil
+}
+
+// grpcConfig is the gRPC services' part of the configuration.
+func (f serveFlags) grpcConfig() (grpcsrv.Config, error) {
+	if f.handshakeTimeout <= 0 {
+		return grpcsrv.Config{}, errors.New("--grpc-handshake-timeout must be positive")
+	}
+	authCfg, err := f.authConfig()
+	if err != nil {
+		return grpcsrv.Config{}, err
+	}
+	return grpcsrv.Config{
+		MaxTxnOps:                   f.maxTxnOps,
+		MaxRequestBytes:             f.maxRequestBytes,
+		KeepaliveMinTime:            f.keepaliveMinTime,
+		KeepaliveInterval:           f.keepaliveInterval,
+		KeepaliveTimeout:            f.keepaliveTimeout,
+		WatchProgressNotifyInterval: f.watchProgressInterval,
+		MaxWatchersPerStream:        f.maxWatchersPerStream,
+		MaxConcurrentStreams:        uint32(min(f.maxConcurrentStreams, 1<<32-1)),
+		MaxConcurrentRequests:       f.maxConcurrentRequests,
+		ConnectionTimeout:           f.handshakeTimeout,
+		Auth:                        authCfg,
+	}, nil
+}
+
+// run starts the instance of cfg (giving it a minute to connect to
+// ZooKeeper and recover) and serves until ctx ends or serving fails.
+func run(ctx context.Context, cfg embed.Config, ready func()) error {
+	lg := cfg.Logger
+	zk := logrus.Fields{"zk": cfg.Engine.Store.Servers, "zk_root": cfg.Engine.Store.Root}
+	lg.WithFields(zk).Info("connecting to zookeeper")
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	z, err := embed.Start(openCtx, cfg)
 	cancelOpen()
 	if err != nil {
 		return err
 	}
-	lg.WithFields(logrus.Fields{
-		"name": name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),
-		"cluster_id":  fmt.Sprintf("%x", z.Engine().ClusterID()),
-		"client_urls": f.listenClientURLs, "zk": f.zk, "zk_root": f.zkRoot,
+	lg.WithFields(zk).WithFields(logrus.Fields{
+		"name": cfg.Engine.Name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),
+		"cluster_id": fmt.Sprintf("%x", z.Engine().ClusterID()), "client_addrs": z.ClientAddrs(),
 	}).Info("zketcd is serving")
 	if ready != nil {
 		ready()
