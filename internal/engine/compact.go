@@ -189,10 +189,6 @@ func (b *Engine) compactBarrier(ctx context.Context, req *pb.CompactionRequest) 
 	return nil
 }
 
-// errNotLeader refuses an auto-compaction on an instance that lost the
-// leadership after the compactor checked it.
-var errNotLeader = errors.New("not the leader instance")
-
 // autoCompactTarget is the auto-compactor's view of the engine: the
 // view's revision, the election shared with lease expiry and physical
 // compaction, and Compact, the Compact RPC's path, fenced by the
@@ -209,7 +205,7 @@ func (t autoCompactTarget) Leader() bool {
 func (t autoCompactTarget) Compact(ctx context.Context, rev int64) error {
 	leader, fence, _ := t.b.election.State()
 	if !leader || !fence.Valid() {
-		return errNotLeader
+		return ErrNotLeader // lost since the compactor checked
 	}
 	_, err := t.b.compact(ctx, &pb.CompactionRequest{Revision: rev}, fence)
 	switch {

@@ -244,11 +244,11 @@ func (b *Engine) mismatches(r *hashRound, lg *logrus.Entry) []uint64 {
 // instance: it asks every other instance for its HashKV at the view's
 // revision and, as etcd, raises the CORRUPT alarm for one instance whose
 // hash differs from its own at the same compacted revision (the lowest
-// member ID; all are logged). Errors: the log's, errNotLeader, or one
+// member ID; all are logged). Errors: the log's, ErrNotLeader, or one
 // wrapping errMismatch after raising the alarm.
 func (b *Engine) CheckCorruption(ctx context.Context) error {
 	if leader, _, _ := b.election.State(); !leader {
-		return errNotLeader
+		return ErrNotLeader
 	}
 	r, err := b.askHashes(ctx)
 	if err != nil {

@@ -32,8 +32,9 @@ import (
 // Errors of the forwarding protocol. None of them means anything was
 // written.
 var (
-	// ErrNotLeader answers a request that needs the leadership at an
-	// instance that does not hold it.
+	// ErrNotLeader answers a request that needs the leadership (a
+	// forwarded write, an auto-compaction, a corruption check) at an
+	// instance that does not hold it: the engine's one "not leader".
 	ErrNotLeader = errors.New("zketcd: this instance is not the leader")
 	// ErrAuthChanged answers a forwarded write whose origin checked its
 	// permissions on another auth state than the leader's.

@@ -188,7 +188,7 @@ func TestCorruptionCheckRaisesCorruptForTheMemberWhoseHashDiffers(t *testing.T) 
 	if len(a.Alarms()) != 0 {
 		t.Fatalf("alarms: %v", a.Alarms())
 	}
-	if err := b.CheckCorruption(ctx); !errors.Is(err, errNotLeader) {
+	if err := b.CheckCorruption(ctx); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("check on the follower: %v", err)
 	}
 

@@ -69,10 +69,6 @@ func (e *haltError) Error() string {
 
 func (e *haltError) Unwrap() []error { return []error{e.err, ErrHalted} }
 
-// Halted reports true: grpcsrv's Status tells a halted instance's error
-// from other health errors by it (without importing engine).
-func (e *haltError) Halted() bool { return true }
-
 // Position is a point in a log history.
 type Position struct {
 	LSN, Rev, Zxid int64
@@ -101,9 +97,6 @@ type RollbackError struct {
 }
 
 func (e *RollbackError) Unwrap() []error { return []error{ErrRollback, ErrHalted} }
-
-// Halted reports true, as haltError's.
-func (e *RollbackError) Halted() bool { return true }
 
 func (e *RollbackError) Error() string {
 	var b strings.Builder
@@ -220,7 +213,8 @@ func (b *Engine) Servable() error { return b.servable() }
 
 // Halted returns a channel closed when the instance halts: watch streams
 // end then, since no event follows and the history they saw is not the
-// cluster's.
+// cluster's, and Health returns the error (wrapping ErrHalted) that says
+// what happened and what to do. It is how the gRPC layer learns of a halt.
 func (b *Engine) Halted() <-chan struct{} { return b.rb.halted }
 
 // checkHistory makes sure, once per ZooKeeper connection, that ZooKeeper's

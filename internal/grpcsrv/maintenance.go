@@ -2,7 +2,6 @@ package grpcsrv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/sirupsen/logrus"
@@ -52,11 +51,6 @@ type Maintenance interface {
 	OnCompact(f func(before *revision.Snapshot, rev int64))
 }
 
-// halted is implemented by the Health error of an instance that stopped
-// serving for good (ZooKeeper's data went back under it, or holds a newer
-// format); Status reports that error's text beside "no leader".
-type halted interface{ Halted() bool }
-
 type maintenanceServer struct {
 	pb.UnsafeMaintenanceServer
 	be     Maintenance
@@ -92,9 +86,12 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	}
 	if err := s.be.Health(); err != nil {
 		resp.Errors = append(resp.Errors, rpctypes.ErrGRPCNoLeader.Error())
-		var h halted
-		if errors.As(err, &h) && h.Halted() {
-			resp.Errors = append(resp.Errors, err.Error()) // what happened, what to do
+		select {
+		case <-s.be.Halted():
+			// ZooKeeper's data went back under it, or holds a newer
+			// format: what happened, what to do.
+			resp.Errors = append(resp.Errors, err.Error())
+		default:
 		}
 	} else if _, leader := s.be.Leader(); leader != 0 {
 		resp.Leader = leader

@@ -33,12 +33,15 @@ type Engine interface {
 	Auth
 }
 
-// Health reports nil while the instance can serve (a live ZooKeeper
-// session and a caught-up view), otherwise why not. The error of an
-// instance that halted for good has a Halted() bool method answering true
-// (see Status).
+// Health is whether the instance can serve.
 type Health interface {
+	// Health reports nil while the instance can serve (a live ZooKeeper
+	// session and a caught-up view), otherwise why not.
 	Health() error
+	// Halted is closed when the instance halts for good (its history is no
+	// longer the cluster's): Health's error then says what happened and
+	// what to do (see Status), and open watch streams end.
+	Halted() <-chan struct{}
 }
 
 // grpcOverheadBytes is what etcd adds to --max-request-bytes for the gRPC

@@ -41,7 +41,7 @@ type Watches interface {
 	// error once it halted for good (its history is no longer the
 	// cluster's: no stream is opened on it).
 	Servable() error
-	// Halted is closed when the instance halts: open streams end then.
+	// Health's Halted: open streams end when the instance halts.
 	Halted() <-chan struct{}
 }
 
