@@ -1,0 +1,233 @@
+package snaprestore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/etcdformat"
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/snaprestore"
+	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// sharedZK is one ZooKeeper shared by the package's tests, each on a root
+// of its own.
+var sharedZK = zkservertest.NewShared("snaprestore", zkserver.Options{})
+
+func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
+
+var roots atomic.Int64
+
+// storeConfig names a root nothing uses yet.
+func storeConfig(t *testing.T) zkstore.Config {
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: fmt.Sprintf("/snaprestore/%d-%d", time.Now().UnixNano()%1e9, roots.Add(1)),
+		Logger: logrus.NewEntry(lg)}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// history is an etcd key space with overwrites, a multi-key revision,
+// deletions, leases (one with a remaining TTL) and a compaction.
+func history(t *testing.T) *revision.Snapshot {
+	t.Helper()
+	v := revision.NewView(1, 1)
+	put := func(k, val string, lease int64) revision.Change {
+		return revision.Change{Key: []byte(k), Value: []byte(val), Lease: lease}
+	}
+	del := func(k string) revision.Change { return revision.Change{Delete: true, Key: []byte(k)} }
+	for i, ops := range [][]revision.Op{
+		{{Kind: revision.OpLeaseGrant, Lease: 0x10, TTL: 60}, {Kind: revision.OpLeaseGrant, Lease: 0x20, TTL: 600}},
+		{{Kind: revision.OpTxn, Rev: 2, Changes: []revision.Change{put("a", "1", 0)}}},
+		{{Kind: revision.OpTxn, Rev: 3, Changes: []revision.Change{put("a", "2", 0), put("b", "x", 0x10), put("c", "y", 0)}}},
+		{{Kind: revision.OpTxn, Rev: 4, Changes: []revision.Change{del("c"), put("d", "z", 0x20)}}},
+		{{Kind: revision.OpTxn, Rev: 5, Changes: []revision.Change{put("a", "3", 0), put("c", "again", 0)}}},
+		{{Kind: revision.OpCompact, Rev: 4}},
+		{{Kind: revision.OpTxn, Rev: 6, Changes: []revision.Change{del("a")}}},
+		{{Kind: revision.OpLeaseCheckpoint, Lease: 0x20, TTL: 300}},
+	} {
+		if _, err := v.Apply(&revision.Entry{LSN: int64(i + 2), Ops: ops}); err != nil {
+			t.Fatalf("apply entry %d: %v", i+2, err)
+		}
+	}
+	return v.Snapshot()
+}
+
+// snapshotFile writes s as etcdctl snapshot save does (a bbolt database
+// with its SHA-256 trailer) and returns its path and the bare database's.
+func snapshotFile(t *testing.T, s *revision.Snapshot) (file, db string) {
+	t.Helper()
+	dir := t.TempDir()
+	db = filepath.Join(dir, "db")
+	st, err := etcdformat.WriteDB(db, s, etcdformat.DBInfo{ConsistentIndex: 9, Term: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	if err := etcdformat.Stream(f, st.Size, func(b []byte, _ uint64) error { out.Write(b); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	file = filepath.Join(dir, "snapshot.db")
+	if err := os.WriteFile(file, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, db
+}
+
+// dump lists every retained version of a snapshot's keys and its leases.
+func dump(s *revision.Snapshot) string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "rev %d compacted %d\n", s.State.Rev, s.State.CompactRev)
+	for _, k := range s.Keys {
+		for _, kv := range k.Versions {
+			fmt.Fprintf(&b, "%s=%s c%d m%d v%d l%x\n", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
+		}
+	}
+	for _, l := range s.Leases {
+		fmt.Fprintf(&b, "lease %x ttl %d\n", l.ID, l.TTL)
+	}
+	return b.String()
+}
+
+// recovered is what an instance recovers from the root: its view.
+func recovered(t *testing.T, cfg zkstore.Config) *revision.Snapshot {
+	t.Helper()
+	st, err := zkstore.Open(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	v, _, _, err := engine.Replay(ctxT(t), st, 8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Snapshot()
+}
+
+// TestARestoredRootServesTheSnapshotsRevisionsAndContinues: every retained
+// version with its revisions, version and lease, the leases and the
+// compacted revision come back as an instance recovers the root; an
+// instance on it writes the next revision and refuses reads below the
+// compaction, as etcd would.
+func TestARestoredRootServesTheSnapshotsRevisionsAndContinues(t *testing.T) {
+	want := history(t)
+	file, _ := snapshotFile(t, want)
+	cfg := storeConfig(t)
+	res, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: file, TempDir: t.TempDir(), Store: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rev != 6 || res.CompactRev != 4 || res.Keys != 4 || res.Live != 3 || res.Leases != 2 || res.Base.Gen != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	if got := dump(recovered(t, cfg)); got != dump(want) {
+		t.Fatalf("recovered:\n%s\nsnapshot:\n%s", got, dump(want))
+	}
+
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	e, err := engine.Open(ctxT(t), engine.Config{Store: cfg, Name: "restored", Logger: logrus.NewEntry(lg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	put, err := e.Put(ctxT(t), &pb.PutRequest{Key: []byte("e"), Value: []byte("new")})
+	if err != nil || put.Header.Revision != 7 {
+		t.Fatalf("put after the restore: %v %v, want revision 7", put, err)
+	}
+	if _, err := e.Range(ctxT(t), &pb.RangeRequest{Key: []byte("a"), Revision: 3}); !errors.Is(err, revision.ErrCompacted) {
+		t.Fatalf("read below the compaction: %v, want %v", err, revision.ErrCompacted)
+	}
+	got, err := e.Range(ctxT(t), &pb.RangeRequest{Key: []byte("b")})
+	if err != nil || len(got.Kvs) != 1 || got.Kvs[0].Lease != 0x10 || got.Kvs[0].ModRevision != 3 {
+		t.Fatalf("b after the restore: %v %v", got, err)
+	}
+}
+
+// TestRestoreRefusesARootInUseAndLeavesIt: a second restore into a root
+// that holds data is refused, and the data is as the first left it.
+func TestRestoreRefusesARootInUseAndLeavesIt(t *testing.T) {
+	snap := history(t)
+	file, _ := snapshotFile(t, snap)
+	cfg := storeConfig(t)
+	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: file, Store: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: file, Store: cfg}); !errors.Is(err, snaprestore.ErrRootInUse) {
+		t.Fatalf("restore into a root in use: %v, want %v", err, snaprestore.ErrRootInUse)
+	}
+	if got := dump(recovered(t, cfg)); got != dump(snap) {
+		t.Fatalf("the refused restore changed the root:\n%s", got)
+	}
+}
+
+// TestABadSnapshotIsRefusedAndTheRootLeftAsFound: a damaged file, a bare
+// database without SkipHashCheck, and a snapshot a view would not accept
+// (a live key on a lease it does not hold) are refused, and the root does
+// not exist afterwards; the bare database restores with SkipHashCheck.
+func TestABadSnapshotIsRefusedAndTheRootLeftAsFound(t *testing.T) {
+	good, bare := snapshotFile(t, history(t))
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	damaged := filepath.Join(t.TempDir(), "damaged.db")
+	if err := os.WriteFile(damaged, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	orphan := history(t)
+	orphan.Leases = orphan.Leases[1:] // b's lease 0x10 is gone, b is live
+	orphanFile, _ := snapshotFile(t, orphan)
+	for _, tc := range []struct {
+		name string
+		cfg  snaprestore.Config
+		want error // nil: any error
+	}{
+		{"a damaged file", snaprestore.Config{File: damaged}, etcdformat.ErrChecksum},
+		{"a bare database", snaprestore.Config{File: bare}, etcdformat.ErrChecksum},
+		{"a key on a missing lease", snaprestore.Config{File: orphanFile}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Store = storeConfig(t)
+			_, err := snaprestore.Restore(ctxT(t), tc.cfg)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("restore: %v, want %v", err, tc.want)
+			}
+			t.Logf("refused: %v", err)
+			if exists, _, err := zkstore.RootExists(ctxT(t), tc.cfg.Store); err != nil || exists {
+				t.Fatalf("root exists %v (%v) after a refused restore", exists, err)
+			}
+		})
+	}
+	cfg := storeConfig(t)
+	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: bare, SkipHashCheck: true, Store: cfg}); err != nil {
+		t.Fatalf("a bare database with SkipHashCheck: %v", err)
+	}
+	if got := dump(recovered(t, cfg)); got != dump(history(t)) {
+		t.Fatalf("the bare database restored as:\n%s", got)
+	}
+}
