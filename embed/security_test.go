@@ -73,7 +73,7 @@ func TestZooKeeperACLKeepsOthersOut(t *testing.T) {
 	}
 	// Another instance with the wrong password cannot open the root.
 	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:zketcd:wrong")
-	if err == nil || !strings.Contains(err.Error(), "meta") {
+	if err == nil || !strings.Contains(err.Error(), "ACLed to another identity") {
 		t.Fatalf("instance with a wrong password: %v", err)
 	}
 }
@@ -144,14 +144,14 @@ func TestForeignDataUnderTheRootIsReportedNotServed(t *testing.T) {
 	if _, err := raw.Set(entry, []byte("not a zketcd entry"), -1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:any:one")
+	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "")
 	if err == nil || !strings.Contains(err.Error(), entry) {
 		t.Fatalf("recovery over a corrupted entry: %v (want an error naming %s)", err, entry)
 	}
 	if _, err := raw.Set(in.Root()+"/meta", []byte("{not json"), -1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:any:one")
+	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "")
 	if err == nil || !strings.Contains(err.Error(), in.Root()+"/meta") {
 		t.Fatalf("corrupted meta: %v", err)
 	}

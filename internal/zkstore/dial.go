@@ -24,8 +24,9 @@ func handshakeTimeout(session time.Duration) time.Duration {
 }
 
 // dialer returns go-zookeeper's dial function: TCP, or TLS when tlsCfg is
-// not nil, with the connect handshake bounded by handshake.
-func dialer(tlsCfg *tls.Config, handshake time.Duration) func(network, address string, timeout time.Duration) (net.Conn, error) {
+// not nil, with the connect handshake bounded by handshake, and SASL
+// DIGEST-MD5 run on each connection when sasl is not nil (sasl.go).
+func dialer(tlsCfg *tls.Config, handshake time.Duration, sasl *saslState) func(network, address string, timeout time.Duration) (net.Conn, error) {
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
 		d := &net.Dialer{Timeout: timeout}
 		var (
@@ -39,6 +40,9 @@ func dialer(tlsCfg *tls.Config, handshake time.Duration) func(network, address s
 		}
 		if err != nil {
 			return nil, err
+		}
+		if sasl != nil {
+			c = &saslConn{Conn: c, st: sasl}
 		}
 		return newHandshakeConn(c, time.Now().Add(handshake)), nil
 	}

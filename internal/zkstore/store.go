@@ -47,10 +47,17 @@ type Config struct {
 	Root string
 	// SessionTimeout is the ZooKeeper session timeout.
 	SessionTimeout time.Duration
-	// Auth holds "scheme:credential" strings (e.g. "digest:user:pass") added
-	// to the session. With a digest credential every znode zketcd creates
-	// gets an ACL granting all permissions to that identity only.
+	// Auth holds at most one identity, "scheme:credential": digest:user:password,
+	// x509 (the TLS client certificate of TLS) or sasl:user:password (SASL
+	// DIGEST-MD5). Every znode zketcd creates gets an ACL granting all
+	// permissions to that identity only, and Open re-ACLs a root whose
+	// znodes carry another ACL (see ReACL). Without one the znodes are
+	// world-readable and writable (ACLReport says so). An unknown scheme
+	// is an error (ErrUnknownScheme).
 	Auth []string
+	// FormerAuth holds identities the session also proves (digest or
+	// sasl), to reach znodes ACLed to them when the root moves to Auth's.
+	FormerAuth []string
 	// MaxEntryBytes bounds one encoded log entry (the byte budget B).
 	MaxEntryBytes int
 	// TLS, if set, is used for every connection to ZooKeeper (its
@@ -100,16 +107,20 @@ type Store struct {
 	cfg  Config
 	l    layout
 	conn *zk.Conn
+	id   *identity // nil: world-readable znodes
 	acl  []zk.ACL
 	log  *logrus.Entry
 	meta Meta
 
 	mu        sync.Mutex
+	aclReport ACLReport
 	buckets   map[int64]bool // buckets known to exist
 	sessionID int64
 	connected bool
 	member    *Member // re-created after a new session
 	sessionCh chan struct{}
+
+	sasl *saslState // nil: no SASL identity
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -124,8 +135,13 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	lg := cfg.Logger.WithField("component", "zkstore")
+	id, former, err := parseIdentities(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sasl := newSASLState(append([]*identity{id}, former...))
 	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
-		zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dialer(cfg.TLS, handshakeTimeout(cfg.SessionTimeout))))
+		zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dialer(cfg.TLS, handshakeTimeout(cfg.SessionTimeout), sasl)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to zookeeper %v: %w", cfg.Servers, err)
 	}
@@ -133,25 +149,24 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:       cfg,
 		l:         layout{root: cfg.Root},
 		conn:      conn,
+		id:        id,
 		acl:       zk.WorldACL(zk.PermAll),
 		log:       lg,
 		buckets:   map[int64]bool{},
 		sessionCh: make(chan struct{}),
 		closed:    make(chan struct{}),
+		sasl:      sasl,
 	}
-	for _, a := range cfg.Auth {
-		scheme, cred, ok := strings.Cut(a, ":")
-		if !ok {
-			conn.Close()
-			return nil, fmt.Errorf("zookeeper auth %q: want scheme:credential", "<redacted>")
+	if id != nil {
+		s.acl = id.acl
+	}
+	for _, a := range append([]*identity{id}, former...) {
+		if a == nil || a.scheme != SchemeDigest {
+			continue
 		}
-		if err := conn.AddAuth(scheme, []byte(cred)); err != nil {
+		if err := conn.AddAuth(SchemeDigest, []byte(a.user+":"+a.pass)); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("add zookeeper auth (scheme %s): %w", scheme, err)
-		}
-		if scheme == "digest" {
-			user, pass, _ := strings.Cut(cred, ":")
-			s.acl = zk.DigestACL(zk.PermAll, user, pass)
+			return nil, fmt.Errorf("add zookeeper auth (digest %s): %w", a.user, err)
 		}
 	}
 	s.wg.Add(1)
@@ -170,6 +185,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.id != nil {
+		// Before anything is written with the identity's ACL, prove that
+		// ZooKeeper knows the session by it.
+		if err := s.ensureRootNode(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := s.probeIdentity(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	if err := s.ensureLayout(); err != nil {
 		s.Close()
 		return nil, err
@@ -181,6 +208,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, s.wrap("create "+p, err)
 		}
 	}
+	if err := s.secureRoot(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if r := s.ACLReport(); r.WorldReadable {
+		s.log.WithFields(logrus.Fields{"root": s.l.root, "acl": r.ACL}).
+			Warn("ZooKeeper's data under the root is world-readable: whoever reaches ZooKeeper reads every key and value, and the auth state; set --zk-auth")
+	}
+	s.wg.Add(1)
+	go s.watchACL()
 	return s, nil
 }
 
@@ -229,6 +266,9 @@ func (s *Store) waitSession(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			if err := s.sasl.err(); err != nil {
+				return fmt.Errorf("no session with %v: %w", s.cfg.Servers, err)
+			}
 			return fmt.Errorf("%w: no session with %v: %v", ErrUnavailable, s.cfg.Servers, ctx.Err())
 		case <-s.closed:
 			return fmt.Errorf("%w: store closed", ErrUnavailable)
@@ -302,13 +342,14 @@ func (s *Store) ensureLayout() error {
 	if err == nil {
 		return s.decodeMeta(data)
 	}
+	if errors.Is(err, zk.ErrNoAuth) {
+		return s.noAccess(s.l.meta())
+	}
 	if !errors.Is(err, zk.ErrNoNode) {
 		return s.wrap("read meta", err)
 	}
-	for _, p := range append(parents(s.l.meta()), s.l.root) {
-		if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return s.wrap("create "+p, err)
-		}
+	if err := s.ensureRootNode(); err != nil {
+		return err
 	}
 	var idb [8]byte
 	if _, err := rand.Read(idb[:]); err != nil {
