@@ -60,6 +60,7 @@ func runDev(args []string) error {
 	if f.name == "" {
 		f.name = "dev"
 	}
+	f.dev = true
 	err := serve(ctx, f, nil)
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -81,6 +81,9 @@ type serveFlags struct {
 	lossDir            string
 	rollbackCheckAfter time.Duration
 
+	// dev is set by zketcd dev: its ZooKeeper may be world-readable.
+	dev bool
+
 	quotaBackendBytes int64
 	corruptCheckTime  time.Duration
 	featureGates      string

@@ -117,6 +117,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			QuotaBackendBytes:   f.quotaBackendBytes,
 			CorruptCheckTime:    f.corruptCheckTime,
 			InitialCorruptCheck: initialCorruptCheck,
+			WorldReadableOK:     f.dev,
 		},
 		GRPC: grpcsrv.Config{
 			MaxTxnOps:                   f.maxTxnOps,

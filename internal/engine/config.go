@@ -103,6 +103,12 @@ type Config struct {
 	// znode (readlease.go). Needs ForwardWrites, a positive
 	// LeaderProofWindow and not RelaxedReads.
 	ReadLease bool
+	// WorldReadableOK accepts a root whose ZooKeeper data anyone may read
+	// (zketcd dev, tests): no warning, and authentication may be enabled
+	// on it. Otherwise such a root is reported by Warnings and AuthEnable
+	// is refused on it (its tokens could be minted from what ZooKeeper
+	// shows).
+	WorldReadableOK bool
 	// Now is the time source of lease expiry (nil: time.Now). Expiry only
 	// compares its readings with each other, on the monotonic clock, so a
 	// step of the wall clock moves no deadline. For tests.

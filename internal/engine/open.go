@@ -156,6 +156,9 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 			return nil, err
 		}
 	}
+	for _, w := range b.Warnings() {
+		b.log.Warn(w)
+	}
 	return b, nil
 }
 

@@ -32,6 +32,10 @@ type Auth interface {
 	LeaseKeys(id int64) (keys [][]byte, ok bool)
 	// LeaseIDs returns the ID of every lease, ascending.
 	LeaseIDs() []int64
+	// CanEnableAuth returns nil, or the gRPC status error AuthEnable
+	// answers instead of enabling authentication (the root's ZooKeeper
+	// data is world-readable).
+	CanEnableAuth() error
 }
 
 // authServer answers etcd's Auth service from the auth store. Changes go
@@ -46,6 +50,9 @@ type authServer struct {
 	lg        *logrus.Entry
 	write     func(ctx context.Context, req proto.Message, entropy []byte) (proto.Message, error)
 	linearize func(ctx context.Context) error
+	canEnable func() error
+	// localSecret: tokens are signed with a secret outside ZooKeeper.
+	localSecret bool
 }
 
 var _ pb.AuthServer = (*authServer)(nil)
@@ -106,9 +113,17 @@ func (s *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 }
 
 func (s *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
+	if err := s.canEnable(); err != nil {
+		s.lg.WithError(err).Warn("AuthEnable refused")
+		return nil, err
+	}
 	m, err := s.change(ctx, r)
 	if err != nil {
 		return nil, err
+	}
+	if !s.localSecret {
+		s.lg.Warn("authentication enabled with simple tokens signed by a secret kept in ZooKeeper: whoever reads ZooKeeper's data " +
+			"(its ACL identity, a copy of its data directory, a backup) can mint tokens; give every instance the same --auth-token simple,secret-file=<file> or use jwt")
 	}
 	return m.(*pb.AuthEnableResponse), nil
 }

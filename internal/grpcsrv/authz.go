@@ -19,6 +19,8 @@ import (
 // reaches the engine). With authentication off every check passes.
 type authorizer struct {
 	st *auth.Store
+	// localSecret: tokens are signed with a secret outside ZooKeeper.
+	localSecret bool
 	// linearize waits until the view has applied every committed entry.
 	linearize func(ctx context.Context) error
 	// leaseKeys returns the keys attached to a lease, and whether it exists.
@@ -402,14 +404,16 @@ func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 		st.Close()
 	}()
 	return &authorizer{
-		st:        st,
-		linearize: be.Linearize,
-		leaseKeys: be.LeaseKeys,
-		leaseIDs:  be.LeaseIDs,
+		st:          st,
+		localSecret: cfg.Auth.Tokens != nil && auth.LocalSecret(cfg.Auth.Tokens),
+		linearize:   be.Linearize,
+		leaseKeys:   be.LeaseKeys,
+		leaseIDs:    be.LeaseIDs,
 	}
 }
 
 // newAuthServer returns the Auth service on az's store.
 func newAuthServer(az *authorizer, be Auth, hdr header, lg *logrus.Entry) *authServer {
-	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize}
+	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize, canEnable: be.CanEnableAuth,
+		localSecret: az.localSecret}
 }

@@ -50,6 +50,10 @@ type Maintenance interface {
 	// state before each compaction the view applies (etcd keeps the hash
 	// of the key space at each compaction); f must not block.
 	OnCompact(f func(before *revision.Snapshot, rev int64))
+	// Warnings lists what the operator must fix that does not stop the
+	// instance from serving (a world-readable ZooKeeper root); Status
+	// reports them among its errors.
+	Warnings() []string
 }
 
 // halted is implemented by the Health error of an instance that stopped
@@ -104,6 +108,7 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	for _, a := range s.be.Alarms() {
 		resp.Errors = append(resp.Errors, alarmText(a))
 	}
+	resp.Errors = append(resp.Errors, s.be.Warnings()...)
 	return resp, nil
 }
 

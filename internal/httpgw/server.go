@@ -51,6 +51,10 @@ type Config struct {
 	Read func(ctx context.Context, serializable bool) error
 	// Alarms lists the active alarms for /health and /readyz (nil: none).
 	Alarms func(ctx context.Context) ([]*pb.AlarmMember, error)
+	// Warnings lists what the operator must fix that does not make the
+	// instance unhealthy (a world-readable ZooKeeper root); /health shows
+	// them (nil: none).
+	Warnings func() []string
 	// Metrics serves /metrics (nil: not served).
 	Metrics http.Handler
 	// Debug, if not nil, serves /debug/ (the runtime profiles of

@@ -57,6 +57,9 @@ func (l layout) fixedZnodes() []string {
 // refreshACL reads the root's ACL into the report.
 func (s *Store) refreshACL() error {
 	acl, _, err := s.conn.GetACL(s.l.root)
+	if errors.Is(err, zk.ErrNoAuth) {
+		return s.noAccess(s.l.root)
+	}
 	if err != nil {
 		return s.wrap("read the ACL of "+s.l.root, err)
 	}
@@ -179,6 +182,9 @@ func (s *Store) noAccess(p string) error {
 // root (the root last, so that a root with the right ACL is a root whose
 // walk completed), then checks again. Without an identity it only reports.
 func (s *Store) secureRoot(ctx context.Context) error {
+	if err := s.refreshACL(); err != nil {
+		return err
+	}
 	if s.id != nil {
 		ok, err := s.rootACLIsIdentity()
 		if err != nil {
@@ -198,9 +204,10 @@ func (s *Store) secureRoot(ctx context.Context) error {
 			} else if !ok {
 				return fmt.Errorf("%w: the root %s still has znodes not ACLed to %s after the re-ACL (another instance with another identity writing?)", ErrACL, s.l.root, s.id)
 			}
+			return s.refreshACL()
 		}
 	}
-	return s.refreshACL()
+	return nil
 }
 
 // rootACLIsIdentity reports whether the root and its fixed znodes carry
@@ -375,4 +382,12 @@ func (s *Store) walk(ctx context.Context, fn func(p string) error, progress func
 		progress(done.Load())
 	}
 	return done.Load(), firstEr
+}
+
+// Identity names the configured identity ("digest:alice"), "" without one.
+func (s *Store) Identity() string {
+	if s.id == nil {
+		return ""
+	}
+	return s.id.String()
 }

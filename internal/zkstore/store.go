@@ -212,10 +212,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	if r := s.ACLReport(); r.WorldReadable {
-		s.log.WithFields(logrus.Fields{"root": s.l.root, "acl": r.ACL}).
-			Warn("ZooKeeper's data under the root is world-readable: whoever reaches ZooKeeper reads every key and value, and the auth state; set --zk-auth")
-	}
 	s.wg.Add(1)
 	go s.watchACL()
 	return s, nil
