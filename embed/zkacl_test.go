@@ -3,6 +3,7 @@ package embed_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
@@ -124,4 +127,50 @@ func TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity(t *testing.T) {
 		t.Fatalf("Status errors on a closed root: %q", st.Errors)
 	}
 	checkAlice(t, secured.Endpoint())
+}
+
+// TestAuthenticateIsRateLimitedPerUser: password guessing against one
+// user is cut to a burst of failures, then one attempt a second, with
+// etcd's "too many requests"; another user is not affected.
+func TestAuthenticateIsRateLimitedPerUser(t *testing.T) {
+	skipShort(t)
+	zkSrv := zkservertest.Standalone(t)
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{}))
+	enableAuth(t, in.Client(t))
+	ac := pb.NewAuthClient(in.Client(t).ActiveConnection())
+	ctx := ctx30s(t)
+	try := func(user, pw string) error {
+		_, err := ac.Authenticate(ctx, &pb.AuthenticateRequest{Name: user, Password: pw})
+		return err
+	}
+	var refused int
+	for i := range 20 {
+		err := try("alice", fmt.Sprintf("guess-%d", i))
+		switch {
+		case errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests):
+			refused++
+		case !errors.Is(err, rpctypes.ErrGRPCAuthFailed):
+			t.Fatalf("guess %d: %v", i, err)
+		}
+	}
+	if refused < 10 {
+		t.Fatalf("%d of 20 rapid guesses were refused unchecked, want most", refused)
+	}
+	if err := try("alice", "alicepw"); !errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) {
+		t.Fatalf("the right password right after the guesses: %v, want too many requests", err)
+	}
+	if err := try("root", "rootpw"); err != nil {
+		t.Fatalf("another user: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := try("alice", "alicepw")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) || time.Now().After(deadline) {
+			t.Fatalf("alice after the pause: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -50,6 +50,15 @@ func main() {
 	}
 }
 
+// writeSecret writes data to path readable by its owner only, whatever the
+// umask and whatever mode an existing file had.
+func writeSecret(path string, data []byte) error {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o600)
+}
+
 // creds writes the credentials into dir, keeping files that exist (so a
 // restart of the compose project keeps its token and keys).
 func creds(dir string) error {
@@ -64,13 +73,18 @@ func creds(dir string) error {
 			return err
 		}
 		token = []byte(hex.EncodeToString(b))
-		if err := os.WriteFile(tokenPath, token, 0o644); err != nil {
+		if err := writeSecret(tokenPath, token); err != nil {
 			return err
 		}
 	} else if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(string(token)+",admin,admin-uid,system:masters\n"), 0o644); err != nil {
+	// The token is worth system:masters: only its owner reads it (a file
+	// of an earlier run, written 0644, is closed too).
+	if err := os.Chmod(tokenPath, 0o600); err != nil {
+		return err
+	}
+	if err := writeSecret(filepath.Join(dir, "tokens.csv"), []byte(string(token)+",admin,admin-uid,system:masters\n")); err != nil {
 		return err
 	}
 	keyPath, pubPath := filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
@@ -83,7 +97,7 @@ func creds(dir string) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		if err := writeSecret(keyPath, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})); err != nil {
 			return err
 		}
 		if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {

@@ -48,6 +48,38 @@ func TestCredsKeepsExistingFiles(t *testing.T) {
 	}
 }
 
+// TestCredsWritesTheMastersTokenForItsOwnerOnly: the token (worth
+// system:masters), tokens.csv and the service account key are 0600, also
+// when an earlier run left them world-readable.
+func TestCredsWritesTheMastersTokenForItsOwnerOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "creds")
+	check := func() {
+		t.Helper()
+		for _, name := range []string{"token", "tokens.csv", "sa.key"} {
+			fi, err := os.Stat(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s has mode %v, want 0600", name, fi.Mode().Perm())
+			}
+		}
+	}
+	if err := creds(dir); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	for _, name := range []string{"token", "tokens.csv"} {
+		if err := os.Chmod(filepath.Join(dir, name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := creds(dir); err != nil {
+		t.Fatal(err)
+	}
+	check()
+}
+
 func TestProbe(t *testing.T) {
 	ok := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/readyz" {

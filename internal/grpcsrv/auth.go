@@ -3,10 +3,12 @@ package grpcsrv
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -53,6 +55,11 @@ type authServer struct {
 	canEnable func() error
 	// localSecret: tokens are signed with a secret outside ZooKeeper.
 	localSecret bool
+	// guesses bounds failed Authenticate calls per user (authlimit.go).
+	guesses *authLimiter
+	// checks bounds the password checks running at once (bcrypt, ~50 ms
+	// of a core each) to the cores the process may use.
+	checks chan struct{}
 }
 
 var _ pb.AuthServer = (*authServer)(nil)
@@ -101,11 +108,27 @@ func (s *authServer) read(ctx context.Context, req proto.Message) (proto.Message
 // a user just created through another instance can log in) and returns a
 // token. With auth off it answers "authentication is not enabled", which
 // clientv3 takes as "carry on without a token".
+//
+// A user name that failed too often is refused with etcd's "too many
+// requests" before its password is checked (authlimit.go).
 func (s *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	if err := s.guesses.allow(r.Name); err != nil {
+		s.lg.WithField("user", r.Name).Warn("Authenticate refused: too many failures for this user")
+		return nil, err
+	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
+	select {
+	case s.checks <- struct{}{}:
+	case <-ctx.Done():
+		return nil, toGRPCError(s.lg, ctx.Err())
+	}
 	resp, err := s.st.Authenticate(r.Name, r.Password)
+	<-s.checks
+	if errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
+		s.guesses.failure(r.Name)
+	}
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"runtime"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -413,7 +415,7 @@ func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 }
 
 // newAuthServer returns the Auth service on az's store.
-func newAuthServer(az *authorizer, be Auth, hdr header, lg *logrus.Entry) *authServer {
+func newAuthServer(az *authorizer, be Auth, hdr header, lg *logrus.Entry, reg prometheus.Registerer) *authServer {
 	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize, canEnable: be.CanEnableAuth,
-		localSecret: az.localSecret}
+		localSecret: az.localSecret, guesses: newAuthLimiter(reg), checks: make(chan struct{}, runtime.GOMAXPROCS(0))}
 }
