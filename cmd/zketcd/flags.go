@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -89,6 +90,40 @@ type serveFlags struct {
 	featureGates      string
 }
 
+// defaultLossDir is where loss files go without --rollback-loss-dir and
+// $STATE_DIRECTORY: a durable directory (never the temporary one, which
+// systemd's PrivateTmp= empties when the unit stops).
+const defaultLossDir = "/var/lib/zketcd/loss"
+
+// lossDirectory returns --rollback-loss-dir, or its default.
+func (f *serveFlags) lossDirectory() string {
+	if f.lossDir != "" {
+		return f.lossDir
+	}
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
+		// systemd sets it for StateDirectory= (several: colon separated).
+		first, _, _ := strings.Cut(d, ":")
+		return filepath.Join(first, "loss")
+	}
+	return defaultLossDir
+}
+
+// checkLossDir tells whether loss files can be written to dir (creating
+// it): a rollback found later must not lose its record for want of a
+// directory.
+func checkLossDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".zketcd-write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
 // registerZK registers the flags that reach ZooKeeper (servers, root,
 // session, credentials, TLS), shared by serve, dev and the commands that
 // write a root (snapshot restore, mirror).
@@ -151,7 +186,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", grpcsrv.DefaultKeepaliveInterval, "interval of server-to-client pings")
 	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", grpcsrv.DefaultKeepaliveTimeout, "time to wait for a ping answer before closing")
 	f.registerLog(fs)
-	fs.StringVar(&f.lossDir, "rollback-loss-dir", "", "directory where the instance writes what ZooKeeper lost if ZooKeeper's data goes back to an older state, e.g. a restored backup (default: the system's temporary directory); see zketcd replay-loss")
+	fs.StringVar(&f.lossDir, "rollback-loss-dir", "", "directory where the instance writes what ZooKeeper lost if ZooKeeper's data goes back to an older state, e.g. a restored backup (default: $STATE_DIRECTORY/loss under systemd's StateDirectory=, else "+defaultLossDir+"; zketcd dev: --data-dir/loss); see zketcd replay-loss")
 	fs.DurationVar(&f.rollbackCheckAfter, "rollback-check-after", engine.DefaultRollbackCheck, "time without a ZooKeeper session after which the instance checks, on a fresh session, whether ZooKeeper's data went back to an older state (ZooKeeper then refuses its session for good)")
 	fs.StringVar(&f.configFile, "config-file", "", "etcd's YAML configuration file: the keys zketcd has (etcd's names, and zketcd's own flag names); flags and environment override it")
 }

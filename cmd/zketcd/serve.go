@@ -102,6 +102,11 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
+	lossDir := f.lossDirectory()
+	if err := checkLossDir(lossDir); err != nil {
+		lg.WithError(err).WithField("dir", lossDir).Warn("loss files (what ZooKeeper lost if its data goes back) cannot be written there: " +
+			"set --rollback-loss-dir to a durable directory this user may write (the system's temporary directory is used meanwhile)")
+	}
 	cfg := embed.Config{
 		Engine: engine.Config{
 			Store:               storeCfg,
@@ -112,7 +117,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			ReadLease:           f.readLease,
 			CommitPipeline:      f.commitPipeline,
 			AutoCompaction:      autoCompaction,
-			LossDir:             f.lossDir,
+			LossDir:             lossDir,
 			RollbackCheckAfter:  f.rollbackCheckAfter,
 			QuotaBackendBytes:   f.quotaBackendBytes,
 			CorruptCheckTime:    f.corruptCheckTime,

@@ -74,8 +74,9 @@ type Config struct {
 	// negative: never (the check on every new connection still runs).
 	RollbackCheckAfter time.Duration
 	// LossDir is where an instance that finds ZooKeeper's data older than
-	// its own writes the changes ZooKeeper lost (default: the system's
-	// temporary directory).
+	// its own writes the changes ZooKeeper lost (default, and when it
+	// cannot be created: the system's temporary directory; zketcd serve
+	// defaults it to a durable directory).
 	LossDir string
 	// ForwardWrites makes the leader instance the only committer: another
 	// instance forwards its writes, lease grants and revokes, keepalives
