@@ -21,6 +21,9 @@ func parseServeFlags(t *testing.T, args ...string) serveFlags {
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
+	if f.lossDir == "" {
+		f.lossDir = t.TempDir() // not the machine's durable default
+	}
 	return f
 }
 
