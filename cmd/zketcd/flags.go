@@ -29,6 +29,7 @@ type serveFlags struct {
 	zkRoot           string
 	zkSessionTimeout time.Duration
 	zkAuth           string
+	zkAuthFile       string
 	zkTLSCert        string
 	zkTLSKey         string
 	zkTLSCA          string
@@ -131,7 +132,8 @@ func (f *serveFlags) registerZK(fs *flag.FlagSet, zkHelp, rootHelp string) {
 	fs.StringVar(&f.zk, "zk", "", zkHelp)
 	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", rootHelp)
 	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout")
-	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential, e.g. digest:user:password (znodes then get an ACL for that identity only)")
+	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper identity every znode of the root is ACLed to: digest:user:password, x509 (the --zk-tls-cert-file certificate; ZooKeeper's X509AuthenticationProvider on its secureClientPort) or sasl:user:password (SASL DIGEST-MD5); a root with other ACLs is re-ACLed at start (see zketcd zk-acl). Without it ZooKeeper's data is world-readable")
+	fs.StringVar(&f.zkAuthFile, "zk-auth-file", "", "file holding the --zk-auth value (keeps the credential out of the command line)")
 	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper (its secureClientPort)")
 	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
 	fs.StringVar(&f.zkTLSCA, "zk-tls-ca-file", "", "CA bundle to verify ZooKeeper's certificate; setting it turns TLS to ZooKeeper on")
@@ -414,6 +416,26 @@ func (f *serveFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// zkIdentity returns --zk-auth, or the content of --zk-auth-file (one
+// line; surrounding white space ignored); giving both is an error.
+func (f *serveFlags) zkIdentity() (string, error) {
+	if f.zkAuthFile == "" {
+		return f.zkAuth, nil
+	}
+	if f.zkAuth != "" {
+		return "", errors.New("give --zk-auth or --zk-auth-file, not both")
+	}
+	b, err := os.ReadFile(f.zkAuthFile)
+	if err != nil {
+		return "", fmt.Errorf("--zk-auth-file: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("--zk-auth-file %s is empty", f.zkAuthFile)
+	}
+	return id, nil
+}
+
 // loggedStoreConfig is storeConfig logging through the logger the flags
 // describe, for the commands that only write a root (snapshot restore,
 // mirror).
@@ -426,9 +448,13 @@ func (f *serveFlags) loggedStoreConfig() (zkstore.Config, error) {
 }
 
 func (f *serveFlags) storeConfig(lg *logrus.Entry) (zkstore.Config, error) {
+	id, err := f.zkIdentity()
+	if err != nil {
+		return zkstore.Config{}, err
+	}
 	var auth []string
-	if f.zkAuth != "" {
-		auth = []string{f.zkAuth}
+	if id != "" {
+		auth = []string{id}
 	}
 	cfg := zkstore.Config{
 		Servers:        splitList(f.zk),

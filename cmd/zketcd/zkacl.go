@@ -38,8 +38,8 @@ func runZKACL(args []string) error {
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
-	if f.zk == "" || f.zkAuth == "" {
-		return errors.New("--zk and --zk-auth are required")
+	if f.zk == "" || (f.zkAuth == "" && f.zkAuthFile == "") {
+		return errors.New("--zk and --zk-auth (or --zk-auth-file) are required")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
