@@ -26,6 +26,8 @@ type authorizer struct {
 	st *auth.Store
 	// localSecret: tokens are signed with a secret outside ZooKeeper.
 	localSecret bool
+	// canEnable is Auth.CanEnableAuth: nil, or why AuthEnable is refused.
+	canEnable func() error
 	// linearize waits until the view has applied every committed entry.
 	linearize func(ctx context.Context) error
 	// leaseKeys returns the keys attached to a lease, and whether it exists.
@@ -482,6 +484,7 @@ func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 	return &authorizer{
 		st:          st,
 		localSecret: cfg.Auth.Tokens != nil && auth.LocalSecret(cfg.Auth.Tokens),
+		canEnable:   be.CanEnableAuth,
 		linearize:   be.Linearize,
 		leaseKeys:   be.LeaseKeys,
 		leaseIDs:    be.LeaseIDs,
@@ -490,6 +493,6 @@ func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 
 // newAuthServer returns the Auth service on az's store.
 func newAuthServer(az *authorizer, be Auth, hdr header, lg *logrus.Entry, reg prometheus.Registerer) *authServer {
-	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize, canEnable: be.CanEnableAuth,
+	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize, canEnable: az.canEnable,
 		localSecret: az.localSecret, guesses: newAuthLimiter(reg), checks: make(chan struct{}, runtime.GOMAXPROCS(0))}
 }
