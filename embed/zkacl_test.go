@@ -68,6 +68,25 @@ func TestWorldReadableRootIsWarnedAndRefusesAuthEnable(t *testing.T) {
 	if s, err := c.AuthStatus(ctx); err != nil || s.Enabled {
 		t.Fatalf("auth status after the refusal: %+v %v", s, err)
 	}
+	if v := worldReadableGauge(t, in); v != 1 {
+		t.Fatalf("zketcd_zookeeper_world_readable %v, want 1", v)
+	}
+}
+
+// worldReadableGauge reads the instance's zketcd_zookeeper_world_readable.
+func worldReadableGauge(t *testing.T, in *embedtest.Instance) float64 {
+	t.Helper()
+	mfs, err := in.Zketcd().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "zketcd_zookeeper_world_readable" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no zketcd_zookeeper_world_readable metric")
+	return 0
 }
 
 // TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity: a root made
@@ -125,6 +144,9 @@ func TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity(t *testing.T) {
 	}
 	if len(st.Errors) != 0 {
 		t.Fatalf("Status errors on a closed root: %q", st.Errors)
+	}
+	if v := worldReadableGauge(t, secured); v != 0 {
+		t.Fatalf("zketcd_zookeeper_world_readable %v on a closed root", v)
 	}
 	checkAlice(t, secured.Endpoint())
 }

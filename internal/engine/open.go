@@ -159,6 +159,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 	for _, w := range b.Warnings() {
 		b.log.Warn(w)
 	}
+	b.registerACLGauge(cfg.Registerer)
 	return b, nil
 }
 

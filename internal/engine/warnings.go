@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -45,4 +47,23 @@ func (b *Engine) CanEnableAuth() error {
 			"(its tokens could be minted by reading ZooKeeper): start every instance with --zk-auth (digest, x509 or sasl)")
 	}
 	return nil
+}
+
+// registerACLGauge registers zketcd_zookeeper_world_readable (1 while the
+// root's ZooKeeper data is readable by anyone) when the log reports its
+// ACL and reg is not nil.
+func (b *Engine) registerACLGauge(reg prometheus.Registerer) {
+	r, ok := b.store.(aclReporter)
+	if !ok || reg == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "zookeeper_world_readable",
+		Help: "1 while anyone who reaches ZooKeeper may read the root (no --zk-auth identity); read every minute.",
+	}, func() float64 {
+		if r.ACLReport().WorldReadable {
+			return 1
+		}
+		return 0
+	}))
 }

@@ -43,7 +43,7 @@ const (
 	saslMaxFrame = 64 << 10
 )
 
-// errAuthFailed is ZooKeeper's AUTHFAILED (-115).
+// zkAuthFailed is ZooKeeper's AUTHFAILED (-115).
 const zkAuthFailed = -115
 
 // saslState is the SASL identity of a Store's connections and the
