@@ -25,7 +25,6 @@ import (
 // campaigns (with a password, or by client certificate alone), one
 // without them is refused with etcd's "permission denied".
 func TestLockAndElectionAreAuthorisedByTheirKVPermissions(t *testing.T) {
-	skipShort(t)
 	zkSrv := zkservertest.Standalone(t)
 	certs := testcerts.New(t)
 	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{TLS: certs.ServerTLS(t)}))

@@ -18,19 +18,11 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-func skipShort(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs Java and ZooKeeper (skipped with -short)")
-	}
-}
-
 // TestWorldReadableRootIsWarnedAndRefusesAuthEnable: outside zketcd dev,
 // a root anyone may read is reported in Status and /health, and
 // authentication is not enabled on it (its tokens could be minted from
 // ZooKeeper's data), with the flag that fixes it named.
 func TestWorldReadableRootIsWarnedAndRefusesAuthEnable(t *testing.T) {
-	skipShort(t)
 	zkSrv := zkservertest.Standalone(t)
 	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{StrictZooKeeper: true})
 	c := in.Client(t)
@@ -96,7 +88,6 @@ func worldReadableGauge(t *testing.T, in *embedtest.Instance) float64 {
 // ZooKeeper session without the identity, so no token can be minted from
 // ZooKeeper's data.
 func TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity(t *testing.T) {
-	skipShort(t)
 	zkSrv := zkservertest.Standalone(t)
 	root := "/mint"
 	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{Root: root})
@@ -155,7 +146,6 @@ func TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity(t *testing.T) {
 // user is cut to a burst of failures, then one attempt a second, with
 // etcd's "too many requests"; another user is not affected.
 func TestAuthenticateIsRateLimitedPerUser(t *testing.T) {
-	skipShort(t)
 	zkSrv := zkservertest.Standalone(t)
 	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{}))
 	enableAuth(t, in.Client(t))

@@ -28,13 +28,7 @@ func (l *stringList) Set(s string) error {
 // back; with --check it only reads. --zk-former-auth gives the identity
 // the root is ACLed to now, when it moves to another one.
 func runZKACL(args []string) error {
-	var f serveFlags
-	fs := flag.NewFlagSet("zketcd zk-acl", flag.ContinueOnError)
-	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "the zketcd root to re-ACL")
-	f.registerLog(fs)
-	var former stringList
-	fs.Var(&former, "zk-former-auth", "an identity the root's znodes are ACLed to now (digest:user:password or sasl:user:password; repeatable), proven besides --zk-auth to change their ACL")
-	check := fs.Bool("check", false, "only read every znode's ACL and report those not ACLed to --zk-auth")
+	fs, f, former, check := zkACLFlags()
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -43,7 +37,19 @@ func runZKACL(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return zkACL(ctx, f, former, *check, os.Stdout)
+	return zkACL(ctx, *f, *former, *check, os.Stdout)
+}
+
+// zkACLFlags registers zk-acl's flags: the ZooKeeper ones and logging,
+// --zk-former-auth (repeatable) and --check.
+func zkACLFlags() (fs *flag.FlagSet, f *serveFlags, former *stringList, check *bool) {
+	f, former = &serveFlags{}, &stringList{}
+	fs = flag.NewFlagSet("zketcd zk-acl", flag.ContinueOnError)
+	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "the zketcd root to re-ACL")
+	f.registerLog(fs)
+	fs.Var(former, "zk-former-auth", "an identity the root's znodes are ACLed to now (digest:user:password or sasl:user:password; repeatable), proven besides --zk-auth to change their ACL")
+	check = fs.Bool("check", false, "only read every znode's ACL and report those not ACLed to --zk-auth")
+	return fs, f, former, check
 }
 
 func zkACL(ctx context.Context, f serveFlags, former []string, check bool, out io.Writer) error {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -15,28 +15,20 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-func zkACLFlags(t *testing.T, args ...string) (serveFlags, []string, bool) {
+func parseZKACLFlags(t *testing.T, args ...string) (serveFlags, []string, bool) {
 	t.Helper()
-	var f serveFlags
-	fs := flag.NewFlagSet("zk-acl", flag.ContinueOnError)
-	f.registerZK(fs, "", "")
-	f.registerLog(fs)
-	var former stringList
-	fs.Var(&former, "zk-former-auth", "")
-	check := fs.Bool("check", false, "")
+	fs, f, former, check := zkACLFlags()
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(append([]string{"--log-level", "error"}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	return f, former, *check
+	return *f, *former, *check
 }
 
 // TestZKACLCommandMovesARootBetweenIdentitiesWithProgress: zk-acl closes
 // an open root to a digest identity, then moves it to another identity
 // given the former one; --check reports what is not ACLed to the identity.
 func TestZKACLCommandMovesARootBetweenIdentitiesWithProgress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Java and ZooKeeper (skipped with -short)")
-	}
 	zkSrv := zkservertest.Standalone(t)
 	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{Root: "/moved"})
 	c := in.Client(t)
@@ -49,7 +41,7 @@ func TestZKACLCommandMovesARootBetweenIdentitiesWithProgress(t *testing.T) {
 	}
 	in.Close()
 	run := func(args ...string) (string, error) {
-		f, former, check := zkACLFlags(t, append([]string{"--zk", zkSrv.Addr(), "--zk-root", "/moved"}, args...)...)
+		f, former, check := parseZKACLFlags(t, append([]string{"--zk", zkSrv.Addr(), "--zk-root", "/moved"}, args...)...)
 		var out bytes.Buffer
 		err := zkACL(ctx, f, former, check, &out)
 		return out.String(), err

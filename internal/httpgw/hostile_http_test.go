@@ -118,14 +118,7 @@ func TestSlowBodyAndIdleConnectionsAreClosed(t *testing.T) {
 	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{Configure: func(c *embed.Config) {
 		c.HTTPReadTimeout, c.HTTPIdleTimeout, c.HTTPWriteTimeout = time.Second, time.Second, time.Second
 	}})
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", in.Endpoint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return rawConn(t, in.Endpoint()) }
 
 	slow := dial()
 	fmt.Fprintf(slow, "POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
@@ -203,19 +196,10 @@ func TestClientConnectionsAreCapped(t *testing.T) {
 		return err
 	}
 	var held []net.Conn
-	for range 3 { // the clientv3 connection of embedtest may hold one too
-		c, err := net.Dial("tcp", in.Endpoint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		held = append(held, c)
+	for range 3 {
+		held = append(held, rawConn(t, in.Endpoint()))
 	}
-	extra, err := net.Dial("tcp", in.Endpoint()) // the kernel completes it; the server does not accept it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer extra.Close()
+	extra := rawConn(t, in.Endpoint()) // the kernel completes it; the server does not accept it
 	if err := version(extra); err == nil {
 		t.Fatal("a connection beyond the bound was served")
 	}

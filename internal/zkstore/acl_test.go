@@ -20,13 +20,6 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-func skipShort(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs Java and ZooKeeper (skipped with -short)")
-	}
-}
-
 func quietLogger() *logrus.Entry {
 	lg := logrus.New()
 	lg.SetLevel(logrus.ErrorLevel)
@@ -94,7 +87,6 @@ func assertClosed(t *testing.T, s *Store, anon *zk.Conn) {
 }
 
 func TestAddingAnIdentityReACLsEveryZnodeOfAnOpenRoot(t *testing.T) {
-	skipShort(t)
 	srv := zkservertest.Standalone(t)
 	root := "/acl-add"
 	open, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root})
@@ -135,7 +127,6 @@ func TestAddingAnIdentityReACLsEveryZnodeOfAnOpenRoot(t *testing.T) {
 }
 
 func TestChangingTheIdentityNeedsTheFormerOne(t *testing.T) {
-	skipShort(t)
 	srv := zkservertest.Standalone(t)
 	root := "/acl-change"
 	a, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root, Auth: []string{"digest:old:pw1"}})
@@ -271,7 +262,6 @@ func secureZooKeeper(t *testing.T, certs *testcerts.Set) (plain, secure string) 
 }
 
 func TestX509AndSASLIdentitiesCloseTheRoot(t *testing.T) {
-	skipShort(t)
 	certs := testcerts.New(t)
 	plain, secure := secureZooKeeper(t, certs)
 	anon := anonymous(t, plain)
