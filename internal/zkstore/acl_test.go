@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
-	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -221,44 +219,17 @@ func TestDigestMD5ResponseIsRFC2831s(t *testing.T) {
 // DIGEST-MD5 for user zketcd (password sasl-pw) on its plain port.
 func secureZooKeeper(t *testing.T, certs *testcerts.Set) (plain, secure string) {
 	t.Helper()
-	key, err := os.ReadFile(certs.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, err := os.ReadFile(certs.ServerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	keystore := filepath.Join(dir, "keystore.pem")
-	if err := os.WriteFile(keystore, append(key, crt...), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	jaas := filepath.Join(dir, "jaas.conf")
 	if err := os.WriteFile(jaas, []byte("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_zketcd=\"sasl-pw\";\n};\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, err := zkserver.NewPortAllocator().Pick()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := zkservertest.Options(t)
-	opts.SystemProps = map[string]string{
-		"zookeeper.serverCnxnFactory":     "org.apache.zookeeper.server.NettyServerCnxnFactory",
-		"java.security.auth.login.config": jaas,
-	}
-	opts.ExtraConfig = map[string]string{
-		"secureClientPort":        strconv.Itoa(port),
-		"ssl.keyStore.location":   keystore,
-		"ssl.keyStore.type":       "PEM",
-		"ssl.trustStore.location": certs.CAFile,
-		"ssl.trustStore.type":     "PEM",
-		"ssl.clientAuth":          "need",
-		"authProvider.x509":       "org.apache.zookeeper.server.auth.X509AuthenticationProvider",
-		"authProvider.sasl":       "org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
-	}
+	opts, secure := zkservertest.SecureOptions(t, certs)
+	opts.SystemProps["java.security.auth.login.config"] = jaas
+	opts.ExtraConfig["authProvider.x509"] = "org.apache.zookeeper.server.auth.X509AuthenticationProvider"
+	opts.ExtraConfig["authProvider.sasl"] = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
 	srv := zkservertest.StandaloneWith(t, opts)
-	return srv.Addr(), "127.0.0.1:" + strconv.Itoa(port)
+	return srv.Addr(), secure
 }
 
 func TestX509AndSASLIdentitiesCloseTheRoot(t *testing.T) {
