@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
+	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -217,7 +218,7 @@ func TestDigestMD5ResponseIsRFC2831s(t *testing.T) {
 // secureZooKeeper starts a ZooKeeper with a secure client port that
 // authenticates client certificates as x509 identities, and SASL
 // DIGEST-MD5 for user zketcd (password sasl-pw) on its plain port.
-func secureZooKeeper(t *testing.T, certs *testcerts.Set) (plain, secure string) {
+func secureZooKeeper(t *testing.T, certs *testcerts.Set) (srv *zkserver.Server, plain, secure string) {
 	t.Helper()
 	dir := t.TempDir()
 	jaas := filepath.Join(dir, "jaas.conf")
@@ -228,13 +229,13 @@ func secureZooKeeper(t *testing.T, certs *testcerts.Set) (plain, secure string) 
 	opts.SystemProps["java.security.auth.login.config"] = jaas
 	opts.ExtraConfig["authProvider.x509"] = "org.apache.zookeeper.server.auth.X509AuthenticationProvider"
 	opts.ExtraConfig["authProvider.sasl"] = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
-	srv := zkservertest.StandaloneWith(t, opts)
-	return srv.Addr(), secure
+	srv = zkservertest.StandaloneWith(t, opts)
+	return srv, srv.Addr(), secure
 }
 
 func TestX509AndSASLIdentitiesCloseTheRoot(t *testing.T) {
 	certs := testcerts.New(t)
-	plain, secure := secureZooKeeper(t, certs)
+	srv, plain, secure := secureZooKeeper(t, certs)
 	anon := anonymous(t, plain)
 
 	t.Run("x509", func(t *testing.T) {
@@ -266,6 +267,28 @@ func TestX509AndSASLIdentitiesCloseTheRoot(t *testing.T) {
 			t.Fatalf("head's ACL: %+v %v", acl, err)
 		}
 		assertClosed(t, s, anon)
+		// A new connection (ZooKeeper restarted) authenticates again.
+		if err := srv.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, _, err := s.conn.Get("/acl-sasl/meta")
+			if err == nil {
+				break
+			}
+			if errors.Is(err, zk.ErrNoAuth) || ctx.Err() != nil {
+				t.Fatalf("read after reconnecting: %v (SASL not run again?)", err)
+			}
+			select { // the next session change, or poll again
+			case <-s.SessionChanged():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 		_, err = openStore(t, Config{Servers: []string{plain}, Root: "/acl-sasl", Auth: []string{"sasl:zketcd:bad-secret-9"}, SessionTimeout: 4 * time.Second})
 		if !errors.Is(err, ErrACL) || !strings.Contains(err.Error(), "SASL") {
 			t.Fatalf("a wrong SASL password: %v", err)
