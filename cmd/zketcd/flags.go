@@ -30,6 +30,7 @@ type serveFlags struct {
 	zkSessionTimeout time.Duration
 	zkAuth           string
 	zkAuthFile       string
+	zkFormerAuth     stringList
 	zkTLSCert        string
 	zkTLSKey         string
 	zkTLSCA          string
@@ -135,6 +136,7 @@ func (f *serveFlags) registerZK(fs *flag.FlagSet, zkHelp, rootHelp string) {
 	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout")
 	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper identity every znode of the root is ACLed to: digest:user:password, x509 (the --zk-tls-cert-file certificate; ZooKeeper's X509AuthenticationProvider on its secureClientPort) or sasl:user:password (SASL DIGEST-MD5); a root with other ACLs is re-ACLed at start (see zketcd zk-acl). Without it ZooKeeper's data is world-readable")
 	fs.StringVar(&f.zkAuthFile, "zk-auth-file", "", "file holding the --zk-auth value (keeps the credential out of the command line)")
+	fs.Var(&f.zkFormerAuth, "zk-former-auth", "an identity the root's znodes are ACLed to now (digest:user:password or sasl:user:password; repeatable), proven besides --zk-auth to move them to it")
 	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper (its secureClientPort)")
 	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
 	fs.StringVar(&f.zkTLSCA, "zk-tls-ca-file", "", "CA bundle to verify ZooKeeper's certificate; setting it turns TLS to ZooKeeper on")
@@ -463,6 +465,7 @@ func (f *serveFlags) storeConfig(lg *logrus.Entry) (zkstore.Config, error) {
 		Root:           f.zkRoot,
 		SessionTimeout: f.zkSessionTimeout,
 		Auth:           auth,
+		FormerAuth:     f.zkFormerAuth,
 		Logger:         lg,
 	}
 	if f.zkTLSCA == "" {

@@ -28,7 +28,7 @@ func (l *stringList) Set(s string) error {
 // back; with --check it only reads. --zk-former-auth gives the identity
 // the root is ACLed to now, when it moves to another one.
 func runZKACL(args []string) error {
-	fs, f, former, check := zkACLFlags()
+	fs, f, check := zkACLFlags()
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -37,27 +37,25 @@ func runZKACL(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return zkACL(ctx, *f, *former, *check, os.Stdout)
+	return zkACL(ctx, *f, *check, os.Stdout)
 }
 
-// zkACLFlags registers zk-acl's flags: the ZooKeeper ones and logging,
-// --zk-former-auth (repeatable) and --check.
-func zkACLFlags() (fs *flag.FlagSet, f *serveFlags, former *stringList, check *bool) {
-	f, former = &serveFlags{}, &stringList{}
+// zkACLFlags registers zk-acl's flags: the ZooKeeper ones (with
+// --zk-former-auth), logging and --check.
+func zkACLFlags() (fs *flag.FlagSet, f *serveFlags, check *bool) {
+	f = &serveFlags{}
 	fs = flag.NewFlagSet("zketcd zk-acl", flag.ContinueOnError)
 	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "the zketcd root to re-ACL")
 	f.registerLog(fs)
-	fs.Var(former, "zk-former-auth", "an identity the root's znodes are ACLed to now (digest:user:password or sasl:user:password; repeatable), proven besides --zk-auth to change their ACL")
 	check = fs.Bool("check", false, "only read every znode's ACL and report those not ACLed to --zk-auth")
-	return fs, f, former, check
+	return fs, f, check
 }
 
-func zkACL(ctx context.Context, f serveFlags, former []string, check bool, out io.Writer) error {
+func zkACL(ctx context.Context, f serveFlags, check bool, out io.Writer) error {
 	cfg, err := f.loggedStoreConfig()
 	if err != nil {
 		return err
 	}
-	cfg.FormerAuth = former
 	cfg.Logger = cfg.Logger.WithField("command", "zk-acl")
 	s, err := zkstore.OpenInspector(ctx, cfg)
 	if err != nil {

@@ -15,14 +15,14 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-func parseZKACLFlags(t *testing.T, args ...string) (serveFlags, []string, bool) {
+func parseZKACLFlags(t *testing.T, args ...string) (serveFlags, bool) {
 	t.Helper()
-	fs, f, former, check := zkACLFlags()
+	fs, f, check := zkACLFlags()
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(append([]string{"--log-level", "error"}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	return *f, *former, *check
+	return *f, *check
 }
 
 // TestZKACLCommandMovesARootBetweenIdentitiesWithProgress: zk-acl closes
@@ -41,9 +41,9 @@ func TestZKACLCommandMovesARootBetweenIdentitiesWithProgress(t *testing.T) {
 	}
 	in.Close()
 	run := func(args ...string) (string, error) {
-		f, former, check := parseZKACLFlags(t, append([]string{"--zk", zkSrv.Addr(), "--zk-root", "/moved"}, args...)...)
+		f, check := parseZKACLFlags(t, append([]string{"--zk", zkSrv.Addr(), "--zk-root", "/moved"}, args...)...)
 		var out bytes.Buffer
-		err := zkACL(ctx, f, former, check, &out)
+		err := zkACL(ctx, f, check, &out)
 		return out.String(), err
 	}
 	out, err := run("--zk-auth", "digest:a:pw-a", "--check")
