@@ -114,10 +114,14 @@ type cluster struct {
 	internal map[*Zketcd]*faultproxy.Proxy
 	a, b     *Zketcd
 	clients  map[string]*clientv3.Client
+	// w is the scenario's workload, once started.
+	w *Workload
 	// zkOpts are the ensemble's options; notes are measurements a
 	// scenario adds to its report.
 	zkOpts zkserver.Options
 	notes  []string
+	// sessionTimeout is the instances' --zk-session-timeout.
+	sessionTimeout time.Duration
 }
 
 // clusterOptions shape a cluster.
@@ -131,6 +135,9 @@ type clusterOptions struct {
 	links bool
 	// readLease runs both instances with --read-lease.
 	readLease bool
+	// sessionTimeout is the instances' --zk-session-timeout (0: the
+	// package's sessionTimeout).
+	sessionTimeout time.Duration
 }
 
 // newCluster starts the cluster.
@@ -188,6 +195,11 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	cl.internal = map[*Zketcd]*faultproxy.Proxy{}
+	st := co.sessionTimeout
+	if st == 0 {
+		st = sessionTimeout
+	}
+	cl.sessionTimeout = st
 	mk := func(name string, zk []string, p1, p2, p3 int) *Zketcd {
 		internal := fmt.Sprintf("127.0.0.1:%d", p3)
 		ip, err := faultproxy.Start(internal)
@@ -198,7 +210,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
 			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
 			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease,
-			SessionTimeout: sessionTimeout, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
+			SessionTimeout: st, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
 		cl.internal[z] = ip
 		t.Cleanup(func() {
 			if err := z.Kill(); err != nil {
@@ -265,6 +277,13 @@ type scenario struct {
 	// putRate adds open-loop blind puts at this rate (Config.PutRate), so
 	// that how many writes wait on a commit follows its latency.
 	putRate float64
+	// probe adds reads, puts and keepalives through both instances every
+	// 10 ms (Config.ProbeEvery); probeOnly leaves every other worker out
+	// (the watches stay), so that nothing but the probes writes.
+	probe, probeOnly bool
+	// sessionTimeout is the instances' --zk-session-timeout (0: the
+	// package's sessionTimeout).
+	sessionTimeout time.Duration
 }
 
 // zketcdLeader returns the zketcd instance that is the leader (the one
@@ -454,6 +473,13 @@ var scenarios = []scenario{
 	{name: "ReadLeaseZKLeaderKill", readLease: true, hold: 3 * time.Second, inject: killZKMember(true)},
 	{name: "ReadLeaseForwardPartition", readLease: true, hold: 2*sessionTimeout + time.Second, inject: forwardPartition},
 	{name: "ReadLeaseZKFollowerPartition", readLease: true, links: true, hold: followerPartitionHold, zk: longSyncLimit, inject: zkFollowerPartition},
+	// The read lease on a ZooKeeper that grants a tenth of the session
+	// timeout zketcd asks for (its default, 10 s), under the same follower
+	// partition, with nothing but probes every 10 ms through both
+	// instances, which stop writing from before the cut until the other
+	// instance leads.
+	{name: "ReadLeaseGrantedTimeout", readLease: true, links: true, probe: true, probeOnly: true, sessionTimeout: 10 * time.Second,
+		hold: followerPartitionHold, zk: shortGrant, inject: quietFollowerPartition},
 }
 
 func TestFaults(t *testing.T) {
@@ -477,20 +503,30 @@ func TestFaults(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
-	cl := newCluster(t, clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease})
-	w, err := Start(Config{
+	cl := newCluster(t, clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease, sessionTimeout: sc.sessionTimeout})
+	var probeEvery time.Duration
+	if sc.probe {
+		probeEvery = 10 * time.Millisecond
+	}
+	wc := Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},
 		EtcdWorkers:    []string{"A", "B"},
 		PutRate:        sc.putRate,
+		ProbeEvery:     probeEvery,
 		LeaseClient:    "AB",
 		CompactEvery:   time.Second,
 		RequestTimeout: 4 * time.Second,
 		Seed:           uint64(time.Now().UnixNano()),
-	})
+	}
+	if sc.probeOnly {
+		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient, wc.CompactEvery = nil, nil, "", 0
+	}
+	w, err := Start(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cl.w = w
 	began := time.Now()
 	const warmup, settle = 3 * time.Second, 3 * time.Second
 	time.Sleep(warmup)

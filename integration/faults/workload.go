@@ -57,6 +57,10 @@ type Config struct {
 	// WatchChurn, over and over, as kube-apiserver's watchers come and go;
 	// the closed watches are checked up to what they observed.
 	WatchChurn time.Duration
+	// ProbeEvery, if not 0, probes instances A and B (clients "A" and "B")
+	// every ProbeEvery: a linearizable read and a put of ProbeKey through
+	// each, open loop, and a lease kept alive through each (probe.go).
+	ProbeEvery time.Duration
 }
 
 // Workload runs the workers and records everything.
@@ -76,6 +80,9 @@ type Workload struct {
 	kubeRecs []*watchcheck.Recorder
 	closed   []*watchcheck.Watch // churned watches, closed
 	leases   atomic.Int64        // live lease goroutines
+
+	probeWriters atomic.Pointer[[]string] // the clients probes put through
+	probePuts    atomic.Int64             // probe puts under way
 }
 
 // History is everything a run recorded.
@@ -158,6 +165,10 @@ func Start(cfg Config) (*Workload, error) {
 	if cfg.WatchChurn > 0 {
 		id := newID()
 		w.spawn(func() { w.watchChurn(id) })
+	}
+	if cfg.ProbeEvery > 0 {
+		w.SetProbeWriters("A", "B")
+		w.spawn(w.probes)
 	}
 	w.spawn(w.askProgress)
 	return w, nil

@@ -150,7 +150,13 @@ func forwardingPair(t *testing.T) (*memlog.Store, *memForwarder, *Engine, *memlo
 // forwardingPairWith is forwardingPair with configure applied to both.
 func forwardingPairWith(t *testing.T, configure func(*Config)) (*memlog.Store, *memForwarder, *Engine, *memlog.Client, *Engine, *memlog.Client) {
 	t.Helper()
-	st := memlog.New(memlog.Options{})
+	return forwardingPairOn(t, memlog.Options{}, configure)
+}
+
+// forwardingPairOn is forwardingPairWith on a store made with opts.
+func forwardingPairOn(t *testing.T, opts memlog.Options, configure func(*Config)) (*memlog.Store, *memForwarder, *Engine, *memlog.Client, *Engine, *memlog.Client) {
+	t.Helper()
+	st := memlog.New(opts)
 	fw := &memForwarder{peers: map[string]*Engine{}}
 	start := func(name string) (*Engine, *memlog.Client) {
 		url := "mem://" + name

@@ -150,6 +150,10 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 		b.wg.Add(1)
 		go b.readLeaseLoop()
 	}
+	if !cfg.RelaxedReads {
+		b.wg.Add(1)
+		go b.windowLoop()
+	}
 	if cfg.InitialCorruptCheck {
 		if err := b.initialCheck(ctx); err != nil {
 			b.Close()
