@@ -138,6 +138,8 @@ type clusterOptions struct {
 	// sessionTimeout is the instances' --zk-session-timeout (0: the
 	// package's sessionTimeout).
 	sessionTimeout time.Duration
+	// env is added to both instances' environment.
+	env []string
 }
 
 // newCluster starts the cluster.
@@ -209,7 +211,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		t.Cleanup(func() { ip.Close() })
 		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
 			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
-			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease,
+			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease, Env: co.env,
 			SessionTimeout: st, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
 		cl.internal[z] = ip
 		t.Cleanup(func() {
@@ -284,6 +286,13 @@ type scenario struct {
 	// sessionTimeout is the instances' --zk-session-timeout (0: the
 	// package's sessionTimeout).
 	sessionTimeout time.Duration
+	// noDeadline: the clients send every request without a deadline
+	// (Config.RequestTimeout negative).
+	noDeadline bool
+	// tagGeneration, if not 0, is how many forwarded requests' tags one
+	// generation of the leader's tag index holds (the instances' fault
+	// hook ZKETCD_FAULT_TAG_GENERATION).
+	tagGeneration int
 }
 
 // zketcdLeader returns the zketcd instance that is the leader (the one
@@ -372,11 +381,28 @@ func pauseZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
 // unknown outcomes for those in flight; it must resolve them from the log,
 // never acknowledge one that did not commit, and serve again once healed.
 func forwardPartition(t *testing.T, cl *cluster) (string, func()) {
-	victim, name := zketcdLeader(t, cl)
-	p := cl.internal[victim]
-	p.Blackhole()
-	return fmt.Sprintf("blackhole the follower -> leader (%s) internal endpoint for %v, ZooKeeper reachable, heal", name, 2*sessionTimeout+time.Second), p.Heal
+	return forwardPartitionFor(2*sessionTimeout+time.Second)(t, cl)
 }
+
+// forwardPartitionFor is forwardPartition held for hold (the description
+// says so; the scenario's hold is what holds it).
+func forwardPartitionFor(hold time.Duration) func(t *testing.T, cl *cluster) (string, func()) {
+	return func(t *testing.T, cl *cluster) (string, func()) {
+		victim, name := zketcdLeader(t, cl)
+		p := cl.internal[victim]
+		p.Blackhole()
+		return fmt.Sprintf("blackhole the follower -> leader (%s) internal endpoint for %v, ZooKeeper reachable, heal", name, hold), p.Heal
+	}
+}
+
+// forwardLongHold outlasts the 10 s the leader keeps the answers of the
+// forwarded requests it served: a request re-sent after the heal is
+// resolved by the tag index alone, whose generations
+// forwardLongTagGeneration makes small.
+const (
+	forwardLongHold          = 15 * time.Second
+	forwardLongTagGeneration = 8
+)
 
 func killZKMember(leader bool) func(t *testing.T, cl *cluster) (string, func()) {
 	return func(t *testing.T, cl *cluster) (string, func()) {
@@ -451,6 +477,13 @@ var scenarios = []scenario{
 	{name: "ForwardLeaderKill", hold: time.Second, inject: killZketcdLeader},
 	{name: "ForwardLeaderSigstop", hold: 2*sessionTimeout + time.Second, inject: pauseZketcdLeader},
 	{name: "ForwardPartition", hold: 2*sessionTimeout + time.Second, inject: forwardPartition},
+	// The same partition for longer than the leader remembers answered
+	// forwards, with clients that set no deadline, open-loop puts, and a
+	// tag index of 8 tags a generation: re-sends after the heal meet a
+	// leader whose index no longer holds the tags of requests it
+	// committed before the partition.
+	{name: "ForwardLongPartition", hold: forwardLongHold, inject: forwardPartitionFor(forwardLongHold), putRate: 50,
+		noDeadline: true, tagGeneration: forwardLongTagGeneration},
 	{name: "ZketcdPartition", expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
 		for _, p := range cl.proxies {
 			p.Blackhole()
@@ -503,7 +536,11 @@ func TestFaults(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
-	cl := newCluster(t, clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease, sessionTimeout: sc.sessionTimeout})
+	co := clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease, sessionTimeout: sc.sessionTimeout}
+	if sc.tagGeneration > 0 {
+		co.env = []string{fmt.Sprintf("ZKETCD_FAULT_TAG_GENERATION=%d", sc.tagGeneration)}
+	}
+	cl := newCluster(t, co)
 	var probeEvery time.Duration
 	if sc.probe {
 		probeEvery = 10 * time.Millisecond
@@ -518,6 +555,9 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 		CompactEvery:   time.Second,
 		RequestTimeout: 4 * time.Second,
 		Seed:           uint64(time.Now().UnixNano()),
+	}
+	if sc.noDeadline {
+		wc.RequestTimeout = -1
 	}
 	if sc.probeOnly {
 		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient, wc.CompactEvery = nil, nil, "", 0

@@ -48,7 +48,9 @@ type Config struct {
 	LeaseClient string
 	// CompactEvery is the compactor's interval (0: no compaction).
 	CompactEvery time.Duration
-	// RequestTimeout bounds each request.
+	// RequestTimeout bounds each request; negative: clients without
+	// deadlines (a request waits for its answer, bounded only by
+	// noDeadlineBackstop so that a hung server cannot hang the test).
 	RequestTimeout time.Duration
 	// Seed makes the random choices repeatable (with the timing).
 	Seed uint64
@@ -218,9 +220,21 @@ func (w *Workload) value(worker int) string {
 	return fmt.Sprintf("w%d-%d", worker, w.seq.Add(1))
 }
 
+// noDeadlineBackstop bounds a request of a client without deadlines
+// (Config.RequestTimeout negative): far longer than any fault.
+const noDeadlineBackstop = 5 * time.Minute
+
+// timeout is the deadline of one request.
+func (w *Workload) timeout() time.Duration {
+	if w.cfg.RequestTimeout < 0 {
+		return noDeadlineBackstop
+	}
+	return w.cfg.RequestTimeout
+}
+
 // do runs f under the request timeout and records op with its times.
 func (w *Workload) do(op *Op, f func(ctx context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout())
 	defer cancel()
 	op.Call = time.Since(w.start)
 	op.Err = f(ctx)
@@ -570,7 +584,7 @@ func (w *Workload) compactor(id int) {
 		}
 		cop := &Op{Worker: id, Client: "B", Kind: KindCompact, Rev: target}
 		w.do(cop, func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, 3*w.cfg.RequestTimeout)
+			ctx, cancel := context.WithTimeout(ctx, 3*w.timeout())
 			defer cancel()
 			resp, err := c.Compact(ctx, target, clientv3.WithCompactPhysical())
 			if err == nil {

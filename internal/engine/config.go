@@ -106,6 +106,15 @@ type Config struct {
 	// is not negative and not RelaxedReads; while the session's grant
 	// allows no window the lease is not taken (Warnings says why).
 	ReadLease bool
+	// ForwardResendLimit is how long after its first send a forwarded
+	// write of unknown outcome is sent again before the client gets
+	// etcd's "request timed out, possibly due to connection lost" (0: twice
+	// the session timeout, at least 10 s).
+	ForwardResendLimit time.Duration
+	// OriginGeneration is how many forwarded requests' tags one generation
+	// of the tag index holds (origins.go; 0: the default). Fault injection
+	// sets it small to test what the index no longer holds.
+	OriginGeneration int
 	// Now is the time source of lease expiry (nil: time.Now). Expiry only
 	// compares its readings with each other, on the monotonic clock, so a
 	// step of the wall clock moves no deadline. For tests.

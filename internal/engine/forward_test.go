@@ -34,6 +34,11 @@ type memForwarder struct {
 	unsupported bool
 	// afterLoss runs once an answer was lost, before Forward returns.
 	afterLoss func()
+	// authChanged makes that many forwards answer ErrAuthChanged without
+	// serving them; calls records every forward's tag and re-send
+	// position.
+	authChanged int
+	calls       []ForwardCall
 }
 
 func (f *memForwarder) peer(url string) (*Engine, error) {
@@ -57,8 +62,18 @@ func (f *memForwarder) Forward(ctx context.Context, to Peer, call ForwardCall) (
 	if to.Token != b.InternalToken() {
 		return ForwardReply{}, errors.New("bad token")
 	}
+	f.mu.Lock()
+	f.calls = append(f.calls, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Fresh: call.Fresh, After: call.After})
+	changed := f.authChanged > 0
+	if changed {
+		f.authChanged--
+	}
+	f.mu.Unlock()
+	if changed {
+		return ForwardReply{}, ErrAuthChanged
+	}
 	req := proto.Clone(call.Req)
-	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req, Entropy: call.Entropy})
+	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req, Entropy: call.Entropy, After: call.After})
 	f.mu.Lock()
 	f.served++
 	lose := f.loseAnswers > 0

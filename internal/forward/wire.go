@@ -43,6 +43,10 @@ const (
 	mdOutcome = "zketcd-outcome"
 	// mdEntropy carries an auth change's entropy (binary metadata).
 	mdEntropy = "zketcd-entropy-bin"
+	// mdAfter carries a re-send's engine.ForwardCall.After (absent on a
+	// first send, and from builds before it: a leader then takes a miss
+	// of its tag index for an absent tag, as those builds did).
+	mdAfter = "zketcd-after"
 )
 
 // Values of mdOutcome.
