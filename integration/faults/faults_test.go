@@ -396,11 +396,13 @@ func forwardPartitionFor(hold time.Duration) func(t *testing.T, cl *cluster) (st
 }
 
 // forwardLongHold outlasts the 10 s the leader keeps the answers of the
-// forwarded requests it served: a request re-sent after the heal is
-// resolved by the tag index alone, whose generations
-// forwardLongTagGeneration makes small.
+// forwarded requests it served, and stays within the 16 s a forward of
+// unknown outcome is re-sent for at forwardLongSession (twice the session
+// timeout): a request re-sent after the heal is resolved by the tag index
+// alone, whose generations forwardLongTagGeneration makes small.
 const (
-	forwardLongHold          = 15 * time.Second
+	forwardLongHold          = 13 * time.Second
+	forwardLongSession       = 8 * time.Second
 	forwardLongTagGeneration = 8
 )
 
@@ -483,7 +485,7 @@ var scenarios = []scenario{
 	// leader whose index no longer holds the tags of requests it
 	// committed before the partition.
 	{name: "ForwardLongPartition", hold: forwardLongHold, inject: forwardPartitionFor(forwardLongHold), putRate: 50,
-		noDeadline: true, tagGeneration: forwardLongTagGeneration},
+		noDeadline: true, tagGeneration: forwardLongTagGeneration, sessionTimeout: forwardLongSession},
 	{name: "ZketcdPartition", expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
 		for _, p := range cl.proxies {
 			p.Blackhole()

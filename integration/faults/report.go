@@ -176,9 +176,9 @@ ReadLeaseGrantedTimeout asks for a 10 s session of an ensemble whose maxSessionT
 workload: every 10 ms a linearizable read through each instance and a put through each (none
 from before the cut until the other instance leads, then through it alone), and a 2 s lease
 kept alive through each instance every 50 ms. ForwardLongPartition blackholes the leader's
-internal endpoint for 15 s (longer than the leader keeps the answers it gave) with clients that
-set no deadline, 50 open-loop puts a second, and a tag index of 8 tags a generation
-(` + "`ZKETCD_FAULT_TAG_GENERATION`" + `).
+internal endpoint for 13 s (longer than the leader keeps the answers it gave, shorter than the
+16 s re-sends last at its 8 s session timeout) with clients that set no deadline, 50 open-loop
+puts a second, and a tag index of 8 tags a generation (` + "`ZKETCD_FAULT_TAG_GENERATION`" + `).
 Clients: one on A, one on B, one on both.
 The workload: 4 kube-apiserver-like workers (CAS updates on the mod revision they last saw,
 creates, CAS deletes, gets, paginated LISTs whose later pages are read at the first page's
