@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,51 +14,17 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-// syncBuffer is a log sink safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serveReadLease runs "serve --read-lease --zk-session-timeout 10s" (and
 // extra) on zk until the test ends, and returns its log and a client.
-func serveReadLease(t *testing.T, zk, root string, extra ...string) (*syncBuffer, *clientv3.Client, string) {
+func serveReadLease(t *testing.T, zk, root string, extra ...string) (*embedtest.SyncBuffer, *clientv3.Client, string) {
 	t.Helper()
 	addr := embedtest.FreeAddr(t)
 	args := append([]string{"--zk", zk, "--zk-root", root, "--listen-client-urls", "http://" + addr,
 		"--internal-listen-url", "http://127.0.0.1:0", "--read-lease", "--zk-session-timeout", "10s", "--log-level", "info"}, extra...)
 	f := parseServeFlags(t, args...)
-	log := &syncBuffer{}
+	log := &embedtest.SyncBuffer{}
 	f.logOutput = log
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, f, func() { close(ready) }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not become ready")
-	}
+	serveUntilDone(t, f)
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +34,7 @@ func serveReadLease(t *testing.T, zk, root string, extra ...string) (*syncBuffer
 }
 
 // waitLog waits until the log has a line with every one of subs.
-func waitLog(t *testing.T, log *syncBuffer, subs ...string) string {
+func waitLog(t *testing.T, log *embedtest.SyncBuffer, subs ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

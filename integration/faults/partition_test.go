@@ -197,11 +197,39 @@ func followerPartition(t *testing.T, cl *cluster, quiet bool) (string, func()) {
 	}
 }
 
+// poller calls a function every period, from a goroutine of its own,
+// until the function reports false or stop is called.
+type poller struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func poll(period time.Duration, f func() bool) *poller {
+	p := &poller{done: make(chan struct{})}
+	p.wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for f() {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return p
+}
+
+// stop ends the polling and waits until the last call returned.
+func (p *poller) stop() {
+	close(p.done)
+	p.wg.Wait()
+}
+
 // partitionWatch polls the cut-off member's srvr and the leader's mntr
 // during a partition.
 type partitionWatch struct {
-	done  chan struct{}
-	wg    sync.WaitGroup
+	poll  *poller
 	began time.Time
 
 	mu  sync.Mutex
@@ -212,54 +240,46 @@ type partitionWatch struct {
 // srvr, the ZooKeeper leader's mntr and the commits of both zketcd
 // instances (victim on the cut-off member, other on the rest).
 func watchPartition(ens *zkserver.Ensemble, leader, cut int, victim, other *Zketcd) *partitionWatch {
-	w := &partitionWatch{done: make(chan struct{}), began: time.Now(), obs: partitionObs{synced: map[int]bool{}, leaderKept: true}}
+	w := &partitionWatch{began: time.Now(), obs: partitionObs{synced: map[int]bool{}, leaderKept: true}}
 	o0 := commits(other)
-	w.wg.Go(func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		sampled := false
-		for {
-			oc := commits(other) - o0
-			var vc float64
-			first := !sampled && time.Since(w.began) >= time.Second
-			if first {
-				vc, sampled = commits(victim), true
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			mode, err := ens.Member(cut).Mode(ctx)
-			m, merr := ens.Member(leader).Monitor(ctx)
-			cancel()
-			w.mu.Lock()
-			o := &w.obs
-			if oc > 0 && o.otherCommits == 0 {
-				o.otherFrom = time.Since(w.began)
-			}
-			o.otherCommits = oc
-			if first {
-				o.victimSampled, o.victimAt1s = true, vc
-			}
-			if !o.stopped && (err != nil || mode != zkserver.ModeFollower) {
-				o.stopped, o.stoppedAt = true, time.Since(w.began)
-				o.firstOther = "it answered " + mode
-				if err != nil {
-					o.firstOther = "it did not serve"
-					if !errors.Is(err, zkserver.ErrNotServing) {
-						o.firstOther += " (" + err.Error() + ")"
-					}
+	sampled := false
+	w.poll = poll(100*time.Millisecond, func() bool {
+		oc := commits(other) - o0
+		var vc float64
+		first := !sampled && time.Since(w.began) >= time.Second
+		if first {
+			vc, sampled = commits(victim), true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		mode, err := ens.Member(cut).Mode(ctx)
+		m, merr := ens.Member(leader).Monitor(ctx)
+		cancel()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		o := &w.obs
+		if oc > 0 && o.otherCommits == 0 {
+			o.otherFrom = time.Since(w.began)
+		}
+		o.otherCommits = oc
+		if first {
+			o.victimSampled, o.victimAt1s = true, vc
+		}
+		if !o.stopped && (err != nil || mode != zkserver.ModeFollower) {
+			o.stopped, o.stoppedAt = true, time.Since(w.began)
+			o.firstOther = "it answered " + mode
+			if err != nil {
+				o.firstOther = "it did not serve"
+				if !errors.Is(err, zkserver.ErrNotServing) {
+					o.firstOther += " (" + err.Error() + ")"
 				}
 			}
-			if merr != nil || m["zk_server_state"] != zkserver.ModeLeader {
-				o.leaderKept = false
-			} else if n, err := strconv.Atoi(m["zk_synced_followers"]); err == nil {
-				o.synced[n] = true
-			}
-			w.mu.Unlock()
-			select {
-			case <-w.done:
-				return
-			case <-tick.C:
-			}
 		}
+		if merr != nil || m["zk_server_state"] != zkserver.ModeLeader {
+			o.leaderKept = false
+		} else if n, err := strconv.Atoi(m["zk_synced_followers"]); err == nil {
+			o.synced[n] = true
+		}
+		return true
 	})
 	return w
 }
@@ -312,8 +332,7 @@ func (o partitionObs) syncedSeen() string {
 }
 
 func (w *partitionWatch) stop() partitionObs {
-	close(w.done)
-	w.wg.Wait()
+	w.poll.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.obs
@@ -321,8 +340,7 @@ func (w *partitionWatch) stop() partitionObs {
 
 // takeover polls an instance's Status until it reports itself the leader.
 type takeover struct {
-	done  chan struct{}
-	wg    sync.WaitGroup
+	poll  *poller
 	began time.Time
 	mu    sync.Mutex
 	at    time.Duration // after began; -1 while not seen
@@ -331,33 +349,26 @@ type takeover struct {
 // watchTakeover polls the Status of the instance at addr through c every
 // 10 ms, and calls led once it names itself the leader.
 func watchTakeover(c *clientv3.Client, addr string, led func()) *takeover {
-	tk := &takeover{done: make(chan struct{}), began: time.Now(), at: -1}
-	tk.wg.Go(func() {
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := c.Status(ctx, addr)
-			cancel()
-			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
-				tk.mu.Lock()
-				tk.at = time.Since(tk.began)
-				tk.mu.Unlock()
-				led()
-				return
-			}
-			select {
-			case <-tk.done:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
+	tk := &takeover{began: time.Now(), at: -1}
+	tk.poll = poll(10*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := c.Status(ctx, addr)
+		cancel()
+		if err != nil || st.Leader == 0 || st.Leader != st.Header.MemberId {
+			return true
 		}
+		tk.mu.Lock()
+		tk.at = time.Since(tk.began)
+		tk.mu.Unlock()
+		led()
+		return false
 	})
 	return tk
 }
 
 // stop ends the polling and tells when the instance was seen leading.
 func (tk *takeover) stop() string {
-	close(tk.done)
-	tk.wg.Wait()
+	tk.poll.stop()
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
 	if tk.at < 0 {

@@ -42,14 +42,7 @@ func (w *Workload) probes() {
 		id := probeWorkers - 1 - i
 		w.spawn(func() { w.keepAliveProbe(id, name, c, 5*every) })
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-w.stop:
-			return
-		case <-tick.C:
-		}
+	w.every(every, func(n int) {
 		writers := *w.probeWriters.Load()
 		for i, name := range names {
 			c := w.cfg.Clients[name]
@@ -75,7 +68,7 @@ func (w *Workload) probes() {
 				})
 			})
 		}
-	}
+	})
 }
 
 // SetProbeWriters chooses the clients the probes put through (none: the

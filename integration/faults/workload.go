@@ -411,14 +411,7 @@ func (w *Workload) list(id int, name string, c *clientv3.Client) {
 // (and a worker ID) of its own.
 func (w *Workload) openLoopPuts() {
 	r := rand.New(rand.NewPCG(w.cfg.Seed, 1<<20))
-	tick := time.NewTicker(time.Duration(float64(time.Second) / w.cfg.PutRate))
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-w.stop:
-			return
-		case <-tick.C:
-		}
+	w.every(time.Duration(float64(time.Second)/w.cfg.PutRate), func(n int) {
 		id, name := 1<<20+n, []string{"A", "B"}[n%2]
 		c := w.cfg.Clients[name]
 		op := &Op{Worker: id, Client: name, Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
@@ -431,6 +424,20 @@ func (w *Workload) openLoopPuts() {
 				return err
 			})
 		})
+	})
+}
+
+// every calls f(n), n = 0, 1, ..., every d until the workload stops.
+func (w *Workload) every(d time.Duration, f func(n int)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+		f(n)
 	}
 }
 

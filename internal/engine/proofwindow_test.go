@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -65,11 +64,7 @@ func TestProofWindowIsBoundedByTheGrantAndTheTick(t *testing.T) {
 
 func gaugeValue(t testing.TB, g prometheus.Gauge) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
+	return written(t, g).GetGauge().GetValue()
 }
 
 // TestReadLeaseFollowsTheGrantedTimeoutNotTheRequested: zketcd asks for
