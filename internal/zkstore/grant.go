@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -60,8 +61,18 @@ type confAnswer struct {
 
 // grants keeps the Grant up to date. Safe for concurrent use.
 type grants struct {
-	mu sync.Mutex
-	g  Grant
+	mu    sync.Mutex
+	g     Grant
+	asked time.Time // the last learnTick's start
+	// learning is set while a learnTick runs in the background.
+	learning atomic.Bool
+}
+
+// askedAt is when the tick was last asked for.
+func (gs *grants) askedAt() time.Time {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return gs.asked
 }
 
 // connected records a connect response (called by the dialer's connection
@@ -101,8 +112,35 @@ func (s *Store) Grant() Grant {
 }
 
 // confTimeout bounds one conf exchange: a paused server accepts the TCP
-// connection and never answers.
-const confTimeout = 2 * time.Second
+// connection and never answers. tickRetry is how often the servers are
+// asked again while none has told the tick.
+const (
+	confTimeout = 2 * time.Second
+	tickRetry   = 30 * time.Second
+)
+
+// relearnTick runs learnTick in the background (one at a time), ended by
+// Close.
+func (s *Store) relearnTick() {
+	if !s.grants.learning.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.grants.learning.Store(false)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-s.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		s.learnTick(ctx)
+	}()
+}
 
 // learnTick asks every server for conf and records the tick: the largest
 // answered (the servers of one ensemble should share it; the largest is the
@@ -111,6 +149,9 @@ const confTimeout = 2 * time.Second
 func (s *Store) learnTick(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, confTimeout)
 	defer cancel()
+	s.grants.mu.Lock()
+	s.grants.asked = time.Now()
+	s.grants.mu.Unlock()
 	servers := zk.FormatServers(s.cfg.Servers)
 	answers := make([]confAnswer, len(servers))
 	errs := make([]error, len(servers))

@@ -262,6 +262,9 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 		if ev.Type != zk.EventSession && ev.Type != 0 {
 			continue
 		}
+		if ev.Type == 0 && s.Grant().Tick == 0 && time.Since(s.grants.askedAt()) > tickRetry {
+			s.relearnTick() // no server told it yet: perhaps one that was down does now
+		}
 		state, id := s.conn.State(), s.conn.SessionID()
 		connected := state == zk.StateHasSession
 		s.mu.Lock()
@@ -297,21 +300,7 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 			lg.Warn("zookeeper connection lost")
 		}
 		if newSession && prevID != 0 {
-			// The servers may have been restarted with another tick.
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				go func() {
-					select {
-					case <-s.closed:
-						cancel()
-					case <-ctx.Done():
-					}
-				}()
-				s.learnTick(ctx)
-			}()
+			s.relearnTick() // the servers may have been restarted with another tick
 		}
 		if newSession && prevID != 0 && member != nil {
 			s.wg.Add(1)
