@@ -59,6 +59,7 @@ type serveFlags struct {
 	readLease             bool
 	internalListenURL     string
 	advertiseInternalURL  string
+	peer                  peerFlags
 	commitPipeline        int
 	autoCompactionMode    string
 	autoCompactionRetain  string
@@ -136,8 +137,9 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
 	fs.BoolVar(&f.forwardWrites, "forward-writes", true, "only the leader instance commits: other instances forward writes, lease requests, keepalives and linearizable-read positions to it over the internal endpoint (false: every instance commits its own writes)")
 	fs.BoolVar(&f.readLease, "read-lease", false, "the leader instance answers linearizable reads (its own and the other instances' read index) from memory while it holds the read lease: no other instance can commit then, and a ZooKeeper transaction of its session landed within the leader proof window, which the granted session timeout and ZooKeeper's tick bound (refused when conf is not allowed and --zk-tick-time is not given; assumes this host's clock runs at no less than half the ZooKeeper leader's rate); needs --forward-writes on every instance of the root, all of this build or later")
-	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (http only; port 0 picks a free one); serve it on an interface the other instances reach, on a private network")
-	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: http:// and the address listened on)")
+	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (port 0 picks a free one): https:// with --peer-cert-file and --peer-key-file (or --peer-auto-tls); http:// on loopback only, unless --internal-insecure-plaintext")
+	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: the scheme and address listened on)")
+	f.peer.register(fs)
 	fs.IntVar(&f.commitPipeline, "commit-pipeline", engine.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")

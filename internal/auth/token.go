@@ -36,6 +36,11 @@ type TokenProvider interface {
 	Assign(user string, st *State, index int64) (string, error)
 	// Info verifies token against the current state st.
 	Info(token string, st *State) (Info, bool)
+	// Verify is Info for a token another instance received and checked:
+	// its signature and expiry, but not an idle lifetime kept where it
+	// was used (the other instance's to enforce), which Verify neither
+	// checks nor extends.
+	Verify(token string, st *State) (Info, bool)
 	// Close stops background work.
 	Close()
 }
@@ -146,21 +151,8 @@ func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 // and extends it; a simple token always carries the current auth revision
 // (as etcd's: changes to its user void it instead).
 func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 || len(st.secret) == 0 {
-		return Info{}, false
-	}
-	name, err := base64.RawURLEncoding.DecodeString(parts[0])
-	if err != nil {
-		return Info{}, false
-	}
-	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return Info{}, false
-	}
-	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
-	u := st.User(string(name))
-	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(st.secret, string(name), parts[1], u.Password)) {
+	info, ms, ok := t.signed(token, st)
+	if !ok {
 		return Info{}, false
 	}
 	now := time.Now()
@@ -175,7 +167,37 @@ func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
 		return Info{}, false
 	}
 	t.lastUse[token] = now
-	return Info{Username: string(name), Revision: st.Revision}, true
+	return info, true
+}
+
+// Verify checks the signature only: a simple token's lifetime is counted
+// where it is used.
+func (t *simpleTokens) Verify(token string, st *State) (Info, bool) {
+	info, _, ok := t.signed(token, st)
+	return info, ok
+}
+
+// signed checks token's signature against st and returns who it names and
+// its issue time (Unix milliseconds).
+func (t *simpleTokens) signed(token string, st *State) (Info, int64, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(st.secret) == 0 {
+		return Info{}, 0, false
+	}
+	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return Info{}, 0, false
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return Info{}, 0, false
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
+	u := st.User(string(name))
+	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(st.secret, string(name), parts[1], u.Password)) {
+		return Info{}, 0, false
+	}
+	return Info{Username: string(name), Revision: st.Revision}, ms, true
 }
 
 func (t *simpleTokens) Close() {
@@ -320,5 +342,8 @@ func (t *jwtTokens) Info(token string, _ *State) (Info, bool) {
 	}
 	return Info{Username: user, Revision: uint64(rev)}, true
 }
+
+// Verify is Info: a JWT carries its whole lifetime.
+func (t *jwtTokens) Verify(token string, st *State) (Info, bool) { return t.Info(token, st) }
 
 func (t *jwtTokens) Close() {}

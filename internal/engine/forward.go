@@ -88,8 +88,10 @@ type ForwardReply struct {
 }
 
 // Forwarder carries requests to another instance's internal endpoint
-// (package forward implements it over gRPC). Its methods are safe for
-// concurrent use. Errors: ErrNotLeader, ErrAuthChanged and ErrNotSent as
+// (package forward implements it over gRPC). The credential of the client
+// a request came from (auth.CallerFrom of its context) travels with it, for
+// the peer to check it itself. Its methods are safe for concurrent use.
+// Errors: ErrNotLeader, ErrAuthChanged and ErrNotSent as
 // documented; a *FinalError for the peer's answer that the request failed
 // (nothing written; retrying cannot change it); anything else leaves the
 // outcome unknown.

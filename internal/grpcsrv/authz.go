@@ -91,7 +91,18 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 		return a.check(context.WithValue(ctx, recheckKey{}, true), info.FullMethod, req, at)
 	})
-	return handler(auth.WithCheck(ctx, recheck), req)
+	// The caller's credential travels with a request the engine forwards
+	// to the leader instance, which checks it again (ForwardAuthorizer).
+	return handler(auth.WithCheck(a.withCaller(ctx), recheck), req)
+}
+
+// withCaller attaches the credential ctx's request presents, for the
+// engine to forward with it.
+func (a *authorizer) withCaller(ctx context.Context) context.Context {
+	if a == nil {
+		return ctx
+	}
+	return auth.WithCaller(ctx, a.st.CallerOf(ctx))
 }
 
 // stream checks the streaming RPCs: Snapshot is root-only, RangeStream's
@@ -340,7 +351,11 @@ func (a *authorizer) leaseRenew(ctx context.Context, id int64) error {
 	if a == nil {
 		return nil
 	}
-	c := a.st.Checker()
+	return a.leaseRenewAt(ctx, a.st.Checker(), id)
+}
+
+// leaseRenewAt is leaseRenew against the state of c.
+func (a *authorizer) leaseRenewAt(ctx context.Context, c auth.Checker, id int64) error {
 	if !c.Enabled() {
 		return nil
 	}

@@ -24,7 +24,7 @@ import (
 // use on the root. A build refuses to open a root whose meta format is above
 // MetaFormat. A future build that adds a form must keep writing the old one
 // while meta says so, and raise meta only once every instance on the root
-// runs a build that reads the new form (see the README on rolling upgrades).
+// runs a build that reads the new form (see docs/operations.md, "Rolling upgrades of zketcd").
 const (
 	// MetaFormat is the newest root format this build knows (and writes
 	// into a new root's meta).

@@ -22,6 +22,9 @@ import (
 type Set struct {
 	CAFile, ServerCert, ServerKey, ClientCert, ClientKey string
 	CA                                                   *x509.CertPool
+
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
 }
 
 // New writes a fresh set under t.TempDir().
@@ -42,7 +45,7 @@ func New(t testing.TB) *Set {
 		t.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	s := &Set{CA: x509.NewCertPool()}
+	s := &Set{CA: x509.NewCertPool(), caCert: ca, caKey: caKey}
 	s.CA.AddCert(ca)
 	s.CAFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)
 	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
