@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ type serveFlags struct {
 	zk               string
 	zkRoot           string
 	zkSessionTimeout time.Duration
+	zkTickTime       time.Duration
 	zkAuth           string
 	zkAuthFile       string
 	zkFormerAuth     stringList
@@ -91,6 +93,9 @@ type serveFlags struct {
 	quotaBackendBytes int64
 	corruptCheckTime  time.Duration
 	featureGates      string
+
+	// logOutput, if set, receives the log instead of stderr (tests).
+	logOutput io.Writer
 }
 
 // defaultLossDir is where loss files go without --rollback-loss-dir and
@@ -133,7 +138,8 @@ func checkLossDir(dir string) error {
 func (f *serveFlags) registerZK(fs *flag.FlagSet, zkHelp, rootHelp string) {
 	fs.StringVar(&f.zk, "zk", "", zkHelp)
 	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", rootHelp)
-	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout")
+	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout (ZooKeeper may grant another: it clamps it to its minSessionTimeout and maxSessionTimeout)")
+	fs.DurationVar(&f.zkTickTime, "zk-tick-time", 0, "ZooKeeper's tickTime, for servers that do not allow the conf four-letter word (4lw.commands.whitelist): with the granted session timeout it bounds the leader proof window of --read-lease and of keepalives answered from memory (0: only what conf answers; the larger of the two counts)")
 	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper identity every znode of the root is ACLed to: digest:user:password, x509 (the --zk-tls-cert-file certificate; ZooKeeper's X509AuthenticationProvider on its secureClientPort) or sasl:user:password (SASL DIGEST-MD5); a root with other ACLs is re-ACLed at start (see zketcd zk-acl). Without it ZooKeeper's data is world-readable")
 	fs.StringVar(&f.zkAuthFile, "zk-auth-file", "", "file holding the --zk-auth value (keeps the credential out of the command line)")
 	fs.Var(&f.zkFormerAuth, "zk-former-auth", "an identity the root's znodes are ACLed to now (digest:user:password or sasl:user:password; repeatable), proven besides --zk-auth to move them to it")
@@ -172,7 +178,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.tlsMaxVersion, "tls-max-version", "", "highest TLS version accepted from clients: TLS1.2 or TLS1.3 (empty: Go's highest)")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
 	fs.BoolVar(&f.forwardWrites, "forward-writes", true, "only the leader instance commits: other instances forward writes, lease requests, keepalives and linearizable-read positions to it over the internal endpoint (false: every instance commits its own writes)")
-	fs.BoolVar(&f.readLease, "read-lease", false, "the leader instance answers linearizable reads (its own and the other instances' read index) from memory while it holds the read lease: no other instance can commit then, and a ZooKeeper transaction of its session landed within a third of the session timeout (assumes this host's clock runs at no less than a third of the ZooKeeper leader's rate); needs --forward-writes on every instance of the root, all of this build or later")
+	fs.BoolVar(&f.readLease, "read-lease", false, "the leader instance answers linearizable reads (its own and the other instances' read index) from memory while it holds the read lease: no other instance can commit then, and a ZooKeeper transaction of its session landed within the leader proof window, which the granted session timeout and ZooKeeper's tick bound (refused when conf is not allowed and --zk-tick-time is not given; assumes this host's clock runs at no less than half the ZooKeeper leader's rate); needs --forward-writes on every instance of the root, all of this build or later")
 	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (port 0 picks a free one): https:// with --peer-cert-file and --peer-key-file (or --peer-auto-tls); http:// on loopback only, unless --internal-insecure-plaintext")
 	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: the scheme and address listened on)")
 	f.peer.register(fs)
@@ -253,6 +259,9 @@ func parseWithEnv(fs *flag.FlagSet, args []string) error {
 
 func (f *serveFlags) logger() (*logrus.Logger, error) {
 	lg := logrus.New()
+	if f.logOutput != nil {
+		lg.SetOutput(f.logOutput)
+	}
 	lvl, err := logrus.ParseLevel(f.logLevel)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -464,6 +473,7 @@ func (f *serveFlags) storeConfig(lg *logrus.Entry) (zkstore.Config, error) {
 		Servers:        splitList(f.zk),
 		Root:           f.zkRoot,
 		SessionTimeout: f.zkSessionTimeout,
+		TickTime:       f.zkTickTime,
 		Auth:           auth,
 		FormerAuth:     f.zkFormerAuth,
 		Logger:         lg,

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -123,6 +124,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			CorruptCheckTime:    f.corruptCheckTime,
 			InitialCorruptCheck: initialCorruptCheck,
 			WorldReadableOK:     f.dev,
+			OriginGeneration:    faultTagGeneration(lg),
 		},
 		GRPC: grpcsrv.Config{
 			MaxTxnOps:                   f.maxTxnOps,
@@ -195,4 +197,26 @@ func corsOrigins(values []string) ([]string, error) {
 		}
 	}
 	return values, nil
+}
+
+// faultTagGenerationEnv names the fault-injection hook that sets how many
+// forwarded requests' tags one generation of the leader's tag index holds
+// (engine.Config.OriginGeneration): the fault scenarios make it small to
+// see what happens to a re-sent request the index no longer holds. Not a
+// setting: unset in production.
+const faultTagGenerationEnv = "ZKETCD_FAULT_TAG_GENERATION"
+
+// faultTagGeneration reads faultTagGenerationEnv (0: unset or invalid).
+func faultTagGeneration(lg *logrus.Entry) int {
+	v := os.Getenv(faultTagGenerationEnv)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		lg.WithField(faultTagGenerationEnv, v).Warn("ignored: not a positive number")
+		return 0
+	}
+	lg.WithField(faultTagGenerationEnv, n).Warn("fault injection: the forwarded-tag index keeps only this many tags per generation")
+	return n
 }

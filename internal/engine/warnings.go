@@ -27,10 +27,10 @@ func (b *Engine) worldReadable() (bool, string) {
 }
 
 // Warnings lists what an operator must fix that does not stop the
-// instance from serving, for Status.Errors and /health: a root whose
-// ZooKeeper data is world-readable.
+// instance from serving, for Status.Errors and /health: a --read-lease
+// refused (readlease.go), a root whose ZooKeeper data is world-readable.
 func (b *Engine) Warnings() []string {
-	var out []string
+	out := b.readLeaseWarnings()
 	if open, acl := b.worldReadable(); open {
 		out = append(out, fmt.Sprintf("zketcd: ZooKeeper's data under %s is world-readable (%s): whoever reaches ZooKeeper reads every key and value, "+
 			"and could mint auth tokens from the auth state; give every instance a ZooKeeper identity with --zk-auth (digest, x509 or sasl)", b.store.Root(), acl))

@@ -33,6 +33,12 @@ type Maintenance interface {
 	// alarms of the view without a barrier.
 	Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmMember, error)
 	Alarms() []*pb.AlarmMember
+	// Warnings lists conditions Status reports in Errors after the alarms
+	// (etcd's StatusResponse has no other place for them), what the
+	// operator must fix that does not stop the instance from serving: a
+	// setting this instance refuses to act on, with the values that made it
+	// refuse; a world-readable ZooKeeper root.
+	Warnings() []string
 	// Defragment frees the space compacted history still takes at once.
 	Defragment(ctx context.Context) error
 	// Leader reports whether this instance is the leader instance and the
@@ -50,10 +56,6 @@ type Maintenance interface {
 	// state before each compaction the view applies (etcd keeps the hash
 	// of the key space at each compaction); f must not block.
 	OnCompact(f func(before *revision.Snapshot, rev int64))
-	// Warnings lists what the operator must fix that does not stop the
-	// instance from serving (a world-readable ZooKeeper root); Status
-	// reports them among its errors.
-	Warnings() []string
 }
 
 // halted is implemented by the Health error of an instance that stopped

@@ -63,6 +63,10 @@ type Config struct {
 	// TLS, if set, is used for every connection to ZooKeeper (its
 	// secureClientPort).
 	TLS *tls.Config
+	// TickTime is ZooKeeper's tickTime as the operator declares it, for
+	// servers that do not allow the conf four-letter word (0: only what
+	// conf answers). See Grant.
+	TickTime time.Duration
 	// Logger receives structured logs (required).
 	Logger *logrus.Entry
 }
@@ -111,6 +115,8 @@ type Store struct {
 	acl  []zk.ACL
 	log  *logrus.Entry
 	meta Meta
+	// grants follows what ZooKeeper granted the session (grant.go).
+	grants *grants
 
 	mu        sync.Mutex
 	aclReport ACLReport
@@ -140,8 +146,9 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	sasl := newSASLState(append([]*identity{id}, former...))
+	gs := &grants{}
 	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
-		zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dialer(cfg.TLS, handshakeTimeout(cfg.SessionTimeout), sasl)))
+		zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dialer(cfg.TLS, handshakeTimeout(cfg.SessionTimeout), sasl, gs.connected)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to zookeeper %v: %w", cfg.Servers, err)
 	}
@@ -150,6 +157,7 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		l:         layout{root: cfg.Root},
 		conn:      conn,
 		id:        id,
+		grants:    gs,
 		acl:       zk.WorldACL(zk.PermAll),
 		log:       lg,
 		buckets:   map[int64]bool{},
@@ -175,6 +183,7 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.learnTick(ctx)
 	return s, nil
 }
 
@@ -289,6 +298,9 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 		if ev.Type != zk.EventSession && ev.Type != 0 {
 			continue
 		}
+		if ev.Type == 0 && s.Grant().Tick == 0 && time.Since(s.grants.askedAt()) > tickRetry {
+			s.relearnTick() // no server told it yet: perhaps one that was down does now
+		}
 		state, id := s.conn.State(), s.conn.SessionID()
 		connected := state == zk.StateHasSession
 		s.mu.Lock()
@@ -309,6 +321,10 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 			continue
 		}
 		lg := s.log.WithFields(logrus.Fields{"state": state.String(), "session": fmt.Sprintf("%x", id)})
+		if connected {
+			g := s.Grant()
+			lg = lg.WithFields(logrus.Fields{"granted_timeout": g.Timeout, "requested_timeout": g.Requested})
+		}
 		switch {
 		case newSession && prevID != 0:
 			lg.Warn("new zookeeper session (the previous one expired)")
@@ -318,6 +334,9 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 			lg.Info("zookeeper connection restored")
 		default:
 			lg.Warn("zookeeper connection lost")
+		}
+		if newSession && prevID != 0 {
+			s.relearnTick() // the servers may have been restarted with another tick
 		}
 		if newSession && prevID != 0 && member != nil {
 			s.wg.Add(1)
