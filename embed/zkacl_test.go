@@ -90,7 +90,7 @@ func worldReadableGauge(t *testing.T, in *embedtest.Instance) float64 {
 func TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity(t *testing.T) {
 	zkSrv := zkservertest.Standalone(t)
 	root := "/mint"
-	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{Root: root})
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{Root: root}))
 	enableAuth(t, in.Client(t))
 	in.Close()
 	anon, _, err := zk.Connect([]string{zkSrv.Addr()}, 5*time.Second, zk.WithLogInfo(false))
@@ -116,7 +116,7 @@ func TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity(t *testing.T) {
 		t.Fatalf("before the identity %d of %d entries are readable", n, len(entries))
 	}
 
-	secured := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{Root: root, StrictZooKeeper: true, ZKAuth: []string{"digest:zketcd:s3cret"}})
+	secured := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{Root: root, StrictZooKeeper: true, ZKAuth: []string{"digest:zketcd:s3cret"}}))
 	if n := readable(); n != 0 {
 		t.Fatalf("after the identity, %d log entries (the auth state among them) are readable without it", n)
 	}
