@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -34,6 +35,14 @@ type Config struct {
 	// CORS and HostWhitelist are etcd's --cors and --host-whitelist for
 	// the HTTP side of the client addresses (empty or "*": allow all).
 	CORS, HostWhitelist []string
+	// HTTPReadTimeout, HTTPWriteTimeout and HTTPIdleTimeout bound the
+	// client addresses' HTTP side: the reading of a request (headers and
+	// body), each write of a response or WebSocket message, an idle
+	// connection (0: httpgw's defaults). MaxClientConnections bounds the
+	// connections of the client addresses (0: the file descriptor limit
+	// less 150, as etcd's; negative: unbounded).
+	HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
+	MaxClientConnections                               int
 	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
 	MetricsAddrs []string
 	// EnablePprof serves net/http/pprof's handlers under /debug/pprof/ on

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -138,6 +139,11 @@ func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.C
 	for _, w := range gateWarnings {
 		lg.Warn(w)
 	}
+	lossDir := f.lossDirectory()
+	if err := checkLossDir(lossDir); err != nil {
+		lg.WithError(err).WithField("dir", lossDir).Warn("loss files (what ZooKeeper lost if its data goes back) cannot be written there: " +
+			"set --rollback-loss-dir to a durable directory this user may write (the system's temporary directory is used meanwhile)")
+	}
 	return engine.Config{
 		Store:               storeCfg,
 		Name:                name,
@@ -147,11 +153,13 @@ func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.C
 		ReadLease:           f.readLease,
 		CommitPipeline:      f.commitPipeline,
 		AutoCompaction:      autoCompaction,
-		LossDir:             f.lossDir,
+		LossDir:             lossDir,
 		RollbackCheckAfter:  f.rollbackCheckAfter,
 		QuotaBackendBytes:   f.quotaBackendBytes,
 		CorruptCheckTime:    f.corruptCheckTime,
 		InitialCorruptCheck: initialCorruptCheck,
+		WorldReadableOK:     f.dev,
+		OriginGeneration:    faultTagGeneration(lg),
 	}, nil
 }
 
@@ -230,4 +238,26 @@ func corsOrigins(values []string) ([]string, error) {
 		}
 	}
 	return values, nil
+}
+
+// faultTagGenerationEnv names the fault-injection hook that sets how many
+// forwarded requests' tags one generation of the leader's tag index holds
+// (engine.Config.OriginGeneration): the fault scenarios make it small to
+// see what happens to a re-sent request the index no longer holds. Not a
+// setting: unset in production.
+const faultTagGenerationEnv = "ZKETCD_FAULT_TAG_GENERATION"
+
+// faultTagGeneration reads faultTagGenerationEnv (0: unset or invalid).
+func faultTagGeneration(lg *logrus.Entry) int {
+	v := os.Getenv(faultTagGenerationEnv)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		lg.WithField(faultTagGenerationEnv, v).Warn("ignored: not a positive number")
+		return 0
+	}
+	lg.WithField(faultTagGenerationEnv, n).Warn("fault injection: the forwarded-tag index keeps only this many tags per generation")
+	return n
 }

@@ -71,6 +71,9 @@ type instance struct {
 // need skips the test unless namespaces can be made.
 func need(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("multihost: needs Java (ZooKeeper) and namespaces; skipped with -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("multihost: needs root (network namespaces)")
 	}

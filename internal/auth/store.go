@@ -202,6 +202,20 @@ func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, e
 	return &pb.AuthenticateResponse{Token: tok}, nil
 }
 
+// TokenFor issues a token for user on the current state, for calls the
+// server makes on behalf of a caller it authenticated otherwise (by its
+// client certificate): the v3lock and v3election recipes, whose inner KV
+// calls carry the caller's identity as a token. Errors: the provider's
+// (a JWT provider with only a public key cannot sign).
+func (s *Store) TokenFor(user string) (string, error) {
+	st, _ := s.Current()
+	_, lsn := s.src()
+	if st.User(user) == nil {
+		return "", rpctypes.ErrGRPCUserNotFound
+	}
+	return s.cfg.Tokens.Assign(user, st, lsn)
+}
+
 // AuthInfo returns who ctx's request comes from: the user of its token
 // (gRPC metadata "token", or "authorization" with an optional "Bearer "),
 // else, with ClientCertAuth, the common name of its verified client

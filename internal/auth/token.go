@@ -49,7 +49,8 @@ type TokenProvider interface {
 // --auth-token value.
 var ErrInvalidAuthOpts = errors.New("auth: invalid auth options")
 
-// NewTokenProvider parses etcd's --auth-token value: "simple" or
+// NewTokenProvider parses etcd's --auth-token value: "simple" (zketcd
+// adds the option secret-file=<file>, see simpleTokens) or
 // "jwt,pub-key=<file>,priv-key=<file>,sign-method=<alg>[,ttl=<duration>]".
 // ttl is the simple tokens' idle lifetime (--auth-token-ttl).
 func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
@@ -67,7 +68,19 @@ func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
 	}
 	switch parts[0] {
 	case "simple", "":
-		return newSimpleTokens(ttl), nil
+		var local []byte
+		for k, v := range kv {
+			if k != "secret-file" {
+				return nil, fmt.Errorf("%w: simple tokens take no option %q (only secret-file)", ErrInvalidAuthOpts, k)
+			}
+			var err error
+			if local, err = readTokenSecret(v); err != nil {
+				return nil, err
+			}
+		}
+		t := newSimpleTokens(ttl)
+		t.local = local
+		return t, nil
 	case "jwt":
 		return newJWTTokens(kv)
 	}
@@ -84,7 +97,16 @@ func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
 //
 // Each instance tracks the last use of the tokens it has seen; a token it
 // has not seen counts from its issue time.
+//
+// Everything the MAC covers is in the log, so whoever reads the root's
+// ZooKeeper data (a session with its ACL identity, a copy of ZooKeeper's
+// data directory, a backup) could mint tokens for any user. With
+// secret-file=<file> (the same file on every instance, never in
+// ZooKeeper) the MAC key is HMAC-SHA256(file secret, state secret)
+// instead, so that reading ZooKeeper mints nothing; tokens of instances
+// with a different file (or none) are refused.
 type simpleTokens struct {
+	local   []byte // the secret-file's bytes; nil: the state's secret alone
 	ttl     time.Duration
 	now     func() time.Time // time.Now; tests move their own clock
 	mu      sync.Mutex
@@ -133,6 +155,44 @@ func simpleMAC(secret []byte, user, issued string, password []byte) []byte {
 	return m.Sum(nil)[:16]
 }
 
+// key is the MAC key of tokens issued on st.
+func (t *simpleTokens) key(st *State) []byte {
+	if t.local == nil {
+		return st.secret
+	}
+	m := hmac.New(sha256.New, t.local)
+	m.Write([]byte("zketcd simple token key"))
+	m.Write(st.secret)
+	return m.Sum(nil)
+}
+
+// MinTokenSecretBytes is the least a secret-file holds.
+const MinTokenSecretBytes = 32
+
+// readTokenSecret reads a secret-file: at least MinTokenSecretBytes bytes
+// (surrounding white space ignored), e.g. 32 random bytes in base64.
+func readTokenSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: secret-file: %v", ErrInvalidAuthOpts, err)
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) < MinTokenSecretBytes {
+		return nil, fmt.Errorf("%w: secret-file %s holds %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", ErrInvalidAuthOpts, path, len(b), MinTokenSecretBytes)
+	}
+	return b, nil
+}
+
+// LocalSecret reports whether the provider signs with a secret outside
+// ZooKeeper (JWT keys, a simple token's secret-file): whoever reads the
+// root's ZooKeeper data cannot mint its tokens then.
+func LocalSecret(tp TokenProvider) bool {
+	if s, ok := tp.(*simpleTokens); ok {
+		return s.local != nil
+	}
+	return true
+}
+
 func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 	u := st.User(user)
 	if u == nil || len(st.secret) == 0 {
@@ -141,7 +201,7 @@ func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 	now := t.now()
 	issued := strconv.FormatInt(now.UnixMilli(), 10)
 	tok := base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + issued + "." +
-		base64.RawURLEncoding.EncodeToString(simpleMAC(st.secret, user, issued, u.Password))
+		base64.RawURLEncoding.EncodeToString(simpleMAC(t.key(st), user, issued, u.Password))
 	t.mu.Lock()
 	t.lastUse[tok] = now
 	t.mu.Unlock()
@@ -195,7 +255,7 @@ func (t *simpleTokens) signed(token string, st *State) (Info, int64, bool) {
 	}
 	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
 	u := st.User(string(name))
-	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(st.secret, string(name), parts[1], u.Password)) {
+	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(t.key(st), string(name), parts[1], u.Password)) {
 		return Info{}, 0, false
 	}
 	return Info{Username: string(name), Revision: st.Revision}, ms, true

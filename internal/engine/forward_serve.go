@@ -95,7 +95,7 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 
 func (b *Engine) serveForward(ctx context.Context, k anyKind, call ForwardCall) (proto.Message, ForwardReply, error) {
 	origin := call.Origin
-	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true}
+	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true, after: call.After}
 	return k.serve(ctx, b, p, call)
 }
 

@@ -48,6 +48,9 @@ type LogSession interface {
 	// SessionChanged returns a channel closed at the next change of
 	// connection state or session (the history is checked again then).
 	SessionChanged() <-chan struct{}
+	// Grant is what the log granted the session (its timeout, the tick;
+	// see zkstore.Grant): what bounds the leader proof window.
+	Grant() zkstore.Grant
 	// Close ends the session: its ephemeral state goes at once, and later
 	// calls fail with an error wrapping zkstore.ErrUnavailable. Safe to
 	// call more than once.
@@ -129,8 +132,10 @@ type MemberRegistry interface {
 
 // Elector runs the election of the leader instance.
 type Elector interface {
-	// Campaign joins the election as memberID. Candidates lead in the
-	// order they joined; a candidate that withdraws (Close) or whose
+	// Campaign joins the election as memberID (possibly asynchronously:
+	// the candidate has joined once its State reports a leader).
+	// Candidates lead in the order they joined; a candidate that
+	// withdraws (Close) or whose
 	// session ends makes way for the next. The leader's fence, as a
 	// commit guard, holds only while its candidacy lasts.
 	Campaign(memberID uint64) zkstore.Leadership

@@ -42,6 +42,10 @@ type metrics struct {
 	// corruptChecks counts the corruption check's rounds (on the leader),
 	// corruptMismatches the members found with another hash.
 	corruptChecks, corruptMismatches prometheus.Counter
+	// proofWindow is the leader proof window in force (proofwindow.go; 0:
+	// none), grantedTimeout and zkTick what it derives from; readLease is
+	// the read lease's state (1 held, 0 not held, -1 refused: no window).
+	proofWindow, grantedTimeout, zkTick, readLease prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -129,8 +133,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
 			Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
 		}),
+		proofWindow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "leader_proof_window_seconds",
+			Help: "How long after a ZooKeeper transaction of its session the leader answers read-lease reads and keepalives from memory, derived from the granted session timeout and ZooKeeper's tick (0: none, each waits for a round trip).",
+		}),
+		grantedTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zk_session_timeout_granted_seconds",
+			Help: "The session timeout ZooKeeper granted this instance's current connection (it clamps the requested --zk-session-timeout to its minSessionTimeout and maxSessionTimeout).",
+		}),
+		zkTick: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zk_tick_seconds",
+			Help: "ZooKeeper's tickTime as the servers' conf four-letter word answered it, or as --zk-tick-time declares it (0: unknown).",
+		}),
+		readLease: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "read_lease_state",
+			Help: "The read lease (--read-lease): 1 held by this instance, 0 not held, -1 refused because no leader proof window can be shown.",
+		}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.proofWindow, m.grantedTimeout, m.zkTick, m.readLease)
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
 			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
 			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)

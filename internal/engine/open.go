@@ -106,6 +106,10 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 			return nil, err
 		}
 	}
+	for _, w := range b.Warnings() {
+		b.log.Warn(w)
+	}
+	b.registerACLGauge(cfg.Registerer)
 	return b, nil
 }
 
@@ -139,6 +143,7 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 		internalToken: hex.EncodeToString(tok[:]),
 	}
 	b.fwd.metrics = newFwdMetrics(cfg.Registerer)
+	b.origins.gen = cfg.OriginGeneration
 	b.barrier.sync = func() (int64, error) {
 		b.metrics.barrierTrips.Inc()
 		sent := time.Now()
@@ -184,6 +189,10 @@ func (b *Engine) run(auto *compactor.Compactor) {
 		b.wg.Add(1)
 		go b.readLeaseLoop()
 	}
+	if !b.cfg.RelaxedReads {
+		b.wg.Add(1)
+		go b.windowLoop()
+	}
 }
 
 // Close stops the instance and ends its ZooKeeper session. Requests in
@@ -217,6 +226,7 @@ func (b *Engine) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.origins.setFrom(rec.base.Gen + 1) // the tags of the entries in the base were not read
 	b.view = view
 	rec.account(&b.space)
 	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
@@ -327,6 +337,7 @@ func (b *Engine) reload() error {
 	if view.State().LSN <= b.view.State().LSN {
 		return nil // caught up meanwhile
 	}
+	b.origins.setFrom(rec.base.Gen + 1) // the entries skipped by the base were not read
 	b.view.Reset(view)
 	b.hub.Resync()
 	rec.account(&b.space)

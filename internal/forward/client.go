@@ -157,6 +157,9 @@ func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.Forwar
 	if call.Entropy != nil {
 		ctx = metadata.AppendToOutgoingContext(ctx, mdEntropy, string(call.Entropy))
 	}
+	if call.After > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, mdAfter, strconv.FormatInt(call.After, 10))
+	}
 	var header, trailer metadata.MD
 	err = cc.Invoke(ctx, "/"+serviceName+"/"+name, call.Req, call.Resp, grpc.Header(&header), grpc.Trailer(&trailer))
 	if err != nil {

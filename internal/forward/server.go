@@ -258,7 +258,13 @@ func (s *server) forward(ctx context.Context, k engine.WriteKind, req proto.Mess
 	if ctx, err = s.authorize(ctx, k.RPC, req); err != nil {
 		return nil, err
 	}
-	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Req: req, Entropy: entropy})
+	var after int64
+	if v := first(md, mdAfter); v != "" {
+		if after, err = strconv.ParseInt(v, 10, 64); err != nil || after < 0 {
+			return nil, s.fail(ctx, outcomeFailed, status.Error(codes.InvalidArgument, "zketcd: bad re-send position"))
+		}
+	}
+	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Req: req, Entropy: entropy, After: after})
 	var final *engine.FinalError
 	switch {
 	case errors.Is(err, engine.ErrNotLeader):

@@ -44,6 +44,10 @@ const (
 	// mdEntropy carries an auth change's entropy (binary metadata; a
 	// leader of this build draws its own instead).
 	mdEntropy = "zketcd-entropy-bin"
+	// mdAfter carries a re-send's engine.ForwardCall.After (absent on a
+	// first send, and from builds before it: a leader then takes a miss
+	// of its tag index for an absent tag, as those builds did).
+	mdAfter = "zketcd-after"
 	// mdCallerToken and mdCallerCN carry the credential of the client a
 	// request came from (auth.Caller), for the leader to check it itself.
 	mdCallerToken = "zketcd-caller-token"

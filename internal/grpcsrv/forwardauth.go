@@ -32,6 +32,13 @@ type ForwardAuthorizer struct{ a *authorizer }
 // (ErrGRPCUserEmpty, ErrGRPCPermissionDenied, ErrGRPCInvalidAuthToken,
 // ...), or the barrier's.
 func (f *ForwardAuthorizer) Authorize(ctx context.Context, rpc string, req proto.Message, caller auth.Caller) (context.Context, error) {
+	if _, ok := req.(*pb.AuthEnableRequest); ok && f.a.canEnable != nil {
+		// Refused here too while ZooKeeper's data is world-readable
+		// (whoever forwards it).
+		if err := f.a.canEnable(); err != nil {
+			return nil, err
+		}
+	}
 	ctx = auth.WithForwardedCaller(ctx, caller)
 	c := f.a.st.Checker()
 	if err := f.check(ctx, rpc, req, caller, c); err != nil {

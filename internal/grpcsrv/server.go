@@ -211,7 +211,7 @@ func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc
 	pb.RegisterMaintenanceServer(srv, newMaintenanceServer(be, hdr, lg))
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done(), maxRequestBytes: cfg.MaxRequestBytes, authz: az})
-	pb.RegisterAuthServer(srv, newAuthServer(az, be, hdr, lg))
+	pb.RegisterAuthServer(srv, newAuthServer(az, be, hdr, lg, cfg.Registerer))
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
 		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done(),
 		maxWatchers: cfg.MaxWatchersPerStream, authz: az})

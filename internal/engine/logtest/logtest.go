@@ -197,6 +197,9 @@ func freshLog(t *testing.T, connect func() engine.Log) {
 	if !okA || !okB || sa == 0 || sa == sb {
 		t.Fatalf("sessions %x (%v) and %x (%v): want two live, distinct ones", sa, okA, sb, okB)
 	}
+	if g := a.Grant(); g.Session != sa || g.Timeout <= 0 || g.MinTimeout <= 0 || g.MinTimeout > g.Timeout || g.Since.IsZero() {
+		t.Fatalf("grant %+v of session %x: want the session's, with its timeouts and since when", g, sa)
+	}
 }
 
 func commitAppends(t *testing.T, connect func() engine.Log) {
@@ -565,11 +568,12 @@ func election(t *testing.T, connect func() engine.Log) {
 	ea := a.Campaign(1)
 	testutil.Eventually(t, wait, "the first candidate leads", func() bool { return state(ea) == "leader=true fence=true leaderID=1" })
 	changed := ea.Changed()
+	// A candidate joins once its campaign has looked at the election (a
+	// log may join asynchronously): b's before c's.
 	eb := b.Campaign(2)
+	testutil.Eventually(t, wait, "the second candidate follows the first", func() bool { return state(eb) == "leader=false fence=true leaderID=1" })
 	ec := c.Campaign(3)
-	for _, e := range []zkstore.Leadership{eb, ec} {
-		testutil.Eventually(t, wait, "the later candidates follow the first", func() bool { return state(e) == "leader=false fence=true leaderID=1" })
-	}
+	testutil.Eventually(t, wait, "the third candidate follows the first", func() bool { return state(ec) == "leader=false fence=true leaderID=1" })
 	_, fa, _ := ea.State()
 	fenced := func(w *writer, f zkstore.Fence) zkstore.CommitRequest {
 		h := head(t, w)

@@ -1,15 +1,10 @@
 package testcerts
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"testing"
-	"time"
 )
 
 // Peer writes a peer certificate from the CA for an instance's internal
@@ -18,17 +13,8 @@ import (
 // own certificate). It returns the certificate and key files.
 func (s *Set) Peer(t testing.TB, cn string, hosts ...string) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		Subject:     pkix.Name{CommonName: cn},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
@@ -39,10 +25,7 @@ func (s *Set) Peer(t testing.TB, cn string, hosts ...string) (certFile, keyFile 
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.caCert, &key.PublicKey, s.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der, key := s.issue(t, tmpl)
 	kb, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)

@@ -105,3 +105,32 @@ func (s *Set) ClientTLS(t testing.TB, withCert bool) *tls.Config {
 	}
 	return cfg
 }
+
+// ClientWithSubject returns a client certificate from the CA with the
+// given subject (a ZooKeeper x509 identity, a CN-based etcd user).
+func (s *Set) ClientWithSubject(t testing.TB, subject pkix.Name) tls.Certificate {
+	t.Helper()
+	der, key := s.issue(t, &x509.Certificate{
+		Subject: subject, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// issue signs tmpl for a new P-256 key with the CA, after filling in a
+// random serial number and a validity from an hour ago to a day ahead.
+func (s *Set) issue(t testing.TB, tmpl *x509.Certificate) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, big.NewInt(1<<62)); err != nil {
+		t.Fatal(err)
+	}
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.caCert, &key.PublicKey, s.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
+}
