@@ -125,13 +125,17 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	release := make(chan struct{})
 	var first atomic.Bool
-	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
+	var held atomic.Int64 // the writes in the held first entry
+	st.SetCommitFault(func(req zkstore.CommitRequest) memlog.Fault {
 		if first.CompareAndSwap(false, true) {
+			held.Store(int64(len(req.Entry.Ops)))
 			<-release // hold the first commit while the others queue
 		}
 		return memlog.NoFault
 	})
 	b, _ := engine(t, st, "a", nil)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // before the engine closes, should the test fail first
 	const n = 40
 	revs := make(chan int64, n)
 	var wg sync.WaitGroup
@@ -143,9 +147,12 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 		}()
 	}
 	testutil.Eventually(t, 5*time.Second, "first commit in flight", first.Load)
-	// Two writes queued behind the held commit are sure to share an entry.
-	testutil.Eventually(t, 5*time.Second, "writes queued behind the first commit", func() bool { return len(b.proposals) >= 2 })
-	close(release)
+	// Two writes in the held entry, or queued behind it, are sure to share
+	// an entry.
+	testutil.Eventually(t, 5*time.Second, "writes sharing the first entry or queued behind it", func() bool {
+		return held.Load() >= 2 || len(b.proposals) >= 2
+	})
+	releaseOnce()
 	wg.Wait()
 	close(revs)
 	seen := map[int64]bool{}
@@ -300,6 +307,8 @@ func TestTooLargeEntryIsSplitAndATooLargeRequestRefused(t *testing.T) {
 		return memlog.NoFault
 	})
 	b, _ := engine(t, st, "a", nil)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // before the engine closes, should the test fail first
 	value := string(make([]byte, 1024))
 	const n = 20
 	var wg sync.WaitGroup
@@ -311,7 +320,7 @@ func TestTooLargeEntryIsSplitAndATooLargeRequestRefused(t *testing.T) {
 	// Every write is in the held entry or queued behind it: the next batch
 	// takes them all, past the chunk size.
 	testutil.Eventually(t, 5*time.Second, "every write queued", func() bool { return held.Load()+int64(len(b.proposals)) == n })
-	close(release)
+	releaseOnce()
 	wg.Wait()
 	_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("huge"), Value: make([]byte, 16<<10)})
 	if !errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
