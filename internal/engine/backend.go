@@ -34,6 +34,7 @@ type Engine struct {
 	compactKick chan struct{}
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
 	expiryScans atomic.Int64              // scans of the expiry loop done (for tests)
+	submitted   atomic.Int64              // proposals handed to the committer (for tests)
 	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
 	// readLeaseRefused says why the read lease is refused (nil: it is not).
 	readLeaseRefused atomic.Pointer[string]

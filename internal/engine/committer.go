@@ -65,6 +65,7 @@ var errRefused = errors.New("commit refused: a precondition no longer holds")
 func (b *Engine) submit(ctx context.Context, p *proposal) error {
 	select {
 	case b.proposals <- p:
+		b.submitted.Add(1)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-b.ctx.Done():

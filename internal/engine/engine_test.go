@@ -125,10 +125,8 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	release := make(chan struct{})
 	var first atomic.Bool
-	var held atomic.Int64 // the writes in the held first entry
-	st.SetCommitFault(func(req zkstore.CommitRequest) memlog.Fault {
+	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
 		if first.CompareAndSwap(false, true) {
-			held.Store(int64(len(req.Entry.Ops)))
 			<-release // hold the first commit while the others queue
 		}
 		return memlog.NoFault
@@ -137,6 +135,7 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOnce) // before the engine closes, should the test fail first
 	const n = 40
+	before := b.submitted.Load()
 	revs := make(chan int64, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -147,11 +146,9 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 		}()
 	}
 	testutil.Eventually(t, 5*time.Second, "first commit in flight", first.Load)
-	// Two writes in the held entry, or queued behind it, are sure to share
-	// an entry.
-	testutil.Eventually(t, 5*time.Second, "writes sharing the first entry or queued behind it", func() bool {
-		return held.Load() >= 2 || len(b.proposals) >= 2
-	})
+	// Every write is in the held entry or waits behind it: they cannot
+	// all have an entry of their own.
+	testutil.Eventually(t, 10*time.Second, "every write handed to the committer", func() bool { return b.submitted.Load() >= before+n })
 	releaseOnce()
 	wg.Wait()
 	close(revs)
@@ -298,10 +295,8 @@ func TestTooLargeEntryIsSplitAndATooLargeRequestRefused(t *testing.T) {
 	st := memlog.New(memlog.Options{MaxEntryBytes: 1 << 20, MaxChunkedBytes: 8 << 10})
 	release := make(chan struct{})
 	var first atomic.Bool
-	var held atomic.Int64 // the writes in the held first entry
-	st.SetCommitFault(func(req zkstore.CommitRequest) memlog.Fault {
+	st.SetCommitFault(func(zkstore.CommitRequest) memlog.Fault {
 		if first.CompareAndSwap(false, true) {
-			held.Store(int64(len(req.Entry.Ops)))
 			<-release
 		}
 		return memlog.NoFault
@@ -311,15 +306,16 @@ func TestTooLargeEntryIsSplitAndATooLargeRequestRefused(t *testing.T) {
 	t.Cleanup(releaseOnce) // before the engine closes, should the test fail first
 	value := string(make([]byte, 1024))
 	const n = 20
+	before := b.submitted.Load()
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); put(t, b, fmt.Sprintf("k%02d", i), value) }()
 	}
 	testutil.Eventually(t, 5*time.Second, "first commit in flight", first.Load)
-	// Every write is in the held entry or queued behind it: the next batch
-	// takes them all, past the chunk size.
-	testutil.Eventually(t, 5*time.Second, "every write queued", func() bool { return held.Load()+int64(len(b.proposals)) == n })
+	// Every write is in the held entry or waits behind it: the next batch
+	// takes all those waiting, past the chunk size.
+	testutil.Eventually(t, 10*time.Second, "every write handed to the committer", func() bool { return b.submitted.Load() >= before+n })
 	releaseOnce()
 	wg.Wait()
 	_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("huge"), Value: make([]byte, 16<<10)})
