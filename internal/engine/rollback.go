@@ -417,48 +417,17 @@ func (b *Engine) writeLoss(rbe *RollbackError, st Log) (string, error) {
 		ForkRev: rbe.Fork.Rev, Diverged: rbe.Diverged,
 	}
 	from := rbe.Fork.Rev + 1
-	var recs []lossfile.Record
-	_, err := b.view.Changes(from, func(ev revision.Event) bool {
-		if ev.KV.ModRevision > v.Rev {
-			return false
-		}
-		if ev.Type == revision.EventDelete {
-			recs = append(recs, lossfile.NewRecord(ev.KV.ModRevision, lossfile.OpDelete, ev.KV.Key, nil))
-			return true
-		}
-		r := lossfile.NewRecord(ev.KV.ModRevision, lossfile.OpPut, ev.KV.Key, ev.KV.Value)
-		r.Lease, r.CreateRev, r.Version = ev.KV.Lease, ev.KV.CreateRevision, ev.KV.Version
-		recs = append(recs, r)
-		return true
+	lost, err := lossfile.Collect(b.view, rbe.Fork.Rev, func(live map[string]bool) ([]lossfile.Record, error) {
+		return b.keysAtFork(st, rbe, live)
 	})
-	if errors.Is(err, revision.ErrCompacted) {
-		// History from the fork is compacted: list the keys as they are,
-		// and as deleted those ZooKeeper holds at the fork that are gone.
-		h.Compacted = true
-		recs = recs[:0]
-		live := map[string]bool{}
-		err = b.view.Read(func(r revision.Reader) error {
-			return r.Range([]byte{}, []byte{}, 0, func(kv *revision.KeyValue) bool {
-				live[string(kv.Key)] = true
-				if kv.ModRevision >= from {
-					rec := lossfile.NewRecord(kv.ModRevision, lossfile.OpPut, kv.Key, kv.Value)
-					rec.Lease, rec.CreateRev, rec.Version = kv.Lease, kv.CreateRevision, kv.Version
-					recs = append(recs, rec)
-				}
-				return true
-			})
-		})
-		if err == nil {
-			gone, gerr := b.keysAtFork(st, rbe, live)
-			if gerr != nil {
-				h.DeletesUnknown = true
-				b.log.WithError(gerr).Warn("loss file: cannot tell which keys were deleted after the fork")
-			}
-			recs = append(recs, gone...)
-		}
-	}
 	if err != nil {
 		return "", fmt.Errorf("list the lost changes: %w", err)
+	}
+	recs := lost.Records
+	h.Compacted = lost.Compacted
+	if lost.DeletesErr != nil {
+		h.DeletesUnknown = true
+		b.log.WithError(lost.DeletesErr).Warn("loss file: cannot tell which keys were deleted after the fork")
 	}
 	h.Reason = (&RollbackError{Applied: rbe.Applied, ZooKeeper: rbe.ZooKeeper, Fork: rbe.Fork,
 		Diverged: rbe.Diverged, ForkUnknown: rbe.ForkUnknown, NoRoot: rbe.NoRoot}).summary()
