@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +14,12 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/mirror"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/snaprestore"
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/memserver"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -95,38 +94,6 @@ func (m *mirroring) result(t *testing.T) error {
 	}
 }
 
-// dump lists every retained version of a view's keys and its leases (ID
-// and granted TTL: the remaining TTL a copy holds is the source's when the
-// mirror asked).
-func dump(s *revision.Snapshot) string {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "rev %d\n", s.State.Rev)
-	for _, k := range s.Keys {
-		for _, kv := range k.Versions {
-			fmt.Fprintf(&b, "%s=%s c%d m%d v%d l%x\n", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
-		}
-	}
-	for _, l := range s.Leases {
-		fmt.Fprintf(&b, "lease %x ttl %d\n", l.ID, l.TTL)
-	}
-	return b.String()
-}
-
-// copied is the view an instance recovers from the mirror's root.
-func copied(t *testing.T, cfg zkstore.Config) *revision.Snapshot {
-	t.Helper()
-	st, err := zkstore.Open(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	v, _, _, err := engine.Replay(ctxT(t), st, 8, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v.Snapshot()
-}
-
 // TestTheMirrorCopiesEveryRevisionWithItsNumbers: what the source held
 // when the mirror started (through its snapshot) and every revision after
 // (through its watch) — puts, a transaction's several changes at one
@@ -163,12 +130,12 @@ func TestTheMirrorCopiesEveryRevisionWithItsNumbers(t *testing.T) {
 	last, err := c.Put(ctx, "z", "last")
 	must(last, err)
 
-	want := func() string { return dump(src.Engine.Snapshot()) }
+	want := func() string { return rootview.Dump(src.Engine.Snapshot()) }
 	testutil.Eventually(t, 30*time.Second, "the copy holds every revision and lease of the source", func() bool {
 		if s := m.status(); s.Rev < last.Header.Revision || s.Leases != 2 {
 			return false
 		}
-		return dump(copied(t, cfg)) == want()
+		return rootview.Dump(rootview.Recovered(t, cfg)) == want()
 	})
 	m.cancel()
 	if err := m.result(t); err != nil {
@@ -191,7 +158,7 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	if err := start(t, c, cfg, true, nil).result(t); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := dump(copied(t, cfg)), dump(src.Engine.Snapshot()); got != want {
+	if got, want := rootview.Dump(rootview.Recovered(t, cfg)), rootview.Dump(src.Engine.Snapshot()); got != want {
 		t.Fatalf("copy:\n%s\nsource:\n%s", got, want)
 	}
 	if err := start(t, c, cfg, true, nil).result(t); !errors.Is(err, snaprestore.ErrRootInUse) {

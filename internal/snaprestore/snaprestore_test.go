@@ -18,6 +18,7 @@ import (
 	"github.com/zketcd/zketcd/internal/etcdformat"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/snaprestore"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -97,36 +98,6 @@ func snapshotFile(t *testing.T, s *revision.Snapshot) (file, db string) {
 	return file, db
 }
 
-// dump lists every retained version of a snapshot's keys and its leases.
-func dump(s *revision.Snapshot) string {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "rev %d compacted %d\n", s.State.Rev, s.State.CompactRev)
-	for _, k := range s.Keys {
-		for _, kv := range k.Versions {
-			fmt.Fprintf(&b, "%s=%s c%d m%d v%d l%x\n", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
-		}
-	}
-	for _, l := range s.Leases {
-		fmt.Fprintf(&b, "lease %x ttl %d\n", l.ID, l.TTL)
-	}
-	return b.String()
-}
-
-// recovered is what an instance recovers from the root: its view.
-func recovered(t *testing.T, cfg zkstore.Config) *revision.Snapshot {
-	t.Helper()
-	st, err := zkstore.Open(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	v, _, _, err := engine.Replay(ctxT(t), st, 8, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v.Snapshot()
-}
-
 // TestARestoredRootServesTheSnapshotsRevisionsAndContinues: every retained
 // version with its revisions, version and lease, the leases and the
 // compacted revision come back as an instance recovers the root; an
@@ -143,8 +114,9 @@ func TestARestoredRootServesTheSnapshotsRevisionsAndContinues(t *testing.T) {
 	if res.Rev != 6 || res.CompactRev != 4 || res.Keys != 4 || res.Live != 3 || res.Leases != 2 || res.Base.Gen != 1 {
 		t.Fatalf("result %+v", res)
 	}
-	if got := dump(recovered(t, cfg)); got != dump(want) {
-		t.Fatalf("recovered:\n%s\nsnapshot:\n%s", got, dump(want))
+	got := rootview.Recovered(t, cfg)
+	if rootview.Dump(got) != rootview.Dump(want) || got.State.CompactRev != want.State.CompactRev {
+		t.Fatalf("recovered (compacted at %d):\n%s\nsnapshot (compacted at %d):\n%s", got.State.CompactRev, rootview.Dump(got), want.State.CompactRev, rootview.Dump(want))
 	}
 
 	lg := logrus.New()
@@ -161,9 +133,9 @@ func TestARestoredRootServesTheSnapshotsRevisionsAndContinues(t *testing.T) {
 	if _, err := e.Range(ctxT(t), &pb.RangeRequest{Key: []byte("a"), Revision: 3}); !errors.Is(err, revision.ErrCompacted) {
 		t.Fatalf("read below the compaction: %v, want %v", err, revision.ErrCompacted)
 	}
-	got, err := e.Range(ctxT(t), &pb.RangeRequest{Key: []byte("b")})
-	if err != nil || len(got.Kvs) != 1 || got.Kvs[0].Lease != 0x10 || got.Kvs[0].ModRevision != 3 {
-		t.Fatalf("b after the restore: %v %v", got, err)
+	b, err := e.Range(ctxT(t), &pb.RangeRequest{Key: []byte("b")})
+	if err != nil || len(b.Kvs) != 1 || b.Kvs[0].Lease != 0x10 || b.Kvs[0].ModRevision != 3 {
+		t.Fatalf("b after the restore: %v %v", b, err)
 	}
 }
 
@@ -179,7 +151,7 @@ func TestRestoreRefusesARootInUseAndLeavesIt(t *testing.T) {
 	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: file, Store: cfg}); !errors.Is(err, snaprestore.ErrRootInUse) {
 		t.Fatalf("restore into a root in use: %v, want %v", err, snaprestore.ErrRootInUse)
 	}
-	if got := dump(recovered(t, cfg)); got != dump(snap) {
+	if got := rootview.Dump(rootview.Recovered(t, cfg)); got != rootview.Dump(snap) {
 		t.Fatalf("the refused restore changed the root:\n%s", got)
 	}
 }
@@ -227,7 +199,7 @@ func TestABadSnapshotIsRefusedAndTheRootLeftAsFound(t *testing.T) {
 	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: bare, SkipHashCheck: true, Store: cfg}); err != nil {
 		t.Fatalf("a bare database with SkipHashCheck: %v", err)
 	}
-	if got := dump(recovered(t, cfg)); got != dump(history(t)) {
+	if got := rootview.Dump(rootview.Recovered(t, cfg)); got != rootview.Dump(history(t)) {
 		t.Fatalf("the bare database restored as:\n%s", got)
 	}
 }
