@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/integration/etcdoracle"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // outcome is one RPC's result, comparable across servers: the revision
@@ -77,18 +78,13 @@ func lockElectScript(t *testing.T, c *clientv3.Client) []outcome {
 	add(lr2.GetHeader().GetRevision(), lr2.GetKey(), nil, err)
 	// The abandoned waiter deletes its key after the client has given up
 	// (on both servers): wait for that, so that revisions stay in step.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.Eventually(t, 10*time.Second, "the abandoned lock waiter's key gone", func() bool {
 		g, err := c.Get(ctx, "l/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Count == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the abandoned lock waiter's key is still there: %d keys", g.Count)
-		}
-	}
+		return g.Count == 1
+	})
 	ur, err := lock.Unlock(ctx, &lpb.UnlockRequest{Key: lr.GetKey()})
 	add(ur.GetHeader().GetRevision(), nil, nil, err)
 	lr3, err := lock.Lock(ctx, &lpb.LockRequest{Name: []byte("l"), Lease: int64(l2.ID)})

@@ -14,6 +14,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/integration/watchcheck"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // progressInterval is the progress notification interval of every server
@@ -170,20 +171,16 @@ func askProgress(stop <-chan struct{}, recs ...*watchcheck.Recorder) {
 // returns it with the keys read.
 func finalRev(t testing.TB, c *clientv3.Client, w *workload) (int64, *clientv3.GetResponse) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var resp *clientv3.GetResponse
+	testutil.Eventually(t, 30*time.Second, "the final read", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.Get(ctx, w.prefix, clientv3.WithPrefix())
-		cancel()
-		if err == nil {
-			w.h.SetFinal(resp.Header.Revision)
-			return resp.Header.Revision, resp
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("final read: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		defer cancel()
+		var err error
+		resp, err = c.Get(ctx, w.prefix, clientv3.WithPrefix())
+		return err
+	})
+	w.h.SetFinal(resp.Header.Revision)
+	return resp.Header.Revision, resp
 }
 
 // stopAll waits until every recorder observed rev, stops them and returns
