@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,6 +215,39 @@ func TestForwardedAuthEnableDoesNotTakeTheCallersEntropy(t *testing.T) {
 	_, err = kv.Put(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, minted), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
 	if !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
 		t.Fatalf("a Put with root's token minted from the chosen entropy: %v, want %v", err, rpctypes.ErrInvalidAuthToken)
+	}
+}
+
+// TestForwardedAuthEnableIsRefusedWhileZooKeeperIsWorldReadable: the
+// leader refuses a forwarded AuthEnable on a world-readable root as the
+// client API does, and as the request's final failure: while auth is off
+// it carries no caller's credential, and a refusal of a request without
+// one tells its origin that nothing ran and that it may commit it itself,
+// past the leader's check.
+func TestForwardedAuthEnableIsRefusedWhileZooKeeperIsWorldReadable(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	in := embedtest.Start(t, []string{zk}, embedtest.Options{ForwardWrites: true, StrictZooKeeper: true, SessionTimeout: 4 * time.Second,
+		Configure: func(c *embed.Config) { c.GRPC.Auth.BcryptCost = bcrypt.MinCost }})
+	waitLeader(t, in)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := in.Client(t)
+	for _, step := range []func() error{
+		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := newAttacker(t, in, "http://", nil).send(ctx, auth.Caller{}, &pb.AuthEnableRequest{}, nil)
+	var final *engine.FinalError
+	if !errors.As(err, &final) || errors.Is(err, engine.ErrNotSent) || !strings.Contains(err.Error(), "world-readable") {
+		t.Fatalf("a forwarded AuthEnable on a world-readable root: %v, want the final refusal naming the world-readable root", err)
+	}
+	if st, err := c.AuthStatus(ctx); err != nil || st.Enabled {
+		t.Fatalf("auth status after the refusal: %v %v", st, err)
 	}
 }
 
