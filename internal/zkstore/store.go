@@ -127,6 +127,9 @@ type Store struct {
 	sessionCh chan struct{}
 
 	sasl *saslState // nil: no SASL identity
+	// listed, if not nil, is called by walk once it listed p's children,
+	// before it acts on p (tests: a znode created meanwhile).
+	listed func(p string)
 
 	closeOnce sync.Once
 	closed    chan struct{}
