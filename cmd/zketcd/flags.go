@@ -96,6 +96,10 @@ type serveFlags struct {
 
 	// logOutput, if set, receives the log instead of stderr (tests).
 	logOutput io.Writer
+
+	// argvCredentials are the credential flags given with a password on
+	// the command line (argvCredentials), for a warning.
+	argvCredentials []string
 }
 
 // defaultLossDir is where loss files go without --rollback-loss-dir and
@@ -209,6 +213,7 @@ func (f *serveFlags) parse(fs *flag.FlagSet, args []string) error {
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
+	f.argvCredentials = argvCredentials(args)
 	if f.configFile == "" {
 		return nil
 	}

@@ -88,6 +88,15 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
+	if !f.dev {
+		var id string
+		if len(storeCfg.Auth) > 0 {
+			id = storeCfg.Auth[0]
+		}
+		for _, w := range f.insecureChoices(id) {
+			lg.Warn(w)
+		}
+	}
 	autoCompaction, err := f.autoCompaction()
 	if err != nil {
 		return err

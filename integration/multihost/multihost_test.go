@@ -129,6 +129,9 @@ func TestInstancesOnSeveralHostsForwardOverMutualTLS(t *testing.T) {
 		if !strings.Contains(in.log.String(), "https://"+in.addr+":2380") {
 			t.Fatalf("%s does not advertise its https internal endpoint:\n%s", in.name, tail(in.log.String(), 20))
 		}
+		if strings.Contains(in.log.String(), "given on the command line") {
+			t.Fatalf("%s, started as documented, has a credential on its command line:\n%s", in.name, tail(in.log.String(), 20))
+		}
 	}
 	// A client on one follower's host writes through the other's.
 	from, through := followers[0], followers[1]
@@ -200,7 +203,7 @@ func TestInstancesOnSeveralHostsForwardOverMutualTLS(t *testing.T) {
 // endpoint is refused at start with a message naming what to set.
 func TestInstancesOnSeveralHostsWithTheDefaultInternalEndpoint(t *testing.T) {
 	l := newLab(t, 3)
-	serve := `zketcd serve --zk "$ZK" --zk-auth "digest:zketcd:$ZK_SECRET" --name "$NAME" --listen-client-urls "http://127.0.0.1:2379,http://$ADDR:2379"`
+	serve := `ZKETCD_ZK_AUTH="digest:zketcd:$ZK_SECRET" zketcd serve --zk "$ZK" --name "$NAME" --listen-client-urls "http://127.0.0.1:2379,http://$ADDR:2379"`
 	root := newRoot()
 	dir := t.TempDir()
 	var ins []*instance
