@@ -197,9 +197,11 @@ func TestInstancesOnSeveralHostsForwardOverMutualTLS(t *testing.T) {
 
 // TestInstancesOnSeveralHostsWithTheDefaultInternalEndpoint: the
 // documented command without the peer flags. With the default internal
-// endpoint (127.0.0.1) the instances cannot reach the leader's, and each
-// commits its own writes: every write through every host is acknowledged
-// once and read on all. Given the host's address without TLS, the
+// endpoint (127.0.0.1) the instances cannot reach the leader's: each sees
+// from the leader's member znode that its loopback is another host's,
+// never dials it (a local user could listen there), warns, and commits
+// its own writes: every write through every host is acknowledged once and
+// read on all. Given the host's address without TLS, the
 // endpoint is refused at start with a message naming what to set.
 func TestInstancesOnSeveralHostsWithTheDefaultInternalEndpoint(t *testing.T) {
 	l := newLab(t, 3)
@@ -223,6 +225,15 @@ func TestInstancesOnSeveralHostsWithTheDefaultInternalEndpoint(t *testing.T) {
 	}
 	for _, in := range ins {
 		checkAll(t, in.client(t, in.addr+":"+clientPort), want)
+	}
+	warned := 0
+	for _, in := range ins {
+		if strings.Contains(in.log.String(), "on the loopback of another host") {
+			warned++
+		}
+	}
+	if warned < len(ins)-1 {
+		t.Errorf("%d followers warned that the leader's loopback endpoint is on another host, want %d", warned, len(ins)-1)
 	}
 
 	refused := l.hosts[0].start(t, dir, serve+` --internal-listen-url "http://$ADDR:2380"`,

@@ -22,6 +22,7 @@ type Engine struct {
 	store    Log
 	view     *revision.View
 	memberID uint64
+	host     string // this instance's host (host.go), advertised in its member znode
 	metrics  *metrics
 	// maxEntryBytes is the log's entry budget: a batch is cut before it.
 	maxEntryBytes int

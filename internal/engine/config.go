@@ -90,6 +90,11 @@ type Config struct {
 	// member znode ("": none; another instance then commits its own writes
 	// while this one leads).
 	InternalURL string
+	// Host identifies the host and network namespace this instance runs
+	// on, advertised beside InternalURL: an internal endpoint on loopback
+	// is dialed only by instances of the same host (host.go). Empty: this
+	// host's, as the kernel tells it (tests give each engine its own).
+	Host string
 	// LeaderProofWindow bounds how long after a ZooKeeper transaction of
 	// its session was sent, and landed (a commit, a quorum barrier), the
 	// leader still answers read-lease reads and keepalives from memory

@@ -123,8 +123,12 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 		"took": time.Since(start).Round(time.Millisecond),
 	}).Info("recovered view from the zookeeper log")
 	b.hub = watchbridge.NewHub(b.view)
+	b.host = cfg.Host
+	if b.host == "" {
+		b.host = localHost()
+	}
 	b.check.self = zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
-		InternalURL: cfg.InternalURL, InternalToken: b.internalToken}
+		InternalURL: cfg.InternalURL, InternalToken: b.internalToken, Host: b.host}
 	if err := st.RegisterMember(b.check.self); err != nil {
 		b.hub.Close()
 		st.Close()

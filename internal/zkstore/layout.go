@@ -89,6 +89,10 @@ type Member struct {
 	// it; both empty in member znodes of instances that serve none.
 	InternalURL   string `json:"internal_url,omitempty"`
 	InternalToken string `json:"internal_token,omitempty"`
+	// Host identifies the host (and network namespace) the instance runs
+	// on, so that an InternalURL on loopback is dialed only from there
+	// ("": not told, by builds before it).
+	Host string `json:"host,omitempty"`
 	// HashRequest asks every other member for its HashKV at a revision
 	// (the corruption check: the leader's periodic one, or a starting
 	// instance's initial one); HashAnswers are this member's answers to
