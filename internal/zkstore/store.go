@@ -338,8 +338,11 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 		default:
 			lg.Warn("zookeeper connection lost")
 		}
-		if newSession && prevID != 0 {
-			s.relearnTick() // the servers may have been restarted with another tick
+		if connected && prevID != 0 {
+			// A new session, or a connection restored (to a server perhaps
+			// restarted, in a rolling restart, with another tickTime): the
+			// servers may tick otherwise now.
+			s.relearnTick()
 		}
 		if newSession && prevID != 0 && member != nil {
 			s.wg.Add(1)
