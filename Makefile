@@ -130,8 +130,10 @@ bench-watch:
 # count only runs slower. 300000 executions take ~6-20 s per target here.
 FUZZTIME ?= 300000x
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime $(FUZZTIME) ./internal/zkstore/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshot -fuzztime $(FUZZTIME) ./internal/zkstore/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/zkstore/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) ./internal/zkstore/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCompressedEntry -fuzztime $(FUZZTIME) ./internal/zkstore/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCompressedSnapshot -fuzztime $(FUZZTIME) ./internal/zkstore/
 	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./internal/translate/
 	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./internal/translate/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshotDB -fuzztime $(FUZZTIME) ./internal/etcdformat/

@@ -23,6 +23,7 @@ require (
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/google/btree v1.1.3
 	github.com/gorilla/websocket v1.5.3
+	github.com/klauspost/compress v1.20.1
 	github.com/sirupsen/logrus v1.10.2
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.37.0

@@ -23,6 +23,7 @@ type Engine struct {
 	view     *revision.View
 	memberID uint64
 	metrics  *metrics
+	sizing   *sizing
 	// maxEntryBytes is the log's entry budget: a batch is cut before it.
 	maxEntryBytes int
 

@@ -50,6 +50,11 @@ type Config struct {
 	// take DBSize past it raise the NOSPACE alarm and are refused (0:
 	// translate.DefaultQuotaBytes, 2 GiB; negative: no quota).
 	QuotaBackendBytes int64
+	// ZooKeeperHeapBytes is each ZooKeeper server's JVM heap (-Xmx),
+	// --zk-heap-bytes (0: not given). With it the quota's default is
+	// ZKHeapDataShare of it and zketcd warns when ZooKeeper's data nears
+	// that (sizing.go).
+	ZooKeeperHeapBytes int64
 	// CorruptCheckTime is etcd's --corrupt-check-time: the period of the
 	// leader instance's check that every instance's HashKV agrees at one
 	// revision (0: off). See corrupt.go.

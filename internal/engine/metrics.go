@@ -42,6 +42,9 @@ type metrics struct {
 	// corruptChecks counts the corruption check's rounds (on the leader),
 	// corruptMismatches the members found with another hash.
 	corruptChecks, corruptMismatches prometheus.Counter
+	// rootFormat is the root's format as this instance last read it
+	// (2: entries and base generations compressed).
+	rootFormat prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -129,8 +132,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
 			Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
 		}),
+		rootFormat: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "root_format",
+			Help: "The root's format (<root>/meta) as this instance last read it: what it writes (2: log entries and base generations compressed).",
+		}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.rootFormat)
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
 			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
 			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)
