@@ -12,10 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/gctune"
 	"github.com/zketcd/zketcd/internal/grpcsrv"
 )
 
@@ -115,6 +117,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			LossDir:             f.lossDir,
 			RollbackCheckAfter:  f.rollbackCheckAfter,
 			QuotaBackendBytes:   f.quotaBackendBytes,
+			ZooKeeperHeapBytes:  f.zkHeapBytes,
 			CorruptCheckTime:    f.corruptCheckTime,
 			InitialCorruptCheck: initialCorruptCheck,
 		},
@@ -143,11 +146,24 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err := f.internalEndpoint(&cfg); err != nil {
 		return err
 	}
+	var gcGauge prometheus.Gauge
+	if gctune.Enabled() {
+		// Before the start: recovery builds the whole view.
+		gcGauge = gctune.NewGauge()
+		tuneCtx, stopTune := context.WithCancel(ctx)
+		defer stopTune()
+		go gctune.Run(tuneCtx, gctune.Config{Logger: lg.WithField("component", "gctune"), Gauge: gcGauge})
+	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	z, err := embed.Start(openCtx, cfg)
 	cancelOpen()
 	if err != nil {
 		return err
+	}
+	if gcGauge != nil {
+		if err := z.Registry().Register(gcGauge); err != nil {
+			lg.WithError(err).Warn("register zketcd_gc_percent")
+		}
 	}
 	lg.WithFields(logrus.Fields{
 		"name": name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),
