@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -207,7 +208,12 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cw := &chunkWriter{ctx: ctx, size: s.cfg.MaxEntryBytes, sem: make(chan struct{}, 8), put: func(i int, c []byte) error {
+	// Small chunks, one at a time, ZooKeeper left idle half the time:
+	// ZooKeeper applies writes in one order, so a commit or quorum read
+	// sent meanwhile waits behind at most one chunk, not behind megabytes
+	// of base (with 8 chunks of 512 KiB in flight, write and read p99 were
+	// 7× their usual during a compaction).
+	cw := &chunkWriter{ctx: ctx, size: min(s.cfg.MaxEntryBytes, baseChunkBytes), sem: make(chan struct{}, baseChunksInFlight), pace: true, put: func(i int, c []byte) error {
 		_, err := s.conn.Create(baseChunk(nb.Path, i), c, 0, s.acl)
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return s.wrap("write base chunk", err)
@@ -224,14 +230,23 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 	return nb, nil
 }
 
+// Base generations are written in chunks of baseChunkBytes, at most
+// baseChunksInFlight at once, paced (chunkWriter.pace).
+const (
+	baseChunkBytes     = 128 << 10
+	baseChunksInFlight = 1
+)
+
 // chunkWriter cuts what is written into chunks of size bytes and stores
 // each with put, at most cap(sem) at once. Close stores the last one and
 // waits for all; the first error fails every later Write.
 type chunkWriter struct {
-	ctx    context.Context
-	size   int
-	sem    chan struct{}
-	put    func(i int, c []byte) error
+	ctx  context.Context
+	size int
+	sem  chan struct{}
+	put  func(i int, c []byte) error
+	// pace, if set, sleeps after each chunk as long as storing it took.
+	pace   bool
 	buf    []byte
 	chunks int
 	wg     sync.WaitGroup
@@ -278,7 +293,14 @@ func (c *chunkWriter) flush() {
 		if err := c.failed(); err != nil {
 			return
 		}
-		if err := c.put(i, chunk); err != nil {
+		start := time.Now()
+		err := c.put(i, chunk)
+		if c.pace {
+			// Leave ZooKeeper as long idle as the chunk took: its commit
+			// pipeline is shared with every write and quorum read.
+			time.Sleep(time.Since(start))
+		}
+		if err != nil {
 			c.mu.Lock()
 			if c.err == nil {
 				c.err = err
