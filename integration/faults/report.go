@@ -146,7 +146,7 @@ func keptSections(path string) string {
 func markdown(rows []row, duration string) string {
 	var b strings.Builder
 	b.WriteString("# Reliability under faults\n\n")
-	b.WriteString("Written by `make faults` (`integration/faults`) down to the marker line before the operator faults section; it keeps everything from there on: do not edit the part above it by hand.\n\n")
+	b.WriteString("Written by `make faults` (`integration/faults`) down to the marker line; it keeps everything from the marker on as it is: do not edit the part above it by hand.\n\n")
 	fmt.Fprintf(&b, "Run on %s on %s; workload time per scenario %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), machine(), duration)
 	b.WriteString(markdownTable(rows))
 	b.WriteString("\n## Faults, one by one\n")

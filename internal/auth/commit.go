@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -52,34 +51,4 @@ func Change(req proto.Message, entropy []byte) Eval {
 		}
 		return next.Encode(), resp, nil
 	}
-}
-
-// NewResponse returns an empty message of the type Apply answers req with,
-// and false if req is not a changing request.
-func NewResponse(req proto.Message) (proto.Message, bool) {
-	switch req.(type) {
-	case *pb.AuthEnableRequest:
-		return &pb.AuthEnableResponse{}, true
-	case *pb.AuthDisableRequest:
-		return &pb.AuthDisableResponse{}, true
-	case *pb.AuthUserAddRequest:
-		return &pb.AuthUserAddResponse{}, true
-	case *pb.AuthUserDeleteRequest:
-		return &pb.AuthUserDeleteResponse{}, true
-	case *pb.AuthUserChangePasswordRequest:
-		return &pb.AuthUserChangePasswordResponse{}, true
-	case *pb.AuthUserGrantRoleRequest:
-		return &pb.AuthUserGrantRoleResponse{}, true
-	case *pb.AuthUserRevokeRoleRequest:
-		return &pb.AuthUserRevokeRoleResponse{}, true
-	case *pb.AuthRoleAddRequest:
-		return &pb.AuthRoleAddResponse{}, true
-	case *pb.AuthRoleDeleteRequest:
-		return &pb.AuthRoleDeleteResponse{}, true
-	case *pb.AuthRoleGrantPermissionRequest:
-		return &pb.AuthRoleGrantPermissionResponse{}, true
-	case *pb.AuthRoleRevokePermissionRequest:
-		return &pb.AuthRoleRevokePermissionResponse{}, true
-	}
-	return nil, false
 }

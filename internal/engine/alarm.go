@@ -28,7 +28,7 @@ func (b *Engine) Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmMe
 		alarms, _ := translate.AlarmResponse(b.view.Alarms(), req)
 		return alarms, nil
 	}
-	resp, err := writeFwd(ctx, b, req, func() *pb.AlarmResponse { return &pb.AlarmResponse{} }, b.alarmEval(req), nil)
+	resp, err := alarmKind.write(ctx, b, req, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -25,11 +25,11 @@ func (b *Engine) AuthState() ([]byte, int64) { return b.view.AuthState() }
 // auth.State.Apply's response; when AuthWrite returns without error the
 // change is applied to this instance's view.
 func (b *Engine) AuthWrite(ctx context.Context, req proto.Message, entropy []byte) (proto.Message, error) {
-	newResp, ok := auth.NewResponse(req)
-	if !ok {
+	k, ok := kindOf(req)
+	if !ok || k.label() != authLabel {
 		return nil, fmt.Errorf("zketcd: %T is not an auth change", req)
 	}
-	return writeFwdWith(ctx, b, req, entropy, func() proto.Message { return proto.Clone(newResp) }, authEval(req, entropy), nil)
+	return k.writeAny(ctx, b, req, entropy)
 }
 
 // authEval is the batch evaluation of an auth change (on the origin, or

@@ -12,8 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/internal/compactor"
-	"github.com/zketcd/zketcd/internal/revision"
-	"github.com/zketcd/zketcd/internal/translate"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -176,26 +174,16 @@ func (b *Engine) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.Co
 // compact is Compact; with a valid fence, the compaction is committed only
 // while that leadership holds (errRefused otherwise).
 func (b *Engine) compact(ctx context.Context, req *pb.CompactionRequest, fence zkstore.Fence) (*pb.CompactionResponse, error) {
-	if req.Revision > b.view.State().Rev {
-		// It may exist on another instance: decide after a barrier.
-		if err := b.Linearize(ctx); err != nil {
-			return nil, err
-		}
-	}
-	eval := func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
-	var guards func() []zkstore.Guard
-	if fence.Valid() {
-		guards = func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} }
+	if err := b.compactBarrier(ctx, req); err != nil {
+		return nil, err
 	}
 	var resp *pb.CompactionResponse
 	var err error
-	if guards == nil {
-		resp, err = writeFwd(ctx, b, req, func() *pb.CompactionResponse { return &pb.CompactionResponse{} }, eval,
-			func(int64, int64) (*pb.CompactionResponse, error) {
-				return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}}, nil
-			})
+	if fence.Valid() {
+		resp, err = writeGuarded(ctx, b, req, compactKind.eval(b, req, nil),
+			func() []zkstore.Guard { return []zkstore.Guard{fence.Guard()} })
 	} else {
-		resp, err = writeGuarded(ctx, b, req, eval, guards)
+		resp, err = compactKind.write(ctx, b, req, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -206,6 +194,16 @@ func (b *Engine) compact(ctx context.Context, req *pb.CompactionRequest, fence z
 		}
 	}
 	return resp, nil
+}
+
+// compactBarrier is the barrier before a compaction past the view's
+// revision: that revision may exist on another instance, so it is decided
+// after a barrier.
+func (b *Engine) compactBarrier(ctx context.Context, req *pb.CompactionRequest) error {
+	if req.Revision > b.view.State().Rev {
+		return b.Linearize(ctx)
+	}
+	return nil
 }
 
 // errNotLeader refuses an auto-compaction on an instance that lost the

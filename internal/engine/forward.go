@@ -228,46 +228,18 @@ func (b *Engine) forgetPeer(id uint64) {
 	b.fwd.mu.Unlock()
 }
 
-// methodOf names a forwarded request's method for metrics and logs.
-func methodOf(req proto.Message) string {
-	switch req.(type) {
-	case *pb.PutRequest:
-		return "put"
-	case *pb.DeleteRangeRequest:
-		return "delete_range"
-	case *pb.TxnRequest:
-		return "txn"
-	case *pb.CompactionRequest:
-		return "compaction"
-	case *pb.LeaseGrantRequest:
-		return "lease_grant"
-	case *pb.LeaseRevokeRequest:
-		return "lease_revoke"
-	case *pb.AlarmRequest:
-		return "alarm"
-	}
-	if _, ok := auth.NewResponse(req); ok {
-		return "auth"
-	}
-	return "unknown"
-}
-
-// writeFwd is write for a request the leader may commit for us: without
-// forwarding, or while no leader endpoint is known before anything was
-// sent, the request is committed here (the per-instance path); at the
-// leader it is committed directly; elsewhere it is forwarded and answered
-// once the view applied the leader's position. dup builds the response of
-// a request found committed already (nil: it cannot be rebuilt, the client
-// gets etcd's "request timed out, possibly due to connection lost").
-func writeFwd[T proto.Message](ctx context.Context, b *Engine, req proto.Message, newResp func() T,
-	eval func(*revision.Batch) (T, error), dup func(lsn, rev int64) (T, error)) (T, error) {
-	return writeFwdWith(ctx, b, req, nil, newResp, eval, dup)
-}
-
-// writeFwdWith is writeFwd for a request whose evaluation also takes
-// entropy drawn once at its origin (an auth change): it travels with the
-// request, so the leader evaluates it as this instance would.
-func writeFwdWith[T proto.Message](ctx context.Context, b *Engine, req proto.Message, entropy []byte, newResp func() T,
+// writeFwd is write for a request the leader may commit for us (a kind
+// of the table, labelled label): without forwarding, or while no leader
+// endpoint is known before anything was sent, the request is committed
+// here (the per-instance path); at the leader it is committed directly;
+// elsewhere it is forwarded and answered once the view applied the
+// leader's position. entropy is the random bytes an auth change was drawn
+// with at its origin (nil for the others): it travels with the request, so
+// the leader evaluates it as this instance would. dup builds the response
+// of a request found committed already (nil: it cannot be rebuilt, the
+// client gets etcd's "request timed out, possibly due to connection
+// lost").
+func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req proto.Message, entropy []byte, newResp func() T,
 	eval func(*revision.Batch) (T, error), dup func(lsn, rev int64) (T, error)) (T, error) {
 	var zero T
 	if err := b.servable(); err != nil {
@@ -278,7 +250,7 @@ func writeFwdWith[T proto.Message](ctx context.Context, b *Engine, req proto.Mes
 	if !b.forwarding() {
 		return propose(ctx, b, size, eval, nil)
 	}
-	method := methodOf(req)
+	method := label
 	m := b.fwd.metrics
 	var tag *revision.WriterTag // set once the request may have reached a leader
 	var authFP uint64

@@ -8,12 +8,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
-	"github.com/zketcd/zketcd/internal/translate"
 )
 
 // The leader's side of forwarding: the internal endpoint calls these.
@@ -34,7 +31,11 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 	if leader, _, _ := b.election.State(); !leader || !b.cfg.ForwardWrites {
 		return nil, ForwardReply{}, ErrNotLeader
 	}
-	method := methodOf(call.Req)
+	k, ok := kindOf(call.Req)
+	if !ok {
+		return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
+	}
+	method := k.label()
 	f := &b.fwd
 	f.mu.Lock()
 	now := time.Now()
@@ -64,7 +65,7 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 	// The request is answered when the committer answers it, even if the
 	// caller went away meanwhile: until then a re-send of the same tag
 	// joins it, never evaluates it a second time.
-	c.resp, c.reply, c.err = b.serveForward(context.WithoutCancel(ctx), call)
+	c.resp, c.reply, c.err = b.serveForward(context.WithoutCancel(ctx), k, call)
 	var final *FinalError
 	keep := c.err == nil || errors.As(c.err, &final)
 	f.mu.Lock()
@@ -89,47 +90,10 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 	return c.resp, c.reply, c.err
 }
 
-func (b *Engine) serveForward(ctx context.Context, call ForwardCall) (proto.Message, ForwardReply, error) {
+func (b *Engine) serveForward(ctx context.Context, k anyKind, call ForwardCall) (proto.Message, ForwardReply, error) {
 	origin := call.Origin
 	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true}
-	switch req := call.Req.(type) {
-	case *pb.PutRequest:
-		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) })
-	case *pb.DeleteRangeRequest:
-		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) })
-	case *pb.TxnRequest:
-		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) })
-	case *pb.CompactionRequest:
-		if req.Revision > b.view.State().Rev {
-			if err := b.Linearize(ctx); err != nil {
-				return nil, ForwardReply{}, err
-			}
-		}
-		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) })
-	case *pb.LeaseGrantRequest:
-		if err := translate.CheckLeaseGrant(req); err != nil {
-			return nil, ForwardReply{}, &FinalError{Err: err}
-		}
-		if req.ID == 0 {
-			return nil, ForwardReply{}, &FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}
-		}
-		resp, reply, err := serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) })
-		if g, ok := resp.(*pb.LeaseGrantResponse); ok && err == nil {
-			b.leases.granted(req.ID, time.Duration(g.TTL)*time.Second, b.now())
-		}
-		return resp, reply, err
-	case *pb.LeaseRevokeRequest:
-		return serveAs(ctx, b, p, req, func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) })
-	case *pb.AlarmRequest:
-		if req.Action == pb.AlarmRequest_GET {
-			return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: an alarm GET is a read, not forwarded")}
-		}
-		return serveAs(ctx, b, p, req, b.alarmEval(req))
-	}
-	if _, ok := auth.NewResponse(call.Req); ok {
-		return serveAs(ctx, b, p, call.Req, authEval(call.Req, call.Entropy))
-	}
-	return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
+	return k.serve(ctx, b, p, call)
 }
 
 func serveAs[T proto.Message](ctx context.Context, b *Engine, p *proposal, req any, eval func(*revision.Batch) (T, error)) (proto.Message, ForwardReply, error) {

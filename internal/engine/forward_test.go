@@ -277,7 +277,7 @@ func TestAuthAndAlarmChangesThroughTheFollowerAreCommittedByTheLeader(t *testing
 		if err != nil {
 			t.Fatalf("%T through the follower: %v", req, err)
 		}
-		if want, _ := auth.NewResponse(req); proto.MessageName(resp) != proto.MessageName(want) {
+		if k, _ := WriteKindOf(req); proto.MessageName(resp) != proto.MessageName(k.NewResponse()) {
 			t.Fatalf("%T answered with %T", req, resp)
 		}
 	}

@@ -49,15 +49,12 @@ func (b *Engine) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, 
 	if err := b.checkQuota(req); err != nil {
 		return nil, err
 	}
-	return writeFwd(ctx, b, req, func() *pb.PutResponse { return &pb.PutResponse{} },
-		func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) },
-		func(_, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) })
+	return putKind.write(ctx, b, req, nil)
 }
 
 // DeleteRange commits a validated DeleteRange.
 func (b *Engine) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	return writeFwd(ctx, b, req, func() *pb.DeleteRangeResponse { return &pb.DeleteRangeResponse{} },
-		func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) }, nil)
+	return deleteRangeKind.write(ctx, b, req, nil)
 }
 
 // Txn serves a validated Txn: read-only ones on the read path, the others
@@ -83,8 +80,7 @@ func (b *Engine) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := b.checkQuota(req); err != nil {
 		return nil, err
 	}
-	return writeFwd(ctx, b, req, func() *pb.TxnResponse { return &pb.TxnResponse{} },
-		func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }, nil)
+	return txnKind.write(ctx, b, req, nil)
 }
 
 // rebuildPut answers a forwarded Put found committed at rev after its

@@ -37,35 +37,18 @@ func (b *Engine) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb
 		}
 		id = int64(binary.BigEndian.Uint64(rb[:]) >> 1)
 	}
-	if b.forwarding() && req.ID != id {
+	if req.ID != id {
 		// The ID is chosen here, so that a grant found committed after a
 		// lost answer can be answered.
 		req = &pb.LeaseGrantRequest{TTL: req.TTL, ID: id}
 	}
-	resp, err := writeFwd(ctx, b, req, func() *pb.LeaseGrantResponse { return &pb.LeaseGrantResponse{} },
-		func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, id) },
-		func(int64, int64) (*pb.LeaseGrantResponse, error) {
-			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: id, TTL: max(req.TTL, MinLeaseTTL)}, nil
-		})
-	if err == nil {
-		// A no-op unless this instance leads (it committed the grant, or
-		// leads now that the leader it sent the grant to committed it).
-		b.leases.granted(id, time.Duration(resp.TTL)*time.Second, b.now())
-	}
-	return resp, err
+	return leaseGrantKind.write(ctx, b, req, nil)
 }
 
 // LeaseRevoke commits the removal of a lease and, in one revision, of every
 // key attached to it. Errors: ErrGRPCLeaseNotFound.
 func (b *Engine) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	return writeFwd(ctx, b, req, func() *pb.LeaseRevokeResponse { return &pb.LeaseRevokeResponse{} },
-		func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) },
-		func(_, rev int64) (*pb.LeaseRevokeResponse, error) {
-			if rev == 0 {
-				rev = b.view.State().Rev
-			}
-			return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
-		})
+	return leaseRevokeKind.write(ctx, b, req, nil)
 }
 
 // Leases lists every lease, linearizably, soonest expiry first as etcd

@@ -3,7 +3,6 @@ package forward
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -118,35 +117,13 @@ func (c *Client) ready(ctx context.Context, cc *grpc.ClientConn) bool {
 	}
 }
 
-func methodName(req proto.Message) (string, error) {
-	switch req.(type) {
-	case *pb.PutRequest:
-		return "Put", nil
-	case *pb.DeleteRangeRequest:
-		return "DeleteRange", nil
-	case *pb.TxnRequest:
-		return "Txn", nil
-	case *pb.CompactionRequest:
-		return "Compact", nil
-	case *pb.LeaseGrantRequest:
-		return "LeaseGrant", nil
-	case *pb.LeaseRevokeRequest:
-		return "LeaseRevoke", nil
-	case *pb.AlarmRequest:
-		return "Alarm", nil
-	}
-	if name, ok := authMethods[reflect.TypeOf(req)]; ok {
-		return name, nil
-	}
-	return "", fmt.Errorf("zketcd: %T cannot be forwarded", req)
-}
-
 // Forward implements engine.Forwarder.
 func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.ForwardCall) (engine.ForwardReply, error) {
-	name, err := methodName(call.Req)
-	if err != nil {
-		return engine.ForwardReply{}, &engine.FinalError{Err: err}
+	kind, ok := engine.WriteKindOf(call.Req)
+	if !ok {
+		return engine.ForwardReply{}, &engine.FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
 	}
+	name := kind.Method
 	cc, err := c.conn(to.URL)
 	if err != nil {
 		if call.Fresh {
@@ -209,7 +186,7 @@ func (c *Client) ReadIndex(ctx context.Context, to engine.Peer) (int64, error) {
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
 	out := &wrapperspb.Int64Value{}
-	if err := cc.Invoke(ctx, "/"+serviceName+"/ReadIndex", &emptypb.Empty{}, out); err != nil {
+	if err := cc.Invoke(ctx, "/"+serviceName+"/"+methodReadIndex, &emptypb.Empty{}, out); err != nil {
 		return 0, fmt.Errorf("read index from %s: %w", to.URL, err)
 	}
 	return out.Value, nil
@@ -225,7 +202,7 @@ func (c *Client) KeepAlive(ctx context.Context, to engine.Peer, id int64) (int64
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
 	out := &pb.LeaseKeepAliveResponse{}
-	if err := cc.Invoke(ctx, "/"+serviceName+"/KeepAlive", &pb.LeaseKeepAliveRequest{ID: id}, out); err != nil {
+	if err := cc.Invoke(ctx, "/"+serviceName+"/"+methodKeepAlive, &pb.LeaseKeepAliveRequest{ID: id}, out); err != nil {
 		return 0, fmt.Errorf("keepalive at %s: %w", to.URL, err)
 	}
 	return out.TTL, nil
@@ -234,7 +211,7 @@ func (c *Client) KeepAlive(ctx context.Context, to engine.Peer, id int64) (int64
 // LeaseTimeToLive implements engine.Forwarder.
 func (c *Client) LeaseTimeToLive(ctx context.Context, to engine.Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
 	out := &pb.LeaseTimeToLiveResponse{}
-	lsn, err := c.read(ctx, to, "LeaseTimeToLive", req, out)
+	lsn, err := c.read(ctx, to, methodLeaseTimeToLive, req, out)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -244,7 +221,7 @@ func (c *Client) LeaseTimeToLive(ctx context.Context, to engine.Peer, req *pb.Le
 // Leases implements engine.Forwarder.
 func (c *Client) Leases(ctx context.Context, to engine.Peer) (*pb.LeaseLeasesResponse, int64, error) {
 	out := &pb.LeaseLeasesResponse{}
-	lsn, err := c.read(ctx, to, "LeaseLeases", &pb.LeaseLeasesRequest{}, out)
+	lsn, err := c.read(ctx, to, methodLeaseLeases, &pb.LeaseLeasesRequest{}, out)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
 )
@@ -217,13 +216,39 @@ func TestLeaseReadsAtAnOlderPeerAreUnsupported(t *testing.T) {
 	// An auth or alarm change sent first to a leader that does not serve
 	// it ran nothing there: the origin may commit it itself.
 	for _, req := range []proto.Message{&pb.AuthRoleAddRequest{Name: "r"}, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE}} {
-		resp, _ := auth.NewResponse(req)
-		if resp == nil {
-			resp = &pb.AlarmResponse{}
-		}
-		_, err := c.Forward(ctx, peer, engine.ForwardCall{Req: req, Resp: resp, Entropy: []byte("e"), Fresh: true})
+		k, _ := engine.WriteKindOf(req)
+		_, err := c.Forward(ctx, peer, engine.ForwardCall{Req: req, Resp: k.NewResponse(), Entropy: []byte("e"), Fresh: true})
 		if !errors.Is(err, engine.ErrNotSent) {
 			t.Fatalf("%T at an older peer: %v, want ErrNotSent", req, err)
 		}
+	}
+}
+
+// TestEveryForwardedWriteKindIsServedWithItsTypes: the endpoint serves one
+// method per kind of the engine's table, decoding the request as its type
+// and answering with its response type.
+func TestEveryForwardedWriteKindIsServedWithItsTypes(t *testing.T) {
+	fl := &fakeLeader{}
+	peer := serve(t, fl)
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, k := range engine.WriteKinds() {
+		fl.answer = func(call engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
+			return k.NewResponse(), engine.ForwardReply{LSN: 1}, nil
+		}
+		fl.got = nil
+		resp := k.NewResponse()
+		if _, err := c.Forward(ctx, peer, engine.ForwardCall{Req: k.NewRequest(), Resp: resp, Fresh: true}); err != nil {
+			t.Errorf("%s: %v", k.Method, err)
+			continue
+		}
+		if len(fl.got) != 1 || proto.MessageName(fl.got[0].Req) != proto.MessageName(k.NewRequest()) {
+			t.Errorf("%s: the leader got %v", k.Method, fl.got)
+		}
+	}
+	if _, err := c.Forward(ctx, peer, engine.ForwardCall{Req: &pb.RangeRequest{}, Resp: &pb.RangeResponse{}, Fresh: true}); err == nil {
+		t.Error("a Range was forwarded")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"math"
-	"reflect"
 	"sort"
 	"strconv"
 	"time"
@@ -48,24 +47,17 @@ func NewServer(l Leader, lg *logrus.Entry, reg prometheus.Registerer) *grpc.Serv
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	)
 	methods := []grpc.MethodDesc{
-		write[*pb.PutRequest]("Put"),
-		write[*pb.DeleteRangeRequest]("DeleteRange"),
-		write[*pb.TxnRequest]("Txn"),
-		write[*pb.CompactionRequest]("Compact"),
-		write[*pb.LeaseGrantRequest]("LeaseGrant"),
-		write[*pb.LeaseRevokeRequest]("LeaseRevoke"),
-		write[*pb.AlarmRequest]("Alarm"),
-		{MethodName: "ReadIndex", Handler: s.readIndex},
-		{MethodName: "KeepAlive", Handler: s.keepAlive},
-		read("LeaseTimeToLive", func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+		{MethodName: methodReadIndex, Handler: s.readIndex},
+		{MethodName: methodKeepAlive, Handler: s.keepAlive},
+		read(methodLeaseTimeToLive, func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
 			return l.ServeLeaseTimeToLive(ctx, req)
 		}),
-		read("LeaseLeases", func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
+		read(methodLeaseLeases, func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
 			return l.ServeLeases(ctx)
 		}),
 	}
-	for typ, name := range authMethods {
-		methods = append(methods, writeOf(name, reflect.New(typ.Elem()).Interface().(proto.Message)))
+	for _, k := range engine.WriteKinds() {
+		methods = append(methods, write(k))
 	}
 	sort.Slice(methods, func(i, j int) bool { return methods[i].MethodName < methods[j].MethodName })
 	srv.RegisterService(&grpc.ServiceDesc{
@@ -87,15 +79,11 @@ func newMessage[M proto.Message]() M {
 	return zero.ProtoReflect().New().Interface().(M)
 }
 
-// write is the method desc of a forwarded write of request type R.
-func write[R proto.Message](name string) grpc.MethodDesc { return writeOf(name, newMessage[R]()) }
-
-// writeOf is the method desc of a forwarded write whose requests are of
-// prototype's type.
-func writeOf(name string, prototype proto.Message) grpc.MethodDesc {
-	return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+// write is the method desc of a forwarded write of kind k.
+func write(k engine.WriteKind) grpc.MethodDesc {
+	return grpc.MethodDesc{MethodName: k.Method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*server)
-		req := prototype.ProtoReflect().New().Interface()
+		req := k.NewRequest()
 		if err := dec(req); err != nil {
 			return nil, err
 		}

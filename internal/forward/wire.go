@@ -3,11 +3,9 @@ package forward
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/zketcd/zketcd/internal/revision"
@@ -16,13 +14,24 @@ import (
 // serviceName is the internal gRPC service. Its methods carry etcd's own
 // protobuf messages; the protocol grows by adding methods, never by
 // changing one: a peer of an older version answers a method it lacks with
-// codes.Unimplemented, which the client reports as engine.ErrUnsupported
-// (the caller answers locally). Methods: Put, DeleteRange, Txn, Compact,
-// LeaseGrant, LeaseRevoke (writes: tag, auth fingerprint, position and
-// duplicate revision in metadata), ReadIndex, KeepAlive, and the lease
-// reads LeaseTimeToLive and LeaseLeases (the answer, with the position it
+// codes.Unimplemented, which the client reports as engine.ErrNotSent for a
+// write sent first and engine.ErrUnsupported for a read (the caller
+// answers locally). Methods: one per kind of forwarded write
+// (engine.WriteKinds: Put, DeleteRange, Txn, Compact, LeaseGrant,
+// LeaseRevoke, Alarm and the auth changes; tag, auth fingerprint and
+// entropy in the request's metadata, position and duplicate revision in
+// the response's), ReadIndex, KeepAlive, and the lease reads
+// LeaseTimeToLive and LeaseLeases (the answer, with the position it
 // reflects in mdLSN).
 const serviceName = "zketcd.internal.Forward"
+
+// The methods beside the forwarded writes.
+const (
+	methodReadIndex       = "ReadIndex"
+	methodKeepAlive       = "KeepAlive"
+	methodLeaseTimeToLive = "LeaseTimeToLive"
+	methodLeaseLeases     = "LeaseLeases"
+)
 
 // Metadata keys of the protocol.
 const (
@@ -35,22 +44,6 @@ const (
 	// mdEntropy carries an auth change's entropy (binary metadata).
 	mdEntropy = "zketcd-entropy-bin"
 )
-
-// authMethods name the forwarded auth changes by request type; the
-// server registers one method per entry.
-var authMethods = map[reflect.Type]string{
-	reflect.TypeOf(&pb.AuthEnableRequest{}):               "AuthEnable",
-	reflect.TypeOf(&pb.AuthDisableRequest{}):              "AuthDisable",
-	reflect.TypeOf(&pb.AuthUserAddRequest{}):              "UserAdd",
-	reflect.TypeOf(&pb.AuthUserDeleteRequest{}):           "UserDelete",
-	reflect.TypeOf(&pb.AuthUserChangePasswordRequest{}):   "UserChangePassword",
-	reflect.TypeOf(&pb.AuthUserGrantRoleRequest{}):        "UserGrantRole",
-	reflect.TypeOf(&pb.AuthUserRevokeRoleRequest{}):       "UserRevokeRole",
-	reflect.TypeOf(&pb.AuthRoleAddRequest{}):              "RoleAdd",
-	reflect.TypeOf(&pb.AuthRoleDeleteRequest{}):           "RoleDelete",
-	reflect.TypeOf(&pb.AuthRoleGrantPermissionRequest{}):  "RoleGrantPermission",
-	reflect.TypeOf(&pb.AuthRoleRevokePermissionRequest{}): "RoleRevokePermission",
-}
 
 // Values of mdOutcome.
 const (

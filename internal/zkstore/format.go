@@ -28,7 +28,7 @@ import (
 // use on the root. A build refuses to open a root whose meta format is above
 // MetaFormat. A future build that adds a form must keep writing the old one
 // while meta says so, and raise meta only once every instance on the root
-// runs a build that reads the new form (see the README on rolling upgrades).
+// runs a build that reads the new form (see docs/operations.md, "Rolling upgrades of zketcd").
 //
 // Root formats: 1, every form of format 1 (entries 1 and 2, snapshots 1);
 // 2, compression: entries may be compressedEntryFormat (3) and base

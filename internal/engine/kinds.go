@@ -1,0 +1,298 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/translate"
+)
+
+// The kinds of forwarded write, in one table (writeKinds): each entry is
+// the request's method on the internal endpoint, its label in the
+// forwarding metrics and logs, its request and response types, its
+// evaluation in a commit batch (the same on the origin and, forwarded, on
+// the leader), the leader's own checks of a forwarded one, what follows a
+// commit, and how the answer of one found committed already is rebuilt.
+// The origin's entry points (Put, Txn, AuthWrite, ...), the leader's
+// ServeForward and package forward's client and server all read it:
+// forwarding another write is one entry here.
+
+// WriteKind is the wire face of one kind of forwarded write, for package
+// forward: Method names it on the internal endpoint (part of the protocol:
+// never renamed, so that instances of different builds interoperate),
+// Label in the zketcd_forward_* metrics, and NewRequest and NewResponse
+// return empty messages of its request and response types.
+type WriteKind struct {
+	Method      string
+	Label       string
+	NewRequest  func() proto.Message
+	NewResponse func() proto.Message
+}
+
+// WriteKinds returns every kind of forwarded write (a new slice: the
+// caller may keep it).
+func WriteKinds() []WriteKind {
+	out := make([]WriteKind, len(writeKinds))
+	for i, k := range writeKinds {
+		out[i] = k.face()
+	}
+	return out
+}
+
+// WriteKindOf returns the kind of a forwarded write request, false if req
+// is of no kind that is forwarded.
+func WriteKindOf(req proto.Message) (WriteKind, bool) {
+	k, ok := kindOf(req)
+	if !ok {
+		return WriteKind{}, false
+	}
+	return k.face(), true
+}
+
+// anyKind is a kind of the table whatever its types: what the leader's
+// ServeForward and AuthWrite need of it.
+type anyKind interface {
+	face() WriteKind
+	// label is face().Label, without building the face.
+	label() string
+	// serve commits a forwarded request of this kind at the leader as p
+	// describes (tag and fingerprint): as serveAs.
+	serve(ctx context.Context, b *Engine, p *proposal, call ForwardCall) (proto.Message, ForwardReply, error)
+	// writeAny is write for a request of this kind typed as proto.Message.
+	writeAny(ctx context.Context, b *Engine, req proto.Message, entropy []byte) (proto.Message, error)
+}
+
+// kind is one kind of forwarded write: requests R answered with T.
+type kind[R, T proto.Message] struct {
+	method, labelName string
+	// eval returns req's evaluation in a commit batch; entropy is the
+	// random bytes an auth change was drawn with (ignored by the others).
+	eval func(b *Engine, req R, entropy []byte) func(*revision.Batch) (T, error)
+	// check, if set, is what the leader checks of a forwarded request
+	// before it evaluates it (its origin checked it on its own path, with
+	// its own limits): a *FinalError refuses it, any other error leaves it
+	// unevaluated with that error.
+	check func(ctx context.Context, b *Engine, req R) error
+	// committed, if set, runs once req was committed and answered resp, on
+	// the instance that answers the client and on a leader that committed
+	// a forwarded one (not for a duplicate there: resp is unknown).
+	committed func(b *Engine, req R, resp T)
+	// dup, if set, rebuilds the answer of req found committed already at
+	// revision rev (its answer lost with a leader); without it the client
+	// gets etcd's "request timed out, possibly due to connection lost".
+	dup func(b *Engine, req R, rev int64) (T, error)
+}
+
+func (k *kind[R, T]) label() string { return k.labelName }
+
+func (k *kind[R, T]) face() WriteKind {
+	return WriteKind{Method: k.method, Label: k.labelName,
+		NewRequest:  func() proto.Message { return newMessage[R]() },
+		NewResponse: func() proto.Message { return newMessage[T]() }}
+}
+
+// write commits req here or through the leader (writeFwd) and runs
+// committed on success.
+func (k *kind[R, T]) write(ctx context.Context, b *Engine, req R, entropy []byte) (T, error) {
+	var dup func(lsn, rev int64) (T, error)
+	if k.dup != nil {
+		dup = func(_, rev int64) (T, error) { return k.dup(b, req, rev) }
+	}
+	resp, err := writeFwd(ctx, b, k.labelName, req, entropy, newMessage[T], k.eval(b, req, entropy), dup)
+	if err == nil && k.committed != nil {
+		k.committed(b, req, resp)
+	}
+	return resp, err
+}
+
+func (k *kind[R, T]) writeAny(ctx context.Context, b *Engine, req proto.Message, entropy []byte) (proto.Message, error) {
+	r, ok := req.(R)
+	if !ok {
+		return nil, fmt.Errorf("zketcd: %T is not a %s request", req, k.method)
+	}
+	resp, err := k.write(ctx, b, r, entropy)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (k *kind[R, T]) serve(ctx context.Context, b *Engine, p *proposal, call ForwardCall) (proto.Message, ForwardReply, error) {
+	req, ok := call.Req.(R)
+	if !ok {
+		return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T is not a %s request", call.Req, k.method)}
+	}
+	if k.check != nil {
+		if err := k.check(ctx, b, req); err != nil {
+			return nil, ForwardReply{}, err
+		}
+	}
+	resp, reply, err := serveAs(ctx, b, p, req, k.eval(b, req, call.Entropy))
+	if t, ok := resp.(T); ok && err == nil && k.committed != nil {
+		k.committed(b, req, t)
+	}
+	return resp, reply, err
+}
+
+// newMessage returns a new empty message of M's type.
+func newMessage[M proto.Message]() M {
+	var zero M
+	return zero.ProtoReflect().New().Interface().(M)
+}
+
+// The kinds whose entry points are typed (Put, LeaseGrant, ...).
+var (
+	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{method: "Put", labelName: "put",
+		eval: func(_ *Engine, req *pb.PutRequest, _ []byte) func(*revision.Batch) (*pb.PutResponse, error) {
+			return func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) }
+		},
+		dup: func(b *Engine, req *pb.PutRequest, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) },
+	}
+	deleteRangeKind = &kind[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse]{method: "DeleteRange", labelName: "delete_range",
+		eval: func(_ *Engine, req *pb.DeleteRangeRequest, _ []byte) func(*revision.Batch) (*pb.DeleteRangeResponse, error) {
+			return func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) }
+		},
+	}
+	txnKind = &kind[*pb.TxnRequest, *pb.TxnResponse]{method: "Txn", labelName: "txn",
+		eval: func(_ *Engine, req *pb.TxnRequest, _ []byte) func(*revision.Batch) (*pb.TxnResponse, error) {
+			return func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }
+		},
+	}
+	compactKind = &kind[*pb.CompactionRequest, *pb.CompactionResponse]{method: "Compact", labelName: "compaction",
+		eval: func(_ *Engine, req *pb.CompactionRequest, _ []byte) func(*revision.Batch) (*pb.CompactionResponse, error) {
+			return func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
+		},
+		check: func(ctx context.Context, b *Engine, req *pb.CompactionRequest) error {
+			return b.compactBarrier(ctx, req)
+		},
+		dup: func(b *Engine, _ *pb.CompactionRequest, _ int64) (*pb.CompactionResponse, error) {
+			return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}}, nil
+		},
+	}
+	// A lease grant is forwarded with its ID chosen (LeaseGrant), so that
+	// one found committed after a lost answer can be answered.
+	leaseGrantKind = &kind[*pb.LeaseGrantRequest, *pb.LeaseGrantResponse]{method: "LeaseGrant", labelName: "lease_grant",
+		eval: func(_ *Engine, req *pb.LeaseGrantRequest, _ []byte) func(*revision.Batch) (*pb.LeaseGrantResponse, error) {
+			return func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) }
+		},
+		check: func(_ context.Context, _ *Engine, req *pb.LeaseGrantRequest) error {
+			if err := translate.CheckLeaseGrant(req); err != nil {
+				return &FinalError{Err: err}
+			}
+			if req.ID == 0 {
+				return &FinalError{Err: rpctypes.ErrGRPCLeaseNotFound}
+			}
+			return nil
+		},
+		// A no-op unless this instance leads: the leader starts the
+		// lease's clock at its grant.
+		committed: func(b *Engine, req *pb.LeaseGrantRequest, resp *pb.LeaseGrantResponse) {
+			b.leases.granted(req.ID, time.Duration(resp.TTL)*time.Second, b.now())
+		},
+		dup: func(b *Engine, req *pb.LeaseGrantRequest, _ int64) (*pb.LeaseGrantResponse, error) {
+			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: req.ID, TTL: max(req.TTL, MinLeaseTTL)}, nil
+		},
+	}
+	leaseRevokeKind = &kind[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse]{method: "LeaseRevoke", labelName: "lease_revoke",
+		eval: func(_ *Engine, req *pb.LeaseRevokeRequest, _ []byte) func(*revision.Batch) (*pb.LeaseRevokeResponse, error) {
+			return func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) }
+		},
+		dup: func(b *Engine, _ *pb.LeaseRevokeRequest, rev int64) (*pb.LeaseRevokeResponse, error) {
+			if rev == 0 {
+				rev = b.view.State().Rev
+			}
+			return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
+		},
+	}
+	// An alarm activation or deactivation; a GET is a read, never
+	// forwarded.
+	alarmKind = &kind[*pb.AlarmRequest, *pb.AlarmResponse]{method: "Alarm", labelName: "alarm",
+		eval: func(b *Engine, req *pb.AlarmRequest, _ []byte) func(*revision.Batch) (*pb.AlarmResponse, error) {
+			return b.alarmEval(req)
+		},
+		check: func(_ context.Context, _ *Engine, req *pb.AlarmRequest) error {
+			if req.Action == pb.AlarmRequest_GET {
+				return &FinalError{Err: fmt.Errorf("zketcd: an alarm GET is a read, not forwarded")}
+			}
+			return nil
+		},
+	}
+)
+
+// authLabel labels every auth change in the metrics.
+const authLabel = "auth"
+
+// authKind is the kind of an auth change of request type R answered with
+// T (auth.State.Apply's answer), evaluated with the entropy drawn once for
+// it (auth.Change). Every auth change shares the metrics label authLabel.
+func authKind[R, T proto.Message](method string) *kind[R, T] {
+	return &kind[R, T]{method: method, labelName: authLabel,
+		eval: func(_ *Engine, req R, entropy []byte) func(*revision.Batch) (T, error) {
+			eval := authEval(req, entropy)
+			return func(bt *revision.Batch) (T, error) {
+				var zero T
+				resp, err := eval(bt)
+				if err != nil {
+					return zero, err
+				}
+				t, ok := resp.(T)
+				if !ok {
+					return zero, fmt.Errorf("zketcd: auth change %T answered %T, want %T", req, resp, zero)
+				}
+				return t, nil
+			}
+		},
+	}
+}
+
+// writeKinds is the table: every kind of forwarded write. Read-only.
+var writeKinds = []anyKind{
+	putKind,
+	deleteRangeKind,
+	txnKind,
+	compactKind,
+	leaseGrantKind,
+	leaseRevokeKind,
+	alarmKind,
+	authKind[*pb.AuthEnableRequest, *pb.AuthEnableResponse]("AuthEnable"),
+	authKind[*pb.AuthDisableRequest, *pb.AuthDisableResponse]("AuthDisable"),
+	authKind[*pb.AuthUserAddRequest, *pb.AuthUserAddResponse]("UserAdd"),
+	authKind[*pb.AuthUserDeleteRequest, *pb.AuthUserDeleteResponse]("UserDelete"),
+	authKind[*pb.AuthUserChangePasswordRequest, *pb.AuthUserChangePasswordResponse]("UserChangePassword"),
+	authKind[*pb.AuthUserGrantRoleRequest, *pb.AuthUserGrantRoleResponse]("UserGrantRole"),
+	authKind[*pb.AuthUserRevokeRoleRequest, *pb.AuthUserRevokeRoleResponse]("UserRevokeRole"),
+	authKind[*pb.AuthRoleAddRequest, *pb.AuthRoleAddResponse]("RoleAdd"),
+	authKind[*pb.AuthRoleDeleteRequest, *pb.AuthRoleDeleteResponse]("RoleDelete"),
+	authKind[*pb.AuthRoleGrantPermissionRequest, *pb.AuthRoleGrantPermissionResponse]("RoleGrantPermission"),
+	authKind[*pb.AuthRoleRevokePermissionRequest, *pb.AuthRoleRevokePermissionResponse]("RoleRevokePermission"),
+}
+
+// kindsByType indexes writeKinds by request type. Read-only.
+var kindsByType = func() map[reflect.Type]anyKind {
+	m := make(map[reflect.Type]anyKind, len(writeKinds))
+	for _, k := range writeKinds {
+		m[reflect.TypeOf(k.face().NewRequest())] = k
+	}
+	return m
+}()
+
+// kindOf returns the kind of req, false if it is of none.
+func kindOf(req proto.Message) (anyKind, bool) {
+	k, ok := kindsByType[reflect.TypeOf(req)]
+	return k, ok
+}
+
+// kindLabel is req's metrics label ("unknown" for a request of no kind).
+func kindLabel(req proto.Message) string {
+	if k, ok := kindOf(req); ok {
+		return k.label()
+	}
+	return "unknown"
+}
