@@ -15,7 +15,7 @@ import (
 // fastest level was chosen over s2 on kube-apiserver's objects: about 3.2×
 // smaller where s2 makes them 2.5× (ZooKeeper keeps every stored byte in
 // the heap of each member, so the ratio is memory), for ~10 ns of CPU per
-// byte written; decoding costs ~1–2 ns per byte (docs/benchmarks.md,
+// byte written; decoding costs ~1–2 ns per byte (docs/bench/analysis.md,
 // "Compression").
 //
 // Neither form adds zstd's own checksum: the records keep their CRC-32C.
