@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,6 +129,18 @@ func RunScale(ctx context.Context, opts ScaleOptions) (*ScaleReport, error) {
 	began := time.Now()
 	rep := &ScaleReport{Machine: DescribeMachine(), Date: began.UTC().Format(time.RFC3339), ZKHeap: opts.ZKHeap, Clients: opts.Clients}
 	rep.Mix = describeMix(opts.Seed)
+	if opts.DataDir != "" {
+		// Rows of an earlier run at other sizes (or stacks) stay: a run
+		// replaces only the rows it measures.
+		if old, err := LoadScaleReport(filepath.Join(opts.DataDir, "scale.json")); err == nil {
+			for _, row := range old.Rows {
+				if !slices.Contains(opts.Sizes, row.Objects) || !slices.Contains(opts.Stacks, row.Stack) {
+					rep.Rows = append(rep.Rows, row)
+				}
+			}
+			rep.Elapsed = old.Elapsed
+		}
+	}
 	work, err := os.MkdirTemp("", "zkscale-")
 	if err != nil {
 		return nil, err
@@ -154,12 +167,14 @@ func RunScale(ctx context.Context, opts ScaleOptions) (*ScaleReport, error) {
 				return rep, ctx.Err()
 			}
 			opts.Logf("scale: %s at %d objects", stack, n)
+			cellStart := time.Now()
 			row := runScaleCell(ctx, env, &opts, stack, n, filepath.Join(work, fmt.Sprintf("%s-%d", stack, n)))
 			rep.Rows = append(rep.Rows, row)
+			sort.SliceStable(rep.Rows, func(i, j int) bool { return rep.Rows[i].Objects < rep.Rows[j].Objects })
 			for _, e := range row.Errors {
 				opts.Logf("scale: %s at %d: %s", stack, n, e)
 			}
-			rep.Elapsed = time.Since(began).Seconds()
+			rep.Elapsed += time.Since(cellStart).Seconds()
 			if err := rep.write(opts); err != nil {
 				return rep, err
 			}

@@ -87,7 +87,7 @@ func (r *ScaleReport) Markdown(rel string, plots []plotFile) string {
 		"A 3-member etcd 3.7.3 (`--quota-backend-bytes` 16 GiB) against one zketcd instance on a 3-member ZooKeeper 3.8.0 "+
 		"(each JVM `-Xmx%s`, starting small), one stack at a time on the same machine, "+
 		"loaded with kube-like objects by %d clients, each object created by a transaction as kube-apiserver creates it. "+
-		"The run took %.0f min.\n\n",
+		"The measured turns took %.0f min in all.\n\n",
 		r.Date, r.Machine.CPUModel, r.Machine.NProc, fmtLoad(r.Machine.LoadStart), r.ZKHeap, r.Clients, r.Elapsed/60)
 	b.WriteString("The objects (integration/kubedata, seeded, so every run writes the same bytes): real Kubernetes objects built with " +
 		"k8s.io/api and serialized by apimachinery's own protobuf serializer into kube-apiserver's storage envelope, and one custom " +
@@ -129,12 +129,19 @@ func (r *ScaleReport) Markdown(rel string, plots []plotFile) string {
 			}
 			mdRow(&b, m.label, cell(zv, zok), cell(ev, eok), ratio)
 		}
+		b.WriteString("\nThe machine's load average (1 min) at the start and end of each stack's turn:")
+		for _, x := range []*ScaleRow{z, e} {
+			if x != nil {
+				fmt.Fprintf(&b, " %s %.1f → %.1f;", x.Stack, x.Load[0][0], x.Load[1][0])
+			}
+		}
+		b.WriteString("\n")
 		for _, x := range []*ScaleRow{z, e} {
 			if x == nil {
 				continue
 			}
 			for _, err := range x.Errors {
-				fmt.Fprintf(&b, "\n%s stopped: %s", x.Stack, oneLine(err))
+				fmt.Fprintf(&b, "\n%s stopped: %s\n", x.Stack, oneLine(err))
 			}
 		}
 		b.WriteString("\n")
