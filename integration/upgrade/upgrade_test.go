@@ -24,6 +24,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/faults"
+	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -119,40 +120,13 @@ func statusErrors(c *clientv3.Client, addr string) string {
 // everything, nothing lost; a current-build instance started afterwards
 // refuses to start, naming the versions.
 func TestRollingUpgradeToANewerEntryFormat(t *testing.T) {
-	if os.Getenv("ZKETCD_UPGRADE_TEST") == "" {
-		t.Skip("builds two zketcd binaries; run with ZKETCD_UPGRADE_TEST=1 (make upgrade-test)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	cur, err := faults.BuildZketcd(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := buildNext(t, ctx, dir)
-	zk := zkservertest.Standalone(t)
-	instance := func(bin, name, addr, metrics string) *faults.Zketcd {
-		z := faults.NewZketcd(faults.ZketcdConfig{Bin: bin, Name: name, Root: "/upgrade", Dir: dir, ZK: []string{zk.Addr()},
-			Addr: addr, Metrics: metrics, SessionTimeout: 4 * time.Second, ProgressInterval: time.Minute})
-		t.Cleanup(func() { _ = z.Stop() })
-		return z
-	}
+	l := newLab(t, "/upgrade")
+	ctx, cur, instance, client := l.ctx, l.cur, l.instance, l.client
+	next := buildNext(t, ctx, l.dir)
 	aAddr, aMetrics, bAddr, bMetrics := embedtest.FreeAddr(t), embedtest.FreeAddr(t), embedtest.FreeAddr(t), embedtest.FreeAddr(t)
 	a := instance(cur, "a", aAddr, aMetrics)
 	b := instance(cur, "b", bAddr, bMetrics)
-	for _, z := range []*faults.Zketcd{a, b} {
-		if err := z.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	client := func(addr string) *clientv3.Client {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	l.start(a, b)
 	ca, cb := client(aAddr), client(bAddr)
 	for i := 0; i < 50; i++ {
 		c := ca
@@ -264,40 +238,13 @@ func errorLines(t *testing.T, path, s string) int {
 // everything reads back; a previous-build instance started afterwards
 // refuses the root, naming both versions.
 func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testing.T) {
-	if os.Getenv("ZKETCD_UPGRADE_TEST") == "" {
-		t.Skip("builds two zketcd binaries; run with ZKETCD_UPGRADE_TEST=1 (make upgrade-test)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	cur, err := faults.BuildZketcd(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := buildPrevious(t, ctx, dir)
-	zk := zkservertest.Standalone(t)
-	instance := func(bin, name, addr, metrics string) *faults.Zketcd {
-		z := faults.NewZketcd(faults.ZketcdConfig{Bin: bin, Name: name, Root: "/raise", Dir: dir, ZK: []string{zk.Addr()},
-			Addr: addr, Metrics: metrics, SessionTimeout: 4 * time.Second, ProgressInterval: time.Minute})
-		t.Cleanup(func() { _ = z.Stop() })
-		return z
-	}
+	l := newLab(t, "/raise")
+	ctx, cur, instance, client := l.ctx, l.cur, l.instance, l.client
+	prev := buildPrevious(t, ctx, l.dir)
 	aAddr, aMetrics, bAddr, bMetrics := embedtest.FreeAddr(t), embedtest.FreeAddr(t), embedtest.FreeAddr(t), embedtest.FreeAddr(t)
 	a := instance(prev, "a", aAddr, aMetrics)
 	b := instance(prev, "b", bAddr, bMetrics)
-	for _, z := range []*faults.Zketcd{a, b} {
-		if err := z.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	client := func(addr string) *clientv3.Client {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	l.start(a, b)
 	// Values that compress: a kube-apiserver-like object.
 	value := func(i int) string {
 		return strings.Repeat(fmt.Sprintf(`{"kind":"ConfigMap","metadata":{"name":"cm-%d","namespace":"team"}}`, i), 20)
@@ -379,6 +326,58 @@ func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testin
 		t.Fatalf("a previous-build instance on the raised root: %v", err)
 	}
 	t.Logf("C (previous build) at start: %s", err)
+}
+
+// lab is what both tests set up: a context, a temporary directory with
+// this build's zketcd (cur), a ZooKeeper, and instances on one root.
+type lab struct {
+	t              *testing.T
+	ctx            context.Context
+	dir, cur, root string
+	zk             *zkserver.Server
+}
+
+func newLab(t *testing.T, root string) *lab {
+	if os.Getenv("ZKETCD_UPGRADE_TEST") == "" {
+		t.Skip("builds two zketcd binaries; run with ZKETCD_UPGRADE_TEST=1 (make upgrade-test)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	l := &lab{t: t, ctx: ctx, dir: t.TempDir(), root: root}
+	var err error
+	if l.cur, err = faults.BuildZketcd(ctx, l.dir); err != nil {
+		t.Fatal(err)
+	}
+	l.zk = zkservertest.Standalone(t)
+	return l
+}
+
+// instance returns an instance of bin on the lab's root (stopped at the
+// end of the test).
+func (l *lab) instance(bin, name, addr, metrics string) *faults.Zketcd {
+	z := faults.NewZketcd(faults.ZketcdConfig{Bin: bin, Name: name, Root: l.root, Dir: l.dir, ZK: []string{l.zk.Addr()},
+		Addr: addr, Metrics: metrics, SessionTimeout: 4 * time.Second, ProgressInterval: time.Minute})
+	l.t.Cleanup(func() { _ = z.Stop() })
+	return z
+}
+
+func (l *lab) start(zs ...*faults.Zketcd) {
+	l.t.Helper()
+	for _, z := range zs {
+		if err := z.Start(l.ctx); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+}
+
+func (l *lab) client(addr string) *clientv3.Client {
+	l.t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // metricValue reads one gauge from an instance's metrics URL (0 if absent).
