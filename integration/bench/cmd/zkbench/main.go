@@ -68,6 +68,7 @@ func run() error {
 	scaleSizes := flag.String("scale-sizes", "100000,300000,1000000", "object counts of the scale benchmark")
 	scaleStacks := flag.String("scale-stacks", "", "stacks of the scale benchmark (default both): "+bench.ScaleEtcd+","+bench.ScaleZketcd)
 	scaleHeap := flag.String("scale-zk-heap", "3g", "each ZooKeeper JVM's -Xmx in the scale benchmark")
+	scaleRender := flag.Bool("scale-render", false, "measure nothing: re-render the scale section (-md, -data) from -data's scale.json")
 	scaleKubeAt := flag.Int("scale-kube-at", 300000, "size at which the scale benchmark runs kube-apiserver's 10,000-object load (0: never)")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json (with -baseline: against that one)")
 	flag.Parse()
@@ -94,6 +95,17 @@ func run() error {
 		return rep.WriteFiles(*md, dir)
 	}
 
+	if *scaleRender {
+		dir := *data
+		if dir == "" {
+			dir = filepath.Join(filepath.Dir(*md), "bench")
+		}
+		rep, err := bench.LoadScaleReport(filepath.Join(dir, "scale.json"))
+		if err != nil {
+			return err
+		}
+		return rep.WriteFiles(dir, *md)
+	}
 	if *scale {
 		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep)
 	}
