@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -211,7 +212,11 @@ func (r *ScaleReport) writeShape(b *strings.Builder) {
 					first = per
 				}
 				last = per
-				cells = append(cells, fmt.Sprintf("%.3g", per))
+				if per >= 100 {
+					cells = append(cells, fmtNum(math.Round(per)))
+				} else {
+					cells = append(cells, fmt.Sprintf("%.3g", per))
+				}
 			}
 			growth := "—"
 			if first > 0 && last > 0 {
