@@ -24,6 +24,7 @@ type Engine struct {
 	memberID uint64
 	metrics  *metrics
 	sizing   *sizing
+	pages    pageCounts // counts of paginated ranges (pagecount.go)
 	// maxEntryBytes is the log's entry budget: a batch is cut before it.
 	maxEntryBytes int
 
