@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -106,18 +107,21 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	}
 	cfg := embed.Config{
 		Engine: engine.Config{
-			Store:               storeCfg,
-			Name:                name,
-			ClientURLs:          advertise,
-			RelaxedReads:        f.relaxedReads,
-			ForwardWrites:       f.forwardWrites,
-			ReadLease:           f.readLease,
-			CommitPipeline:      f.commitPipeline,
-			AutoCompaction:      autoCompaction,
-			LossDir:             f.lossDir,
-			RollbackCheckAfter:  f.rollbackCheckAfter,
-			QuotaBackendBytes:   f.quotaBackendBytes,
-			ZooKeeperHeapBytes:  f.zkHeapBytes,
+			Store:              storeCfg,
+			Name:               name,
+			ClientURLs:         advertise,
+			RelaxedReads:       f.relaxedReads,
+			ForwardWrites:      f.forwardWrites,
+			ReadLease:          f.readLease,
+			CommitPipeline:     f.commitPipeline,
+			AutoCompaction:     autoCompaction,
+			LossDir:            f.lossDir,
+			RollbackCheckAfter: f.rollbackCheckAfter,
+			QuotaBackendBytes:  f.quotaBackendBytes,
+			ZooKeeperHeapBytes: f.zkHeapBytes,
+			// What a compaction released goes back to the system at once
+			// rather than at the scavenger's pace.
+			AfterCompaction:     debug.FreeOSMemory,
 			CorruptCheckTime:    f.corruptCheckTime,
 			InitialCorruptCheck: initialCorruptCheck,
 		},

@@ -71,8 +71,13 @@ const trimBatch = 2048
 // trimCompacted drops the versions the view's last compaction made
 // invisible, a batch of keys at a time, yielding between batches.
 func (b *Engine) trimCompacted() {
+	trimmed := false
 	for b.ctx.Err() == nil && b.view.TrimCompacted(trimBatch) {
+		trimmed = true
 		runtime.Gosched()
+	}
+	if trimmed && b.cfg.AfterCompaction != nil {
+		b.cfg.AfterCompaction()
 	}
 }
 
@@ -122,6 +127,9 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	chunks, err := b.store.CollectChunks(ctx, fence, chunkGrace.Milliseconds())
 	if err != nil {
 		return err
+	}
+	if b.cfg.AfterCompaction != nil {
+		b.cfg.AfterCompaction()
 	}
 	lg.WithFields(logrus.Fields{
 		"generation": nb.Gen, "revision": nb.Rev, "compacted": nb.CompactRev,

@@ -71,6 +71,12 @@ type Config struct {
 	// error stops the compaction there, as a crash would. For fault
 	// injection in tests.
 	CompactionHook func(step string) error
+	// AfterCompaction, if set, is called (from the compaction loop) once
+	// the view has dropped what a compaction released, and again once a
+	// base generation was written: the zketcd command returns the freed
+	// memory to the operating system there (debug.FreeOSMemory), which a
+	// library must not do for its host.
+	AfterCompaction func()
 	// RollbackCheckAfter is how long the instance may be without a
 	// ZooKeeper session before it checks, through a fresh session, whether
 	// ZooKeeper's data went back to an older state (which makes ZooKeeper

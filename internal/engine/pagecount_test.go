@@ -30,13 +30,12 @@ func listPages(t testing.TB, b *Engine, limit int64, between func()) []*pb.Range
 		if between != nil {
 			between()
 		}
-		next := *req
-		next.Key = append(append([]byte(nil), resp.Kvs[len(resp.Kvs)-1].Key...), 0)
-		next.Revision = resp.Header.Revision
+		rev := resp.Header.Revision
 		if req.Revision > 0 {
-			next.Revision = req.Revision
+			rev = req.Revision
 		}
-		req = &next
+		req = &pb.RangeRequest{Key: append(append([]byte(nil), resp.Kvs[len(resp.Kvs)-1].Key...), 0),
+			RangeEnd: req.RangeEnd, Limit: limit, Serializable: true, Revision: rev}
 	}
 }
 
