@@ -41,6 +41,10 @@ const (
 	ScaleZketcd = "zketcd-zk3"
 )
 
+// scaleQuota is both stacks' --quota-backend-bytes: above what any size
+// stores.
+const scaleQuota = 16 << 30
+
 // ScaleOptions configure RunScale.
 type ScaleOptions struct {
 	// Sizes are the object counts, in run order (default 100k, 300k, 1M).
@@ -160,7 +164,7 @@ func RunScale(ctx context.Context, opts ScaleOptions) (*ScaleReport, error) {
 	if err := resolveBinaries(ctx, &bopts, env); err != nil {
 		return nil, err
 	}
-	env.EtcdExtraArgs = []string{"--quota-backend-bytes", strconv.FormatInt(16<<30, 10)}
+	env.EtcdExtraArgs = []string{"--quota-backend-bytes", strconv.FormatInt(scaleQuota, 10)}
 	for _, n := range opts.Sizes {
 		for _, stack := range opts.Stacks {
 			if ctx.Err() != nil {
@@ -260,7 +264,10 @@ func startScaleStack(ctx context.Context, env *Env, stack, dir string, heapBytes
 			return nil, err
 		}
 		s.zk = zk
-		sub.ZketcdExtraArgs = []string{"--zk-heap-bytes", strconv.FormatInt(heapBytes, 10)}
+		// The heap is given (its warning shows in the metrics), but the
+		// quota is etcd's of this run: the sizing rule (half the heap)
+		// would stop a million objects after their first compaction.
+		sub.ZketcdExtraArgs = []string{"--zk-heap-bytes", strconv.FormatInt(heapBytes, 10), "--quota-backend-bytes", strconv.FormatInt(scaleQuota, 10)}
 		t, _, err := sub.StartZketcd(ctx, ServerZK3, "zketcd", zk, "/scale", 0)
 		if err != nil {
 			_ = zk.stop()
