@@ -65,8 +65,8 @@ func TestReplayOverlappingCompactions(t *testing.T) {
 				return
 			default:
 			}
-			//lint:ignore SA2001 a gate: the writer waits here while the test holds it
 			pause.Lock()
+			//lint:ignore SA2001 a gate: the writer waits here while the test holds it
 			pause.Unlock()
 			var rev int64
 			for i := 0; i < 5; i++ {
