@@ -16,6 +16,8 @@
 #   make snapshot-test  etcd snapshot files into zketcd and back, and the live mirror
 #   make upgrade-test   a rolling restart onto a build writing a newer log entry format
 #   make fuzz           every fuzz target for FUZZTIME
+#   make multihost      instances on three network namespaces (as root; part of make test too),
+#                       following docs/operations.md "Instances on several hosts"
 #
 # Not in CI (long, or rewriting docs/):
 #   make demo           the e2e scenarios printed as a lab notebook
@@ -33,7 +35,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run ci test test-unit test-integration e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale faults upgrade-test soak deps-zookeeper deps-postgresql clean
+.PHONY: all build run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale faults upgrade-test soak deps-zookeeper deps-postgresql clean
 
 all: build
 
@@ -87,6 +89,15 @@ test-unit:
 
 test-integration:
 	cd integration && $(GO) test $(TEST_FLAGS) ./...
+
+# multihost runs zketcd instances in three network namespaces the test
+# makes (each its own loopback and address on a bridge; ZooKeeper reached
+# over it), forwarding over mutual TLS set up exactly as
+# docs/operations.md "Instances on several hosts" says, the leader killed,
+# and the default flags (~20 s). It needs root and ip(8) and skips
+# otherwise; test-integration runs it too.
+multihost: deps-zookeeper build
+	cd integration && ZKETCD_BINARY="$(abspath $(BIN))/zketcd" $(GO) test $(TEST_FLAGS) -v ./multihost/
 
 # kube-apiserver prints the path of the kube-apiserver binary, building it
 # into $${ZKETCD_CACHE:-$$HOME/.cache/zketcd}/kube-apiserver-<version>/ once

@@ -3,6 +3,9 @@ package embed
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -32,6 +35,14 @@ type Config struct {
 	// CORS and HostWhitelist are etcd's --cors and --host-whitelist for
 	// the HTTP side of the client addresses (empty or "*": allow all).
 	CORS, HostWhitelist []string
+	// HTTPReadTimeout, HTTPWriteTimeout and HTTPIdleTimeout bound the
+	// client addresses' HTTP side: the reading of a request (headers and
+	// body), each write of a response or WebSocket message, an idle
+	// connection (0: httpgw's defaults). MaxClientConnections bounds the
+	// connections of the client addresses (0: the file descriptor limit
+	// less 150, as etcd's; negative: unbounded).
+	HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
+	MaxClientConnections                               int
 	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
 	MetricsAddrs []string
 	// EnablePprof serves net/http/pprof's handlers under /debug/pprof/ on
@@ -41,9 +52,19 @@ type Config struct {
 	// forwarding and ReadIndex between instances, package forward; port 0
 	// picks a free one), served when Engine.ForwardWrites is set ("":
 	// DefaultInternalAddr). InternalURL is the URL advertised for it in the
-	// member znode ("": http:// and the address listened on).
+	// member znode ("": https:// with Peer TLS, else http://, and the
+	// address listened on; its scheme must agree with Peer).
 	InternalAddr string
 	InternalURL  string
+	// Peer serves the internal endpoint over TLS and dials the other
+	// instances' https:// endpoints with it (etcd's --peer-* settings).
+	Peer PeerTLS
+	// InternalInsecurePlaintext lets the internal endpoint listen without
+	// TLS on an address that is not loopback: forwarded writes, password
+	// hashes and the callers' tokens then cross the network in clear.
+	// Without it such a configuration is refused at start; with it the
+	// start logs a warning.
+	InternalInsecurePlaintext bool
 	// Logger receives structured logs (nil: logrus's standard logger).
 	Logger *logrus.Entry
 }
@@ -78,6 +99,26 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	if len(c.ClientAddrs) == 0 {
 		return errors.New("no client address to serve on")
+	}
+	if !c.Engine.ForwardWrites {
+		return nil
+	}
+	if err := c.Peer.validate(); err != nil {
+		return err
+	}
+	if u := c.InternalURL; u != "" {
+		if c.Peer.Enabled() && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("the internal endpoint is served over TLS (peer TLS is set): its advertised URL %q must be https://", u)
+		}
+		if !c.Peer.Enabled() && !strings.HasPrefix(u, "http://") {
+			return fmt.Errorf("the advertised internal URL %q is not http://: serving https:// needs --peer-cert-file and --peer-key-file (or --peer-auto-tls)", u)
+		}
+	}
+	if !c.Peer.Enabled() && !isLoopback(c.InternalAddr) && !c.InternalInsecurePlaintext {
+		return fmt.Errorf("the internal endpoint would listen on %s without TLS: forwarded writes, password hashes and the clients' tokens would cross the network in clear, "+
+			"and any host that reaches it could pose as an instance. Serve it over TLS: --internal-listen-url https://%s with --peer-cert-file, --peer-key-file, "+
+			"--peer-trusted-ca-file and --peer-client-cert-auth (a certificate per instance signed by one CA; or --peer-auto-tls for encryption without verified identities); "+
+			"or listen on 127.0.0.1 (one host only); or set --internal-insecure-plaintext to accept plaintext on a network you trust", c.InternalAddr, c.InternalAddr)
 	}
 	return nil
 }

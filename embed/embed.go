@@ -5,6 +5,7 @@ package embed
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -94,6 +95,7 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 		}
 		z.metrics = append(z.metrics, l)
 	}
+	var peerServerTLS *tls.Config
 	if cfg.Engine.ForwardWrites {
 		l, err := net.Listen("tcp", cfg.InternalAddr)
 		if err != nil {
@@ -101,11 +103,24 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 			return nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
 		}
 		z.internal = l
+		scheme := "http://"
+		if cfg.Peer.Enabled() {
+			scheme = "https://"
+		}
 		if cfg.Engine.InternalURL = cfg.InternalURL; cfg.Engine.InternalURL == "" {
-			cfg.Engine.InternalURL = "http://" + l.Addr().String()
+			cfg.Engine.InternalURL = scheme + l.Addr().String()
 		}
 		z.fwd = forward.NewClient()
+		if cfg.Peer.Enabled() {
+			var client *tls.Config
+			if peerServerTLS, client, err = cfg.Peer.configs(internalHosts(l.Addr(), cfg.Engine.InternalURL)); err != nil {
+				closeAll()
+				return nil, err
+			}
+			z.fwd.TLS = client
+		}
 		cfg.Engine.Forwarder = z.fwd
+		warnInternalSecurity(cfg, l.Addr().String())
 	}
 	be, err := engine.Open(ctx, cfg.Engine)
 	if err != nil {
@@ -113,19 +128,23 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 		return nil, err
 	}
 	z.be = be
-	if z.internal != nil {
-		z.isrv = forward.NewServer(be, cfg.Logger, reg)
-		go func() { z.report(z.isrv.Serve(z.internal)) }()
-		cfg.Logger.WithFields(logrus.Fields{"addr": z.internal.Addr().String(), "advertised": cfg.Engine.InternalURL}).
-			Info("serving the internal endpoint (write forwarding to the leader instance)")
-	}
 	var srvCtx context.Context
 	srvCtx, z.cancel = context.WithCancel(context.Background())
-	if z.srv, err = grpcsrv.New(srvCtx, cfg.GRPC, be); err != nil {
+	var fwdAuth *grpcsrv.ForwardAuthorizer
+	if z.srv, fwdAuth, err = grpcsrv.NewWithForwardAuthorizer(srvCtx, cfg.GRPC, be); err != nil {
 		z.cancel()
 		be.Close()
 		closeAll()
 		return nil, err
+	}
+	if z.internal != nil {
+		z.isrv = forward.NewServer(be, forward.ServerConfig{
+			TLS: peerServerTLS, MaxMessageBytes: cfg.GRPC.RecvMsgLimit(), Authorizer: fwdAuth,
+			Logger: cfg.Logger, Registerer: reg,
+		})
+		go func() { z.report(z.isrv.Serve(z.internal)) }()
+		cfg.Logger.WithFields(logrus.Fields{"addr": z.internal.Addr().String(), "advertised": cfg.Engine.InternalURL, "tls": peerServerTLS != nil}).
+			Info("serving the internal endpoint (write forwarding to the leader instance)")
 	}
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	gwCfg := gatewayConfig(cfg, be, z.srv, metrics, &z.closeLE)

@@ -31,9 +31,15 @@ func gatewayConfig(cfg Config, be *engine.Engine, srv *grpc.Server, metrics http
 			_, err := be.Range(ctx, &pb.RangeRequest{Key: []byte{0}, KeysOnly: true, Limit: 1, Serializable: serializable})
 			return err
 		},
-		Metrics:       metrics,
-		CORS:          cfg.CORS,
-		HostWhitelist: cfg.HostWhitelist,
-		Logger:        cfg.Logger,
+		Warnings:       be.Warnings,
+		ReadTimeout:    cfg.HTTPReadTimeout,
+		WriteTimeout:   cfg.HTTPWriteTimeout,
+		IdleTimeout:    cfg.HTTPIdleTimeout,
+		MaxConnections: cfg.MaxClientConnections,
+		Registerer:     cfg.GRPC.Registerer,
+		Metrics:        metrics,
+		CORS:           cfg.CORS,
+		HostWhitelist:  cfg.HostWhitelist,
+		Logger:         cfg.Logger,
 	}
 }

@@ -20,9 +20,13 @@ func startExpectingFailure(t *testing.T, zkAddr, root, auth string) (*embed.Zket
 	lg.SetLevel(logrus.ErrorLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var ids []string
+	if auth != "" {
+		ids = []string{auth}
+	}
 	z, err := embed.Start(ctx, embed.Config{
 		Engine: engine.Config{
-			Store: zkstore.Config{Servers: []string{zkAddr}, Root: root, Auth: []string{auth}},
+			Store: zkstore.Config{Servers: []string{zkAddr}, Root: root, Auth: ids},
 			Name:  "intruder",
 		},
 		ClientAddrs: []string{"127.0.0.1:0"},

@@ -3,6 +3,8 @@ package embed_test
 import (
 	"io"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,5 +36,30 @@ func TestEnablePprof(t *testing.T) {
 			}
 		}
 		in.Close()
+	}
+}
+
+// TestPprofCmdlineHidesCredentials: /debug/pprof/cmdline shows the
+// command line without the values of --zk-auth and the other flags that
+// carry secrets.
+func TestPprofCmdlineHidesCredentials(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	saved := os.Args
+	os.Args = append(slices.Clone(saved), "--zk-auth", "digest:zketcd:hunter2", "--zk-former-auth=digest:old:pw-old", "--log-level", "warn")
+	t.Cleanup(func() { os.Args = saved })
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{Configure: func(c *embed.Config) { c.EnablePprof = true }})
+	resp, err := http.Get("http://" + in.Endpoint() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := strings.Split(string(body), "\x00")
+	if strings.Contains(string(body), "hunter2") || strings.Contains(string(body), "pw-old") {
+		t.Fatalf("cmdline shows a credential: %q", got)
+	}
+	want := []string{"--zk-auth", embed.Redacted, "--zk-former-auth=" + embed.Redacted, "--log-level", "warn"}
+	if !slices.Equal(got[len(got)-len(want):], want) {
+		t.Fatalf("cmdline %q, want it to end with %q", got, want)
 	}
 }

@@ -3,9 +3,6 @@ package embed_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +13,6 @@ import (
 
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
-	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -73,7 +69,7 @@ func TestZooKeeperACLKeepsOthersOut(t *testing.T) {
 	}
 	// Another instance with the wrong password cannot open the root.
 	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:zketcd:wrong")
-	if err == nil || !strings.Contains(err.Error(), "meta") {
+	if err == nil || !strings.Contains(err.Error(), "ACLed to another identity") {
 		t.Fatalf("instance with a wrong password: %v", err)
 	}
 }
@@ -82,34 +78,9 @@ func TestZooKeeperACLKeepsOthersOut(t *testing.T) {
 // a client certificate ZooKeeper requires.
 func TestZooKeeperTLS(t *testing.T) {
 	certs := testcerts.New(t)
-	key, err := os.ReadFile(certs.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, err := os.ReadFile(certs.ServerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keystore := filepath.Join(t.TempDir(), "keystore.pem") // ZooKeeper's PEM key store: key and certificate
-	if err := os.WriteFile(keystore, append(key, crt...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	securePort, err := zkserver.NewPortAllocator().Pick()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := zkservertest.Options(t)
-	opts.SystemProps = map[string]string{"zookeeper.serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory"}
-	opts.ExtraConfig = map[string]string{
-		"secureClientPort":        strconv.Itoa(securePort),
-		"ssl.keyStore.location":   keystore,
-		"ssl.keyStore.type":       "PEM",
-		"ssl.trustStore.location": certs.CAFile,
-		"ssl.trustStore.type":     "PEM",
-		"ssl.clientAuth":          "need",
-	}
+	opts, addr := zkservertest.SecureOptions(t, certs)
 	zkservertest.StandaloneWith(t, opts)
-	secure := []string{"127.0.0.1:" + strconv.Itoa(securePort)}
+	secure := []string{addr}
 	in := embedtest.Start(t, secure, embedtest.Options{ZKTLS: certs.ClientTLS(t, true)})
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -144,14 +115,14 @@ func TestForeignDataUnderTheRootIsReportedNotServed(t *testing.T) {
 	if _, err := raw.Set(entry, []byte("not a zketcd entry"), -1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:any:one")
+	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "")
 	if err == nil || !strings.Contains(err.Error(), entry) {
 		t.Fatalf("recovery over a corrupted entry: %v (want an error naming %s)", err, entry)
 	}
 	if _, err := raw.Set(in.Root()+"/meta", []byte("{not json"), -1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "digest:any:one")
+	_, err = startExpectingFailure(t, zkSrv.Addr(), in.Root(), "")
 	if err == nil || !strings.Contains(err.Error(), in.Root()+"/meta") {
 		t.Fatalf("corrupted meta: %v", err)
 	}

@@ -50,6 +50,72 @@ func main() {
 	}
 }
 
+// writeSecret writes data to path readable by its owner only, whatever the
+// umask and whatever mode an existing file had.
+func writeSecret(path string, data []byte) error {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o600)
+}
+
+// zketcd's own secrets: with ZKETCD_SECRETS_DIR set, creds also writes
+// there the ZooKeeper identity zketcd ACLs its znodes to (zk-auth, for
+// --zk-auth-file) and the key of its simple tokens (token.secret, for
+// --auth-token simple,secret-file=), owned by ZKETCD_SECRETS_OWNER
+// ("uid:gid"; default the image's nonroot user, which zketcd runs as).
+const (
+	secretsDirEnv   = "ZKETCD_SECRETS_DIR"
+	secretsOwnerEnv = "ZKETCD_SECRETS_OWNER"
+	nonrootOwner    = "65532:65532"
+)
+
+// zketcdSecrets writes zk-auth and token.secret into dir unless they
+// exist, 0600 and owned by owner.
+func zketcdSecrets(dir, owner string) error {
+	if owner == "" {
+		owner = nonrootOwner
+	}
+	var uid, gid int
+	if _, err := fmt.Sscanf(owner, "%d:%d", &uid, &gid); err != nil {
+		return fmt.Errorf("%s %q: want uid:gid", secretsOwnerEnv, owner)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	random := func() (string, error) {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(b), nil
+	}
+	for name, prefix := range map[string]string{"zk-auth": "digest:zketcd:", "token.secret": ""} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			r, err := random()
+			if err != nil {
+				return err
+			}
+			if err := writeSecret(p, []byte(prefix+r+"\n")); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		if err := os.Chmod(p, 0o600); err != nil {
+			return err
+		}
+		if err := os.Lchown(p, uid, gid); err != nil && os.Geteuid() == 0 {
+			return err
+		}
+	}
+	if err := os.Lchown(dir, uid, gid); err != nil && os.Geteuid() == 0 {
+		return err
+	}
+	return nil
+}
+
 // creds writes the credentials into dir, keeping files that exist (so a
 // restart of the compose project keeps its token and keys).
 func creds(dir string) error {
@@ -64,13 +130,18 @@ func creds(dir string) error {
 			return err
 		}
 		token = []byte(hex.EncodeToString(b))
-		if err := os.WriteFile(tokenPath, token, 0o644); err != nil {
+		if err := writeSecret(tokenPath, token); err != nil {
 			return err
 		}
 	} else if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(string(token)+",admin,admin-uid,system:masters\n"), 0o644); err != nil {
+	// The token is worth system:masters: only its owner reads it (a file
+	// of an earlier run, written 0644, is closed too).
+	if err := os.Chmod(tokenPath, 0o600); err != nil {
+		return err
+	}
+	if err := writeSecret(filepath.Join(dir, "tokens.csv"), []byte(string(token)+",admin,admin-uid,system:masters\n")); err != nil {
 		return err
 	}
 	keyPath, pubPath := filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
@@ -83,10 +154,15 @@ func creds(dir string) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		if err := writeSecret(keyPath, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})); err != nil {
 			return err
 		}
 		if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+			return err
+		}
+	}
+	if d := os.Getenv(secretsDirEnv); d != "" {
+		if err := zketcdSecrets(d, os.Getenv(secretsOwnerEnv)); err != nil {
 			return err
 		}
 	}

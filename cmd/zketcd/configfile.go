@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// clientTLSKeys are the keys of etcd's client-transport-security section
-// that zketcd has, each a flag of the same name.
-var clientTLSKeys = map[string]bool{"cert-file": true, "key-file": true, "trusted-ca-file": true, "client-cert-auth": true}
+// clientTLSKeys map the keys of etcd's client-transport-security section
+// that zketcd has to their flags (of the same name).
+var clientTLSKeys = map[string]string{"cert-file": "cert-file", "key-file": "key-file", "trusted-ca-file": "trusted-ca-file", "client-cert-auth": "client-cert-auth"}
 
 // etcdKeyAliases map etcd configuration keys to zketcd flags of another
 // name (etcd's experimental- spelling of a setting that is now plain).
@@ -28,7 +28,9 @@ var etcdKeyAliases = map[string]string{
 // environment set (so flags override the file). A key is a flag name:
 // etcd's keys where zketcd has the setting, and zketcd's own flags (zk,
 // zk-root, ...) the same way. client-transport-security is read for its
-// cert-file, key-file, trusted-ca-file and client-cert-auth. Lists are
+// cert-file, key-file, trusted-ca-file and client-cert-auth;
+// peer-transport-security for those and auto-tls, allowed-cn and
+// allowed-hostname, as the --peer-* flags (peerTLSKeys). Lists are
 // joined with commas; a number given for a duration flag is nanoseconds,
 // as etcd writes durations. It returns one warning per key that is
 // ignored (an etcd setting zketcd does not have) and fails on a value a
@@ -69,10 +71,14 @@ func applyConfigFile(fs *flag.FlagSet, path string) (warnings []string, err erro
 	sort.Strings(keys)
 	for _, k := range keys {
 		v := doc[k]
-		if k == "client-transport-security" {
+		if k == "client-transport-security" || k == "peer-transport-security" {
+			keys := clientTLSKeys
+			if k == "peer-transport-security" {
+				keys = peerTLSKeys
+			}
 			sec, ok := v.(map[string]any)
 			if v != nil && !ok {
-				return nil, fmt.Errorf("--config-file %s: client-transport-security is not a mapping", path)
+				return nil, fmt.Errorf("--config-file %s: %s is not a mapping", path, k)
 			}
 			subs := make([]string, 0, len(sec))
 			for s := range sec {
@@ -80,13 +86,14 @@ func applyConfigFile(fs *flag.FlagSet, path string) (warnings []string, err erro
 			}
 			sort.Strings(subs)
 			for _, s := range subs {
-				if !clientTLSKeys[s] {
+				name, ok := keys[s]
+				if !ok {
 					if !isZero(sec[s]) {
 						warnings = append(warnings, fmt.Sprintf("config file key %q is not a zketcd setting; ignored", k+"."+s))
 					}
 					continue
 				}
-				if err := apply(k+"."+s, s, sec[s]); err != nil {
+				if err := apply(k+"."+s, name, sec[s]); err != nil {
 					return nil, err
 				}
 			}

@@ -114,13 +114,40 @@ name: m1
 		`config file key "data-dir" is not a zketcd setting; ignored`,
 		`config file key "heartbeat-interval" is not a zketcd setting; ignored`,
 		`config file key "initial-cluster" is not a zketcd setting; ignored`,
-		`config file key "peer-transport-security" is not a zketcd setting; ignored`,
 	}
 	if strings.Join(f.configWarnings, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("warnings:\n%s\nwant:\n%s", strings.Join(f.configWarnings, "\n"), strings.Join(want, "\n"))
 	}
-	if f.name != "m1" || f.certFile != "/c.crt" {
-		t.Fatalf("known keys beside unknown ones: name %q cert-file %q", f.name, f.certFile)
+	if f.name != "m1" || f.certFile != "/c.crt" || f.peer.certFile != "/p.crt" {
+		t.Fatalf("known keys beside unknown ones: name %q cert-file %q peer cert-file %q", f.name, f.certFile, f.peer.certFile)
+	}
+}
+
+// TestPeerTransportSecurityKeysAreThePeerFlags: etcd's
+// peer-transport-security section sets the --peer-* flags, its lists
+// joined as the flags take them; a key zketcd lacks is warned about.
+func TestPeerTransportSecurityKeysAreThePeerFlags(t *testing.T) {
+	f, err := parseWithConfig(t, `
+peer-transport-security:
+  cert-file: /p.crt
+  key-file: /p.key
+  trusted-ca-file: /ca.crt
+  client-cert-auth: true
+  auto-tls: true
+  allowed-cn: [zketcd-a, zketcd-b]
+  allowed-hostname: []
+  crl-file: /p.crl
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.peer.peerTLS()
+	if got.CertFile != "/p.crt" || got.KeyFile != "/p.key" || got.TrustedCAFile != "/ca.crt" || !got.ClientCertAuth || !got.AutoTLS ||
+		strings.Join(got.AllowedCNs, ",") != "zketcd-a,zketcd-b" || len(got.AllowedHostnames) != 0 {
+		t.Fatalf("peer TLS from the file: %+v", got)
+	}
+	if want := `config file key "peer-transport-security.crl-file" is not a zketcd setting; ignored`; strings.Join(f.configWarnings, "\n") != want {
+		t.Fatalf("warnings %q, want %q", f.configWarnings, want)
 	}
 }
 
@@ -163,6 +190,9 @@ func TestTheExampleConfigFileParses(t *testing.T) {
 	}
 	if _, _, _, _, err := f.tlsVersions(); err != nil {
 		t.Errorf("example TLS settings: %v", err)
+	}
+	if p := f.peer.peerTLS(); !p.ClientCertAuth || p.TrustedCAFile == "" || len(p.AllowedCNs) != 3 || f.internalListenURL != "https://10.0.0.11:2380" {
+		t.Errorf("example peer TLS: %+v at %s", p, f.internalListenURL)
 	}
 	if _, err := f.autoCompaction(); err != nil {
 		t.Errorf("example auto-compaction: %v", err)

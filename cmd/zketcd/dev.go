@@ -60,7 +60,14 @@ func runDev(args []string) error {
 	if f.name == "" {
 		f.name = "dev"
 	}
-	err := serve(ctx, f, nil)
+	var err error
+	f.dev = true
+	if f.lossDir == "" {
+		if f.lossDir, err = filepath.Abs(filepath.Join(*dataDir, "loss")); err != nil {
+			return err
+		}
+	}
+	err = serve(ctx, f, nil)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

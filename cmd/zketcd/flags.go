@@ -6,8 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,7 +29,10 @@ type serveFlags struct {
 	zk               string
 	zkRoot           string
 	zkSessionTimeout time.Duration
+	zkTickTime       time.Duration
 	zkAuth           string
+	zkAuthFile       string
+	zkFormerAuth     stringList
 	zkTLSCert        string
 	zkTLSKey         string
 	zkTLSCA          string
@@ -57,6 +62,7 @@ type serveFlags struct {
 	readLease             bool
 	internalListenURL     string
 	advertiseInternalURL  string
+	peer                  peerFlags
 	commitPipeline        int
 	autoCompactionMode    string
 	autoCompactionRetain  string
@@ -81,10 +87,50 @@ type serveFlags struct {
 	lossDir            string
 	rollbackCheckAfter time.Duration
 
+	// dev is set by zketcd dev: its ZooKeeper may be world-readable.
+	dev bool
+
 	quotaBackendBytes int64
 	zkHeapBytes       int64
 	corruptCheckTime  time.Duration
 	featureGates      string
+
+	// logOutput, if set, receives the log instead of stderr (tests).
+	logOutput io.Writer
+}
+
+// defaultLossDir is where loss files go without --rollback-loss-dir and
+// $STATE_DIRECTORY: a durable directory (never the temporary one, which
+// systemd's PrivateTmp= empties when the unit stops).
+const defaultLossDir = "/var/lib/zketcd/loss"
+
+// lossDirectory returns --rollback-loss-dir, or its default.
+func (f *serveFlags) lossDirectory() string {
+	if f.lossDir != "" {
+		return f.lossDir
+	}
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
+		// systemd sets it for StateDirectory= (several: colon separated).
+		first, _, _ := strings.Cut(d, ":")
+		return filepath.Join(first, "loss")
+	}
+	return defaultLossDir
+}
+
+// checkLossDir tells whether loss files can be written to dir (creating
+// it): a rollback found later must not lose its record for want of a
+// directory.
+func checkLossDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".zketcd-write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 // registerZK registers the flags that reach ZooKeeper (servers, root,
@@ -93,8 +139,11 @@ type serveFlags struct {
 func (f *serveFlags) registerZK(fs *flag.FlagSet, zkHelp, rootHelp string) {
 	fs.StringVar(&f.zk, "zk", "", zkHelp)
 	fs.StringVar(&f.zkRoot, "zk-root", "/zketcd", rootHelp)
-	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout")
-	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper credentials scheme:credential, e.g. digest:user:password (znodes then get an ACL for that identity only)")
+	fs.DurationVar(&f.zkSessionTimeout, "zk-session-timeout", zkstore.DefaultSessionTimeout, "ZooKeeper session timeout (ZooKeeper may grant another: it clamps it to its minSessionTimeout and maxSessionTimeout)")
+	fs.DurationVar(&f.zkTickTime, "zk-tick-time", 0, "ZooKeeper's tickTime, for servers that do not allow the conf four-letter word (4lw.commands.whitelist): with the granted session timeout it bounds the leader proof window of --read-lease and of keepalives answered from memory (0: only what conf answers; the larger of the two counts)")
+	fs.StringVar(&f.zkAuth, "zk-auth", "", "ZooKeeper identity every znode of the root is ACLed to: digest:user:password, x509 (the --zk-tls-cert-file certificate; ZooKeeper's X509AuthenticationProvider on its secureClientPort) or sasl:user:password (SASL DIGEST-MD5); a root with other ACLs is re-ACLed at start (see zketcd zk-acl). Without it ZooKeeper's data is world-readable")
+	fs.StringVar(&f.zkAuthFile, "zk-auth-file", "", "file holding the --zk-auth value (keeps the credential out of the command line)")
+	fs.Var(&f.zkFormerAuth, "zk-former-auth", "an identity the root's znodes are ACLed to now (digest:user:password or sasl:user:password; repeatable), proven besides --zk-auth to move them to it")
 	fs.StringVar(&f.zkTLSCert, "zk-tls-cert-file", "", "client certificate for TLS to ZooKeeper (its secureClientPort)")
 	fs.StringVar(&f.zkTLSKey, "zk-tls-key-file", "", "key of --zk-tls-cert-file")
 	fs.StringVar(&f.zkTLSCA, "zk-tls-ca-file", "", "CA bundle to verify ZooKeeper's certificate; setting it turns TLS to ZooKeeper on")
@@ -130,9 +179,10 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.tlsMaxVersion, "tls-max-version", "", "highest TLS version accepted from clients: TLS1.2 or TLS1.3 (empty: Go's highest)")
 	fs.BoolVar(&f.relaxedReads, "relaxed-reads", false, "use ZooKeeper sync as the linearizable-read barrier instead of a quorum round trip (faster; a ZooKeeper server partitioned from its quorum can then serve stale reads)")
 	fs.BoolVar(&f.forwardWrites, "forward-writes", true, "only the leader instance commits: other instances forward writes, lease requests, keepalives and linearizable-read positions to it over the internal endpoint (false: every instance commits its own writes)")
-	fs.BoolVar(&f.readLease, "read-lease", false, "the leader instance answers linearizable reads (its own and the other instances' read index) from memory while it holds the read lease: no other instance can commit then, and a ZooKeeper transaction of its session landed within a third of the session timeout (assumes this host's clock runs at no less than a third of the ZooKeeper leader's rate); needs --forward-writes on every instance of the root, all of this build or later")
-	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (http only; port 0 picks a free one); serve it on an interface the other instances reach, on a private network")
-	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: http:// and the address listened on)")
+	fs.BoolVar(&f.readLease, "read-lease", false, "the leader instance answers linearizable reads (its own and the other instances' read index) from memory while it holds the read lease: no other instance can commit then, and a ZooKeeper transaction of its session landed within the leader proof window, which the granted session timeout and ZooKeeper's tick bound (refused when conf is not allowed and --zk-tick-time is not given; assumes this host's clock runs at no less than half the ZooKeeper leader's rate); needs --forward-writes on every instance of the root, all of this build or later")
+	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (port 0 picks a free one): https:// with --peer-cert-file and --peer-key-file (or --peer-auto-tls); http:// on loopback only, unless --internal-insecure-plaintext")
+	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: the scheme and address listened on)")
+	f.peer.register(fs)
 	fs.IntVar(&f.commitPipeline, "commit-pipeline", engine.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")
@@ -150,7 +200,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.DurationVar(&f.keepaliveInterval, "grpc-keepalive-interval", grpcsrv.DefaultKeepaliveInterval, "interval of server-to-client pings")
 	fs.DurationVar(&f.keepaliveTimeout, "grpc-keepalive-timeout", grpcsrv.DefaultKeepaliveTimeout, "time to wait for a ping answer before closing")
 	f.registerLog(fs)
-	fs.StringVar(&f.lossDir, "rollback-loss-dir", "", "directory where the instance writes what ZooKeeper lost if ZooKeeper's data goes back to an older state, e.g. a restored backup (default: the system's temporary directory); see zketcd replay-loss")
+	fs.StringVar(&f.lossDir, "rollback-loss-dir", "", "directory where the instance writes what ZooKeeper lost if ZooKeeper's data goes back to an older state, e.g. a restored backup (default: $STATE_DIRECTORY/loss under systemd's StateDirectory=, else "+defaultLossDir+"; zketcd dev: --data-dir/loss); see zketcd replay-loss")
 	fs.DurationVar(&f.rollbackCheckAfter, "rollback-check-after", engine.DefaultRollbackCheck, "time without a ZooKeeper session after which the instance checks, on a fresh session, whether ZooKeeper's data went back to an older state (ZooKeeper then refuses its session for good)")
 	fs.StringVar(&f.configFile, "config-file", "", "etcd's YAML configuration file: the keys zketcd has (etcd's names, and zketcd's own flag names); flags and environment override it")
 }
@@ -211,6 +261,9 @@ func parseWithEnv(fs *flag.FlagSet, args []string) error {
 
 func (f *serveFlags) logger() (*logrus.Logger, error) {
 	lg := logrus.New()
+	if f.logOutput != nil {
+		lg.SetOutput(f.logOutput)
+	}
 	lvl, err := logrus.ParseLevel(f.logLevel)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -378,6 +431,26 @@ func (f *serveFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// zkIdentity returns --zk-auth, or the content of --zk-auth-file (one
+// line; surrounding white space ignored); giving both is an error.
+func (f *serveFlags) zkIdentity() (string, error) {
+	if f.zkAuthFile == "" {
+		return f.zkAuth, nil
+	}
+	if f.zkAuth != "" {
+		return "", errors.New("give --zk-auth or --zk-auth-file, not both")
+	}
+	b, err := os.ReadFile(f.zkAuthFile)
+	if err != nil {
+		return "", fmt.Errorf("--zk-auth-file: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("--zk-auth-file %s is empty", f.zkAuthFile)
+	}
+	return id, nil
+}
+
 // loggedStoreConfig is storeConfig logging through the logger the flags
 // describe, for the commands that only write a root (snapshot restore,
 // mirror).
@@ -390,15 +463,21 @@ func (f *serveFlags) loggedStoreConfig() (zkstore.Config, error) {
 }
 
 func (f *serveFlags) storeConfig(lg *logrus.Entry) (zkstore.Config, error) {
+	id, err := f.zkIdentity()
+	if err != nil {
+		return zkstore.Config{}, err
+	}
 	var auth []string
-	if f.zkAuth != "" {
-		auth = []string{f.zkAuth}
+	if id != "" {
+		auth = []string{id}
 	}
 	cfg := zkstore.Config{
 		Servers:        splitList(f.zk),
 		Root:           f.zkRoot,
 		SessionTimeout: f.zkSessionTimeout,
+		TickTime:       f.zkTickTime,
 		Auth:           auth,
+		FormerAuth:     f.zkFormerAuth,
 		Logger:         lg,
 	}
 	if f.zkTLSCA == "" {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,9 @@ func parseServeFlags(t *testing.T, args ...string) serveFlags {
 	f.register(fs, true)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
+	}
+	if f.lossDir == "" {
+		f.lossDir = t.TempDir() // not the machine's durable default
 	}
 	return f
 }
@@ -124,5 +128,30 @@ func TestRequestLimitFlags(t *testing.T) {
 	f = parseServeFlags(t, "--max-concurrent-requests=0", "--grpc-handshake-timeout=3s")
 	if f.maxConcurrentRequests != 0 || f.handshakeTimeout.Seconds() != 3 {
 		t.Fatalf("set: %d %v", f.maxConcurrentRequests, f.handshakeTimeout)
+	}
+}
+
+// TestLossDirectoryIsDurableByDefault: loss files never default to the
+// temporary directory (systemd's PrivateTmp= would drop them): systemd's
+// StateDirectory, else /var/lib/zketcd/loss; the flag wins.
+func TestLossDirectoryIsDurableByDefault(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "")
+	var f serveFlags
+	if got := f.lossDirectory(); got != defaultLossDir {
+		t.Errorf("default %q, want %q", got, defaultLossDir)
+	}
+	t.Setenv("STATE_DIRECTORY", "/var/lib/zketcd:/var/lib/other")
+	if got := f.lossDirectory(); got != "/var/lib/zketcd/loss" {
+		t.Errorf("under StateDirectory: %q", got)
+	}
+	f.lossDir = "/srv/loss"
+	if got := f.lossDirectory(); got != "/srv/loss" {
+		t.Errorf("with the flag: %q", got)
+	}
+	if err := checkLossDir(filepath.Join(t.TempDir(), "a", "b")); err != nil {
+		t.Errorf("a creatable directory: %v", err)
+	}
+	if err := checkLossDir("/proc/zketcd-loss"); err == nil {
+		t.Error("an impossible directory passed the check")
 	}
 }

@@ -6,6 +6,7 @@
 //	zketcd snapshot restore FILE --zk ...      load an etcd snapshot into a fresh root
 //	zketcd mirror --from URLS --zk ...         copy a running etcd with the same revisions
 //	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
+//	zketcd zk-acl --zk ... --zk-auth ID        ACL every znode of a root to one ZooKeeper identity
 //	zketcd version
 package main
 
@@ -38,6 +39,8 @@ func main() {
 		err = runMirror(os.Args[2:])
 	case "replay-loss":
 		err = runReplayLoss(os.Args[2:])
+	case "zk-acl":
+		err = runZKACL(os.Args[2:])
 	case "version", "--version":
 		fmt.Printf("zketcd %s (etcd API %s)\n", Version, version.Version)
 	case "help", "-h", "--help":
@@ -66,6 +69,8 @@ Usage:
                                               copy a running etcd, same revisions, and follow it
   zketcd replay-loss [--endpoints H:P] [--dry-run] FILE
                                               re-apply the changes ZooKeeper lost (a loss file)
+  zketcd zk-acl --zk HOST:PORT --zk-root /ROOT --zk-auth ID [--zk-former-auth ID] [--check]
+                                              ACL every znode of a root to one ZooKeeper identity
   zketcd version
 
 Run "zketcd serve -h" for the flags. Every flag can also be set with an

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -105,6 +106,11 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err != nil {
 		return err
 	}
+	lossDir := f.lossDirectory()
+	if err := checkLossDir(lossDir); err != nil {
+		lg.WithError(err).WithField("dir", lossDir).Warn("loss files (what ZooKeeper lost if its data goes back) cannot be written there: " +
+			"set --rollback-loss-dir to a durable directory this user may write (the system's temporary directory is used meanwhile)")
+	}
 	cfg := embed.Config{
 		Engine: engine.Config{
 			Store:              storeCfg,
@@ -115,7 +121,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			ReadLease:          f.readLease,
 			CommitPipeline:     f.commitPipeline,
 			AutoCompaction:     autoCompaction,
-			LossDir:            f.lossDir,
+			LossDir:            lossDir,
 			RollbackCheckAfter: f.rollbackCheckAfter,
 			QuotaBackendBytes:  f.quotaBackendBytes,
 			ZooKeeperHeapBytes: f.zkHeapBytes,
@@ -124,6 +130,8 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 			AfterCompaction:     debug.FreeOSMemory,
 			CorruptCheckTime:    f.corruptCheckTime,
 			InitialCorruptCheck: initialCorruptCheck,
+			WorldReadableOK:     f.dev,
+			OriginGeneration:    faultTagGeneration(lg),
 		},
 		GRPC: grpcsrv.Config{
 			MaxTxnOps:                   f.maxTxnOps,
@@ -209,4 +217,26 @@ func corsOrigins(values []string) ([]string, error) {
 		}
 	}
 	return values, nil
+}
+
+// faultTagGenerationEnv names the fault-injection hook that sets how many
+// forwarded requests' tags one generation of the leader's tag index holds
+// (engine.Config.OriginGeneration): the fault scenarios make it small to
+// see what happens to a re-sent request the index no longer holds. Not a
+// setting: unset in production.
+const faultTagGenerationEnv = "ZKETCD_FAULT_TAG_GENERATION"
+
+// faultTagGeneration reads faultTagGenerationEnv (0: unset or invalid).
+func faultTagGeneration(lg *logrus.Entry) int {
+	v := os.Getenv(faultTagGenerationEnv)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		lg.WithField(faultTagGenerationEnv, v).Warn("ignored: not a positive number")
+		return 0
+	}
+	lg.WithField(faultTagGenerationEnv, n).Warn("fault injection: the forwarded-tag index keeps only this many tags per generation")
+	return n
 }

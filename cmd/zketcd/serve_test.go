@@ -26,23 +26,7 @@ func TestServeTLSMinVersion13RefusesTLS12Client(t *testing.T) {
 		"--cert-file", certs.ServerCert, "--key-file", certs.ServerKey,
 		"--trusted-ca-file", certs.CAFile, "--client-cert-auth",
 		"--tls-min-version", "TLS1.3")
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, f, func() { close(ready) }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not become ready")
-	}
+	ctx := serveUntilDone(t, f)
 
 	put := func(maxVersion uint16) error {
 		cfg := certs.ClientTLS(t, true)
@@ -72,6 +56,31 @@ func TestServeTLSMinVersion13RefusesTLS12Client(t *testing.T) {
 		t.Fatal("TLS 1.2 handshake succeeded")
 	}
 	t.Logf("TLS 1.2 handshake: %v", err)
+}
+
+// serveUntilDone runs "serve" with f until the test ends (it must then stop
+// without an error) and returns once it is ready; the context is canceled
+// when the test ends.
+func serveUntilDone(t *testing.T, f serveFlags) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, f, func() { close(ready) }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not become ready")
+	}
+	return ctx
 }
 
 func TestCORSOriginsAreCheckedAsEtcdChecksThem(t *testing.T) {

@@ -55,6 +55,10 @@ type Options struct {
 	// ForwardWrites is engine.Config.ForwardWrites: only the leader
 	// instance commits, the others forward to its internal endpoint.
 	ForwardWrites bool
+	// StrictZooKeeper treats a world-readable root as zketcd serve does
+	// (a warning in Status and /health, AuthEnable refused); by default
+	// an instance accepts it, as zketcd dev does.
+	StrictZooKeeper bool
 	// Configure, if set, edits the instance's configuration last (limits,
 	// the logger); it is called again on Restart.
 	Configure func(*embed.Config)
@@ -104,12 +108,13 @@ func (in *Instance) start() {
 				Servers: in.zk, Root: in.opts.Root, Auth: in.opts.ZKAuth, TLS: in.opts.ZKTLS,
 				SessionTimeout: in.opts.SessionTimeout, MaxEntryBytes: in.opts.MaxEntryBytes,
 			},
-			Name:           in.opts.Name,
-			ClientURLs:     []string{"http://" + in.addr},
-			CompactionHook: in.opts.CompactionHook,
-			CommitPipeline: in.opts.CommitPipeline,
-			AutoCompaction: in.opts.AutoCompaction,
-			ForwardWrites:  in.opts.ForwardWrites,
+			Name:            in.opts.Name,
+			ClientURLs:      []string{"http://" + in.addr},
+			CompactionHook:  in.opts.CompactionHook,
+			CommitPipeline:  in.opts.CommitPipeline,
+			AutoCompaction:  in.opts.AutoCompaction,
+			ForwardWrites:   in.opts.ForwardWrites,
+			WorldReadableOK: !in.opts.StrictZooKeeper,
 		},
 		ClientAddrs: []string{in.addr},
 		TLS:         in.opts.TLS,

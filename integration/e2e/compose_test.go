@@ -320,3 +320,43 @@ func sorted(s []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestComposeClosesZooKeepersData: the compose file runs zketcd with a
+// ZooKeeper identity (so its znodes are not world-readable) and its simple
+// tokens keyed by a secret outside ZooKeeper, both read from files that
+// kube-init writes into a volume only kube-init and zketcd mount.
+func TestComposeClosesZooKeepersData(t *testing.T) {
+	c := loadCompose(t)
+	z, init := c.Services["zketcd"], c.Services["kube-init"]
+	idFile := z.Environment["ZKETCD_ZK_AUTH_FILE"]
+	if idFile == "" {
+		t.Fatalf("zketcd has no ZooKeeper identity (ZKETCD_ZK_AUTH_FILE): environment %v", z.Environment)
+	}
+	tokens := z.Environment["ZKETCD_AUTH_TOKEN"]
+	keyFile, ok := strings.CutPrefix(tokens, "simple,secret-file=")
+	if !ok {
+		t.Fatalf("ZKETCD_AUTH_TOKEN %q: want simple tokens with a secret-file", tokens)
+	}
+	dir := init.Environment["ZKETCD_SECRETS_DIR"]
+	if dir == "" || filepath.Dir(idFile) != dir || filepath.Dir(keyFile) != dir {
+		t.Fatalf("kube-init writes zketcd's secrets to %q; zketcd reads %s and %s", dir, idFile, keyFile)
+	}
+	vol := mountSource(t, init.Volumes, dir)
+	if vol == "" || mountSource(t, z.Volumes, dir) != vol || strings.ContainsAny(vol, "./") {
+		t.Fatalf("the secrets volume %q must be a named volume mounted by kube-init and zketcd at %s", vol, dir)
+	}
+	if _, ok := c.Volumes[vol]; !ok {
+		t.Fatalf("volume %s is not declared", vol)
+	}
+	if mountSource(t, c.Services["kube-apiserver"].Volumes, dir) != "" {
+		t.Fatal("kube-apiserver mounts zketcd's secrets")
+	}
+	if z.DependsOn["kube-init"].Condition != "service_completed_successfully" {
+		t.Fatalf("zketcd must start after kube-init wrote its secrets: %+v", z.DependsOn)
+	}
+	for _, arg := range z.Command {
+		if strings.HasPrefix(arg, "--zk-auth=") {
+			t.Fatalf("the ZooKeeper credential is on zketcd's command line: %s", arg)
+		}
+	}
+}

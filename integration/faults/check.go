@@ -128,6 +128,7 @@ func Check(h *History, opts CheckOptions) *Result {
 	c.indexAcked()
 	c.replay()
 	c.linearizability()
+	c.realTime()
 	c.watches()
 	c.monotonic()
 	c.compacted()
@@ -574,6 +575,9 @@ func (c *checker) linearizability() {
 		var out mout
 		switch {
 		case op.OK() && (op.Kind == KindRange || op.Kind == KindPinned):
+			if op.Kind == KindRange && op.End == "" && !isModelKey(op.Key) {
+				continue // a probe's read: realTime checks it
+			}
 			out.rev = op.Header
 		case op.OK() && op.IsWrite():
 			if op.Kind == KindPut && !isModelKey(op.Key) {
@@ -614,6 +618,51 @@ func (c *checker) linearizability() {
 		}
 	case porcupine.Unknown:
 		c.r.violation("linearizability check inconclusive: porcupine timed out after %v on %d operations", c.opts.PorcupineTimeout, len(ops))
+	}
+}
+
+// realTime checks every successful read and write against the writes
+// acknowledged before it was sent (but those of lease-attached keys, which
+// every check takes as external): its header revision is not below any of
+// theirs (a read that misses an acknowledged write is stale). Porcupine
+// checks this too for the model's requests; this covers the probes' reads,
+// which are outside the model, and names the stale read plainly.
+func (c *checker) realTime() {
+	var writes, ops []*Op
+	for _, op := range c.h.Ops {
+		if !op.OK() || op.Header == 0 {
+			continue
+		}
+		switch {
+		case op.Kind == KindPut && strings.HasPrefix(op.Key, LeasePrefix):
+			// Lease-attached keys are outside every revision check.
+		case op.Kind == KindPut || op.Kind == KindTxn:
+			writes = append(writes, op)
+			ops = append(ops, op)
+		case op.Kind == KindRange || op.Kind == KindPinned:
+			ops = append(ops, op)
+		}
+	}
+	sort.Slice(writes, func(i, j int) bool { return writes[i].Return < writes[j].Return })
+	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	var newest *Op // the acknowledged write of highest revision returned so far
+	wi := 0
+	reported := 0
+	for _, op := range ops {
+		for ; wi < len(writes) && writes[wi].Return < op.Call; wi++ {
+			if newest == nil || writes[wi].Header > newest.Header {
+				newest = writes[wi]
+			}
+		}
+		if newest != nil && op.Header < newest.Header {
+			if reported++; reported <= 20 {
+				c.r.violation("stale: %s (called at %.3fs) answered at revision %d, below the write acknowledged at %.3fs at revision %d: %s",
+					op, op.Call.Seconds(), op.Header, newest.Return.Seconds(), newest.Header, newest)
+			}
+		}
+	}
+	if reported > 20 {
+		c.r.violation("stale: %d more requests answered below a write acknowledged before they were sent", reported-20)
 	}
 }
 

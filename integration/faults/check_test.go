@@ -282,3 +282,19 @@ func TestProbeExpiryIsMeasuredFromTheLastHealBeforeIt(t *testing.T) {
 		t.Fatalf("probe: expired %v, from fault %d, %v after its heal; want from fault 1 (the second), 3.5s", f.ProbeExpired, f.ProbeFrom, f.ProbeExpiry)
 	}
 }
+
+// TestCheckFindsAStaleProbeRead: a read of the probes' key (outside the
+// model) that began after a put was acknowledged and answers the revision
+// before it is stale.
+func TestCheckFindsAStaleProbeRead(t *testing.T) {
+	s := newSim()
+	s.put(0, ProbeKey, "p1", 0, 10)
+	old := s.read(1, ProbeKey, 11, 12)
+	s.put(2, ProbeKey, "p2", 13, 20)
+	s.op(&Op{Worker: 3, Kind: KindRange, Key: ProbeKey, Header: old.Header, KVs: old.KVs, Count: 1}, 21, 22)
+	r := s.check(t, time.Second)
+	wantViolation(t, r, "stale: #3")
+	if len(r.Violations) != 1 {
+		t.Errorf("violations %q, want the stale read alone", r.Violations)
+	}
+}

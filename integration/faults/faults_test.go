@@ -114,10 +114,14 @@ type cluster struct {
 	internal map[*Zketcd]*faultproxy.Proxy
 	a, b     *Zketcd
 	clients  map[string]*clientv3.Client
+	// w is the scenario's workload, once started.
+	w *Workload
 	// zkOpts are the ensemble's options; notes are measurements a
 	// scenario adds to its report.
 	zkOpts zkserver.Options
 	notes  []string
+	// sessionTimeout is the instances' --zk-session-timeout.
+	sessionTimeout time.Duration
 }
 
 // clusterOptions shape a cluster.
@@ -131,6 +135,11 @@ type clusterOptions struct {
 	links bool
 	// readLease runs both instances with --read-lease.
 	readLease bool
+	// sessionTimeout is the instances' --zk-session-timeout (0: the
+	// package's sessionTimeout).
+	sessionTimeout time.Duration
+	// env is added to both instances' environment.
+	env []string
 }
 
 // newCluster starts the cluster.
@@ -188,6 +197,11 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	cl.internal = map[*Zketcd]*faultproxy.Proxy{}
+	st := co.sessionTimeout
+	if st == 0 {
+		st = sessionTimeout
+	}
+	cl.sessionTimeout = st
 	mk := func(name string, zk []string, p1, p2, p3 int) *Zketcd {
 		internal := fmt.Sprintf("127.0.0.1:%d", p3)
 		ip, err := faultproxy.Start(internal)
@@ -197,8 +211,8 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		t.Cleanup(func() { ip.Close() })
 		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
 			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
-			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease,
-			SessionTimeout: sessionTimeout, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
+			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease, Env: co.env,
+			SessionTimeout: st, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
 		cl.internal[z] = ip
 		t.Cleanup(func() {
 			if err := z.Kill(); err != nil {
@@ -265,6 +279,20 @@ type scenario struct {
 	// putRate adds open-loop blind puts at this rate (Config.PutRate), so
 	// that how many writes wait on a commit follows its latency.
 	putRate float64
+	// probe adds reads, puts and keepalives through both instances every
+	// 10 ms (Config.ProbeEvery); probeOnly leaves every other worker out
+	// (the watches stay), so that nothing but the probes writes.
+	probe, probeOnly bool
+	// sessionTimeout is the instances' --zk-session-timeout (0: the
+	// package's sessionTimeout).
+	sessionTimeout time.Duration
+	// noDeadline: the clients send every request without a deadline
+	// (Config.RequestTimeout negative).
+	noDeadline bool
+	// tagGeneration, if not 0, is how many forwarded requests' tags one
+	// generation of the leader's tag index holds (the instances' fault
+	// hook ZKETCD_FAULT_TAG_GENERATION).
+	tagGeneration int
 }
 
 // zketcdLeader returns the zketcd instance that is the leader (the one
@@ -353,11 +381,30 @@ func pauseZketcdLeader(t *testing.T, cl *cluster) (string, func()) {
 // unknown outcomes for those in flight; it must resolve them from the log,
 // never acknowledge one that did not commit, and serve again once healed.
 func forwardPartition(t *testing.T, cl *cluster) (string, func()) {
-	victim, name := zketcdLeader(t, cl)
-	p := cl.internal[victim]
-	p.Blackhole()
-	return fmt.Sprintf("blackhole the follower -> leader (%s) internal endpoint for %v, ZooKeeper reachable, heal", name, 2*sessionTimeout+time.Second), p.Heal
+	return forwardPartitionFor(2*sessionTimeout+time.Second)(t, cl)
 }
+
+// forwardPartitionFor is forwardPartition held for hold (the description
+// says so; the scenario's hold is what holds it).
+func forwardPartitionFor(hold time.Duration) func(t *testing.T, cl *cluster) (string, func()) {
+	return func(t *testing.T, cl *cluster) (string, func()) {
+		victim, name := zketcdLeader(t, cl)
+		p := cl.internal[victim]
+		p.Blackhole()
+		return fmt.Sprintf("blackhole the follower -> leader (%s) internal endpoint for %v, ZooKeeper reachable, heal", name, hold), p.Heal
+	}
+}
+
+// forwardLongHold outlasts the 10 s the leader keeps the answers of the
+// forwarded requests it served, and stays within the 16 s a forward of
+// unknown outcome is re-sent for at forwardLongSession (twice the session
+// timeout): a request re-sent after the heal is resolved by the tag index
+// alone, whose generations forwardLongTagGeneration makes small.
+const (
+	forwardLongHold          = 13 * time.Second
+	forwardLongSession       = 8 * time.Second
+	forwardLongTagGeneration = 8
+)
 
 func killZKMember(leader bool) func(t *testing.T, cl *cluster) (string, func()) {
 	return func(t *testing.T, cl *cluster) (string, func()) {
@@ -432,6 +479,13 @@ var scenarios = []scenario{
 	{name: "ForwardLeaderKill", hold: time.Second, inject: killZketcdLeader},
 	{name: "ForwardLeaderSigstop", hold: 2*sessionTimeout + time.Second, inject: pauseZketcdLeader},
 	{name: "ForwardPartition", hold: 2*sessionTimeout + time.Second, inject: forwardPartition},
+	// The same partition for longer than the leader remembers answered
+	// forwards, with clients that set no deadline, open-loop puts, and a
+	// tag index of 8 tags a generation: re-sends after the heal meet a
+	// leader whose index no longer holds the tags of requests it
+	// committed before the partition.
+	{name: "ForwardLongPartition", hold: forwardLongHold, inject: forwardPartitionFor(forwardLongHold), putRate: 50,
+		noDeadline: true, tagGeneration: forwardLongTagGeneration, sessionTimeout: forwardLongSession},
 	{name: "ZketcdPartition", expiresSession: true, hold: 2*sessionTimeout + time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
 		for _, p := range cl.proxies {
 			p.Blackhole()
@@ -454,6 +508,13 @@ var scenarios = []scenario{
 	{name: "ReadLeaseZKLeaderKill", readLease: true, hold: 3 * time.Second, inject: killZKMember(true)},
 	{name: "ReadLeaseForwardPartition", readLease: true, hold: 2*sessionTimeout + time.Second, inject: forwardPartition},
 	{name: "ReadLeaseZKFollowerPartition", readLease: true, links: true, hold: followerPartitionHold, zk: longSyncLimit, inject: zkFollowerPartition},
+	// The read lease on a ZooKeeper that grants a tenth of the session
+	// timeout zketcd asks for (its default, 10 s), under the same follower
+	// partition, with nothing but probes every 10 ms through both
+	// instances, which stop writing from before the cut until the other
+	// instance leads.
+	{name: "ReadLeaseGrantedTimeout", readLease: true, links: true, probe: true, probeOnly: true, sessionTimeout: 10 * time.Second,
+		hold: followerPartitionHold, zk: shortGrant, inject: quietFollowerPartition},
 }
 
 func TestFaults(t *testing.T) {
@@ -477,20 +538,37 @@ func TestFaults(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
-	cl := newCluster(t, clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease})
-	w, err := Start(Config{
+	co := clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease, sessionTimeout: sc.sessionTimeout}
+	if sc.tagGeneration > 0 {
+		co.env = []string{fmt.Sprintf("ZKETCD_FAULT_TAG_GENERATION=%d", sc.tagGeneration)}
+	}
+	cl := newCluster(t, co)
+	var probeEvery time.Duration
+	if sc.probe {
+		probeEvery = 10 * time.Millisecond
+	}
+	wc := Config{
 		Clients:        cl.clients,
 		KubeWorkers:    []string{"A", "B", "AB", "AB"},
 		EtcdWorkers:    []string{"A", "B"},
 		PutRate:        sc.putRate,
+		ProbeEvery:     probeEvery,
 		LeaseClient:    "AB",
 		CompactEvery:   time.Second,
 		RequestTimeout: 4 * time.Second,
 		Seed:           uint64(time.Now().UnixNano()),
-	})
+	}
+	if sc.noDeadline {
+		wc.RequestTimeout = -1
+	}
+	if sc.probeOnly {
+		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient, wc.CompactEvery = nil, nil, "", 0
+	}
+	w, err := Start(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cl.w = w
 	began := time.Now()
 	const warmup, settle = 3 * time.Second, 3 * time.Second
 	time.Sleep(warmup)

@@ -72,15 +72,32 @@ func (s *mstate) rangeOf(key, end string) []KV {
 	return out
 }
 
-// isModelKey tells whether key is in the model (not lease-attached).
-func isModelKey(key string) bool { return !strings.HasPrefix(key, LeasePrefix) }
+// outsidePrefixes are the key spaces outside the model: lease-attached
+// keys, and the probes' key (checked on its own, see checker.realTime).
+var outsidePrefixes = []string{LeasePrefix, ProbePrefix}
 
-// overlapsLeases tells whether [key, end) includes lease-attached keys.
-func overlapsLeases(key, end string) bool {
+// isModelKey tells whether key is in the model (not lease-attached, not a
+// probe's).
+func isModelKey(key string) bool {
+	for _, p := range outsidePrefixes {
+		if strings.HasPrefix(key, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// overlapsOutside tells whether [key, end) includes keys outside the model.
+func overlapsOutside(key, end string) bool {
 	if end == "" {
 		return !isModelKey(key)
 	}
-	return key < clientEnd(LeasePrefix) && end > LeasePrefix
+	for _, p := range outsidePrefixes {
+		if key < clientEnd(p) && end > p {
+			return true
+		}
+	}
+	return false
 }
 
 // clientEnd is clientv3.GetPrefixRangeEnd for the prefixes used here.
@@ -191,7 +208,7 @@ func step(ext external, s *mstate, op *Op, out mout) (bool, *mstate) {
 		}
 		want := s.rangeOf(op.Key, op.End)
 		got := op.KVs
-		if overlapsLeases(op.Key, op.End) {
+		if overlapsOutside(op.Key, op.End) {
 			got = modelKVs(got)
 		} else if op.Limit > 0 {
 			if int64(len(want)) != op.Count || (int64(len(want)) > op.Limit) != op.More {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/zketcd/zketcd/integration/faultproxy"
 	"github.com/zketcd/zketcd/internal/zkserver"
 )
@@ -35,6 +37,17 @@ func longSyncLimit(_ *testing.T, o *zkserver.Options) {
 		panic("followerPartitionHold assumes the faults cluster's 500 ms tick")
 	}
 	o.SyncLimit = followerSyncLimit
+}
+
+// grantedTimeout is the session timeout the ensemble of the
+// ReadLeaseGrantedTimeout scenario grants (its maxSessionTimeout, ZooKeeper's
+// default minimum at the 500 ms tick), a tenth of what zketcd asks for.
+const grantedTimeout = time.Second
+
+// shortGrant is longSyncLimit with maxSessionTimeout at grantedTimeout.
+func shortGrant(t *testing.T, o *zkserver.Options) {
+	longSyncLimit(t, o)
+	o.MaxSessionTimeout = grantedTimeout
 }
 
 // zkProxies returns the proxies z reaches the members through, in member
@@ -78,6 +91,22 @@ func commits(z *Zketcd) float64 {
 // did not take the follower out of the quorum, if the other two lost it, or
 // if the other instance did not commit during the partition.
 func zkFollowerPartition(t *testing.T, cl *cluster) (string, func()) {
+	return followerPartition(t, cl, false)
+}
+
+// quietFollowerPartition is zkFollowerPartition with the probes' puts
+// stopped from before the cut until the other instance leads, then put
+// through it alone until the heal: the old leader has no commit in flight
+// through the cut-off follower (which would hold the follower's answers to
+// its pings behind it, so that its client gives the connection up within
+// two thirds of the granted timeout), stays connected to it, and goes on
+// answering reads and keepalives from memory for as long as it believes
+// its session alive, while the new leader commits.
+func quietFollowerPartition(t *testing.T, cl *cluster) (string, func()) {
+	return followerPartition(t, cl, true)
+}
+
+func followerPartition(t *testing.T, cl *cluster, quiet bool) (string, func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if cl.links == nil {
@@ -118,13 +147,34 @@ func zkFollowerPartition(t *testing.T, cl *cluster) (string, func()) {
 		t.Logf("zketcd %s made no commit in 0.5 s after it was moved to member %d", name, f+1)
 	}
 
+	if quiet {
+		cl.w.SetProbeWriters()
+		if !cl.w.ProbePutsIdle(10 * time.Second) {
+			t.Logf("probe puts still under way 10 s after they were stopped")
+		}
+	}
 	c0v := commits(victim)
 	cl.isolate(f, true)
 	mon := watchPartition(cl.ens, zl, f, victim, other)
-	what := fmt.Sprintf("blackhole ZooKeeper follower (member %d) <-> the other 2 members for %v (syncLimit x tickTime %v, session timeout %v) while the zketcd leader (%s) reaches ZooKeeper through it alone, heal",
-		f+1, followerPartitionHold, followerSyncLimit*500*time.Millisecond, sessionTimeout, name)
+	var tookOver *takeover
+	if quiet {
+		tookOver = watchTakeover(cl.clients[otherName], other.Addr, func() { cl.w.SetProbeWriters(otherName) })
+	}
+	timeout := cl.sessionTimeout.String()
+	if m := cl.zkOpts.MaxSessionTimeout; m > 0 && m < cl.sessionTimeout {
+		timeout = fmt.Sprintf("%v requested, %v granted (maxSessionTimeout)", cl.sessionTimeout, m)
+	}
+	what := fmt.Sprintf("blackhole ZooKeeper follower (member %d) <-> the other 2 members for %v (syncLimit x tickTime %v, session timeout %s) while the zketcd leader (%s) reaches ZooKeeper through it alone, heal",
+		f+1, followerPartitionHold, followerSyncLimit*500*time.Millisecond, timeout, name)
 	return what, func() {
 		obs := mon.stop()
+		if quiet {
+			led := tookOver.stop()
+			cl.w.SetProbeWriters("A", "B")
+			note := fmt.Sprintf("the probes put nothing from before the cut until %s led (%s after the cut), then through %s alone until the heal", otherName, led, otherName)
+			t.Log(note)
+			cl.notes = append(cl.notes, note)
+		}
 		late := commits(victim) - obs.victimAt1s
 		cl.isolate(f, false)
 		for _, p := range append(append([]*faultproxy.Proxy(nil), vp...), op...) {
@@ -147,11 +197,39 @@ func zkFollowerPartition(t *testing.T, cl *cluster) (string, func()) {
 	}
 }
 
+// poller calls a function every period, from a goroutine of its own,
+// until the function reports false or stop is called.
+type poller struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func poll(period time.Duration, f func() bool) *poller {
+	p := &poller{done: make(chan struct{})}
+	p.wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for f() {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return p
+}
+
+// stop ends the polling and waits until the last call returned.
+func (p *poller) stop() {
+	close(p.done)
+	p.wg.Wait()
+}
+
 // partitionWatch polls the cut-off member's srvr and the leader's mntr
 // during a partition.
 type partitionWatch struct {
-	done  chan struct{}
-	wg    sync.WaitGroup
+	poll  *poller
 	began time.Time
 
 	mu  sync.Mutex
@@ -162,54 +240,46 @@ type partitionWatch struct {
 // srvr, the ZooKeeper leader's mntr and the commits of both zketcd
 // instances (victim on the cut-off member, other on the rest).
 func watchPartition(ens *zkserver.Ensemble, leader, cut int, victim, other *Zketcd) *partitionWatch {
-	w := &partitionWatch{done: make(chan struct{}), began: time.Now(), obs: partitionObs{synced: map[int]bool{}, leaderKept: true}}
+	w := &partitionWatch{began: time.Now(), obs: partitionObs{synced: map[int]bool{}, leaderKept: true}}
 	o0 := commits(other)
-	w.wg.Go(func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		sampled := false
-		for {
-			oc := commits(other) - o0
-			var vc float64
-			first := !sampled && time.Since(w.began) >= time.Second
-			if first {
-				vc, sampled = commits(victim), true
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			mode, err := ens.Member(cut).Mode(ctx)
-			m, merr := ens.Member(leader).Monitor(ctx)
-			cancel()
-			w.mu.Lock()
-			o := &w.obs
-			if oc > 0 && o.otherCommits == 0 {
-				o.otherFrom = time.Since(w.began)
-			}
-			o.otherCommits = oc
-			if first {
-				o.victimSampled, o.victimAt1s = true, vc
-			}
-			if !o.stopped && (err != nil || mode != zkserver.ModeFollower) {
-				o.stopped, o.stoppedAt = true, time.Since(w.began)
-				o.firstOther = "it answered " + mode
-				if err != nil {
-					o.firstOther = "it did not serve"
-					if !errors.Is(err, zkserver.ErrNotServing) {
-						o.firstOther += " (" + err.Error() + ")"
-					}
+	sampled := false
+	w.poll = poll(100*time.Millisecond, func() bool {
+		oc := commits(other) - o0
+		var vc float64
+		first := !sampled && time.Since(w.began) >= time.Second
+		if first {
+			vc, sampled = commits(victim), true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		mode, err := ens.Member(cut).Mode(ctx)
+		m, merr := ens.Member(leader).Monitor(ctx)
+		cancel()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		o := &w.obs
+		if oc > 0 && o.otherCommits == 0 {
+			o.otherFrom = time.Since(w.began)
+		}
+		o.otherCommits = oc
+		if first {
+			o.victimSampled, o.victimAt1s = true, vc
+		}
+		if !o.stopped && (err != nil || mode != zkserver.ModeFollower) {
+			o.stopped, o.stoppedAt = true, time.Since(w.began)
+			o.firstOther = "it answered " + mode
+			if err != nil {
+				o.firstOther = "it did not serve"
+				if !errors.Is(err, zkserver.ErrNotServing) {
+					o.firstOther += " (" + err.Error() + ")"
 				}
 			}
-			if merr != nil || m["zk_server_state"] != zkserver.ModeLeader {
-				o.leaderKept = false
-			} else if n, err := strconv.Atoi(m["zk_synced_followers"]); err == nil {
-				o.synced[n] = true
-			}
-			w.mu.Unlock()
-			select {
-			case <-w.done:
-				return
-			case <-tick.C:
-			}
 		}
+		if merr != nil || m["zk_server_state"] != zkserver.ModeLeader {
+			o.leaderKept = false
+		} else if n, err := strconv.Atoi(m["zk_synced_followers"]); err == nil {
+			o.synced[n] = true
+		}
+		return true
 	})
 	return w
 }
@@ -262,9 +332,47 @@ func (o partitionObs) syncedSeen() string {
 }
 
 func (w *partitionWatch) stop() partitionObs {
-	close(w.done)
-	w.wg.Wait()
+	w.poll.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.obs
+}
+
+// takeover polls an instance's Status until it reports itself the leader.
+type takeover struct {
+	poll  *poller
+	began time.Time
+	mu    sync.Mutex
+	at    time.Duration // after began; -1 while not seen
+}
+
+// watchTakeover polls the Status of the instance at addr through c every
+// 10 ms, and calls led once it names itself the leader.
+func watchTakeover(c *clientv3.Client, addr string, led func()) *takeover {
+	tk := &takeover{began: time.Now(), at: -1}
+	tk.poll = poll(10*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := c.Status(ctx, addr)
+		cancel()
+		if err != nil || st.Leader == 0 || st.Leader != st.Header.MemberId {
+			return true
+		}
+		tk.mu.Lock()
+		tk.at = time.Since(tk.began)
+		tk.mu.Unlock()
+		led()
+		return false
+	})
+	return tk
+}
+
+// stop ends the polling and tells when the instance was seen leading.
+func (tk *takeover) stop() string {
+	tk.poll.stop()
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if tk.at < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.2f s", tk.at.Seconds())
 }

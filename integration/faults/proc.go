@@ -25,6 +25,7 @@ type Zketcd struct {
 	Metrics string // /health and /metrics, 127.0.0.1:port
 	bin     string
 	args    []string
+	env     []string // added to the test's environment
 	logPath string
 
 	mu     sync.Mutex
@@ -48,6 +49,9 @@ type ZketcdConfig struct {
 	Internal, AdvertiseInternal string
 	// ReadLease runs the instance with --read-lease.
 	ReadLease bool
+	// Env is added to the process's environment (KEY=value), e.g. a
+	// fault-injection hook.
+	Env []string
 }
 
 // NewZketcd prepares (does not start) an instance.
@@ -73,7 +77,7 @@ func NewZketcd(c ZketcdConfig) *Zketcd {
 	if c.AdvertiseInternal != "" {
 		args = append(args, "--advertise-internal-url", "http://"+c.AdvertiseInternal)
 	}
-	return &Zketcd{Name: c.Name, Addr: c.Addr, Metrics: c.Metrics, bin: c.Bin, args: args,
+	return &Zketcd{Name: c.Name, Addr: c.Addr, Metrics: c.Metrics, bin: c.Bin, args: args, env: c.Env,
 		logPath: filepath.Join(c.Dir, "zketcd-"+c.Name+".log")}
 }
 
@@ -121,6 +125,9 @@ func (z *Zketcd) start(ctx context.Context) error {
 	off, _ := lf.Seek(0, io.SeekCurrent)
 	cmd := exec.Command(z.bin, append([]string(nil), z.args...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
+	if len(z.env) > 0 {
+		cmd.Env = append(os.Environ(), z.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	done := make(chan struct{})
 	started := make(chan error, 1)

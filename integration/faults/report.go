@@ -171,6 +171,14 @@ fault-injecting TCP proxy per member, B directly (in ZKFollowerPartition B throu
 of its own too, and every member-to-member link of the ensemble through one as well).
 The ReadLease* scenarios run both instances with ` + "`--read-lease`" + ` (the leader answers
 linearizable reads and the follower's read index from memory) under the same faults.
+ReadLeaseGrantedTimeout asks for a 10 s session of an ensemble whose maxSessionTimeout is
+1 s and cuts the zketcd leader's ZooKeeper follower off from the quorum, with only probes for
+workload: every 10 ms a linearizable read through each instance and a put through each (none
+from before the cut until the other instance leads, then through it alone), and a 2 s lease
+kept alive through each instance every 50 ms. ForwardLongPartition blackholes the leader's
+internal endpoint for 13 s (longer than the leader keeps the answers it gave, shorter than the
+16 s re-sends last at its 8 s session timeout) with clients that set no deadline, 50 open-loop
+puts a second, and a tag index of 8 tags a generation (` + "`ZKETCD_FAULT_TAG_GENERATION`" + `).
 Clients: one on A, one on B, one on both.
 The workload: 4 kube-apiserver-like workers (CAS updates on the mod revision they last saw,
 creates, CAS deletes, gets, paginated LISTs whose later pages are read at the first page's
@@ -189,7 +197,8 @@ applied (each put writes a value never written before); **linearizable**: porcup
 on every successful read and write plus the applied unknown writes, against a whole-store
 etcd model with revisions; **violations**: problems found by all checkers (must be 0):
 linearizability, the six watch guarantees and event contents (` + "`integration/watchcheck`" + `), no
-acknowledged write lost, none applied twice, revisions never going backwards for a
+acknowledged write lost, none applied twice, no read or write answered at a revision below
+a write acknowledged before it was sent, revisions never going backwards for a
 worker, list pages matching the store at their revision, compaction errors only below a
 requested compaction, leases never expiring before TTL after their last acknowledged
 renewal, and every lease not revoked expiring at most 24 s after it was due (TTL after its

@@ -48,7 +48,9 @@ type Config struct {
 	LeaseClient string
 	// CompactEvery is the compactor's interval (0: no compaction).
 	CompactEvery time.Duration
-	// RequestTimeout bounds each request.
+	// RequestTimeout bounds each request; negative: clients without
+	// deadlines (a request waits for its answer, bounded only by
+	// noDeadlineBackstop so that a hung server cannot hang the test).
 	RequestTimeout time.Duration
 	// Seed makes the random choices repeatable (with the timing).
 	Seed uint64
@@ -57,6 +59,10 @@ type Config struct {
 	// WatchChurn, over and over, as kube-apiserver's watchers come and go;
 	// the closed watches are checked up to what they observed.
 	WatchChurn time.Duration
+	// ProbeEvery, if not 0, probes instances A and B (clients "A" and "B")
+	// every ProbeEvery: a linearizable read and a put of ProbeKey through
+	// each, open loop, and a lease kept alive through each (probe.go).
+	ProbeEvery time.Duration
 }
 
 // Workload runs the workers and records everything.
@@ -76,6 +82,9 @@ type Workload struct {
 	kubeRecs []*watchcheck.Recorder
 	closed   []*watchcheck.Watch // churned watches, closed
 	leases   atomic.Int64        // live lease goroutines
+
+	probeWriters atomic.Pointer[[]string] // the clients probes put through
+	probePuts    atomic.Int64             // probe puts under way
 }
 
 // History is everything a run recorded.
@@ -159,6 +168,10 @@ func Start(cfg Config) (*Workload, error) {
 		id := newID()
 		w.spawn(func() { w.watchChurn(id) })
 	}
+	if cfg.ProbeEvery > 0 {
+		w.SetProbeWriters("A", "B")
+		w.spawn(w.probes)
+	}
 	w.spawn(w.askProgress)
 	return w, nil
 }
@@ -207,9 +220,21 @@ func (w *Workload) value(worker int) string {
 	return fmt.Sprintf("w%d-%d", worker, w.seq.Add(1))
 }
 
+// noDeadlineBackstop bounds a request of a client without deadlines
+// (Config.RequestTimeout negative): far longer than any fault.
+const noDeadlineBackstop = 5 * time.Minute
+
+// timeout is the deadline of one request.
+func (w *Workload) timeout() time.Duration {
+	if w.cfg.RequestTimeout < 0 {
+		return noDeadlineBackstop
+	}
+	return w.cfg.RequestTimeout
+}
+
 // do runs f under the request timeout and records op with its times.
 func (w *Workload) do(op *Op, f func(ctx context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout())
 	defer cancel()
 	op.Call = time.Since(w.start)
 	op.Err = f(ctx)
@@ -386,14 +411,7 @@ func (w *Workload) list(id int, name string, c *clientv3.Client) {
 // (and a worker ID) of its own.
 func (w *Workload) openLoopPuts() {
 	r := rand.New(rand.NewPCG(w.cfg.Seed, 1<<20))
-	tick := time.NewTicker(time.Duration(float64(time.Second) / w.cfg.PutRate))
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-w.stop:
-			return
-		case <-tick.C:
-		}
+	w.every(time.Duration(float64(time.Second)/w.cfg.PutRate), func(n int) {
 		id, name := 1<<20+n, []string{"A", "B"}[n%2]
 		c := w.cfg.Clients[name]
 		op := &Op{Worker: id, Client: name, Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
@@ -406,6 +424,20 @@ func (w *Workload) openLoopPuts() {
 				return err
 			})
 		})
+	})
+}
+
+// every calls f(n), n = 0, 1, ..., every d until the workload stops.
+func (w *Workload) every(d time.Duration, f func(n int)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+		f(n)
 	}
 }
 
@@ -559,7 +591,7 @@ func (w *Workload) compactor(id int) {
 		}
 		cop := &Op{Worker: id, Client: "B", Kind: KindCompact, Rev: target}
 		w.do(cop, func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, 3*w.cfg.RequestTimeout)
+			ctx, cancel := context.WithTimeout(ctx, 3*w.timeout())
 			defer cancel()
 			resp, err := c.Compact(ctx, target, clientv3.WithCompactPhysical())
 			if err == nil {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -507,5 +508,58 @@ func TestUnknownUserLoginComparesAHashOfTheConfiguredCost(t *testing.T) {
 	defer out.Close()
 	if out.BcryptCost() != bcrypt.DefaultCost {
 		t.Fatal("an out-of-range cost is not bcrypt's default, as in etcd")
+	}
+}
+
+// mintFromState forges a simple token for user from what the log holds
+// alone (the state's secret and the user's hash), as a reader of
+// ZooKeeper's data could.
+func mintFromState(st *State, user string) string {
+	issued := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	return base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + issued + "." +
+		base64.RawURLEncoding.EncodeToString(simpleMAC(st.secret, user, issued, st.User(user).Password))
+}
+
+func TestSimpleTokenMintedFromZooKeeperDataIsRefusedWithASecretFile(t *testing.T) {
+	st := enabledState(t)
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "token.secret")
+	must(t, os.WriteFile(secret, []byte(strings.Repeat("k", 44)+"\n"), 0o600))
+	plain, err := NewTokenProvider("simple", time.Minute)
+	must(t, err)
+	defer plain.Close()
+	withFile, err := NewTokenProvider("simple,secret-file="+secret, time.Minute)
+	must(t, err)
+	defer withFile.Close()
+	forged := mintFromState(st, "root")
+	if _, ok := plain.Info(forged, st); !ok {
+		t.Fatal("without a secret file a token minted from the state is accepted: the premise of this test")
+	}
+	if _, ok := withFile.Info(forged, st); ok {
+		t.Fatal("with a secret file a token minted from ZooKeeper's data was accepted")
+	}
+	if LocalSecret(plain) || !LocalSecret(withFile) {
+		t.Error("LocalSecret")
+	}
+	// Instances sharing the file honour each other's tokens; one without
+	// it does not.
+	other, err := NewTokenProvider("simple,secret-file="+secret, time.Minute)
+	must(t, err)
+	defer other.Close()
+	tok, err := withFile.Assign("alice", st, 1)
+	must(t, err)
+	if _, ok := other.Info(tok, st); !ok {
+		t.Error("an instance with the same secret file refused the token")
+	}
+	if _, ok := plain.Info(tok, st); ok {
+		t.Error("an instance without the secret file accepted the token")
+	}
+	short := filepath.Join(dir, "short")
+	must(t, os.WriteFile(short, []byte("tiny"), 0o600))
+	if _, err := NewTokenProvider("simple,secret-file="+short, time.Minute); !errors.Is(err, ErrInvalidAuthOpts) {
+		t.Errorf("a 4-byte secret: %v", err)
+	}
+	if _, err := NewTokenProvider("simple,ttl=1m", time.Minute); !errors.Is(err, ErrInvalidAuthOpts) {
+		t.Errorf("an unknown simple option: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -203,10 +202,25 @@ func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, e
 	return &pb.AuthenticateResponse{Token: tok}, nil
 }
 
+// TokenFor issues a token for user on the current state, for calls the
+// server makes on behalf of a caller it authenticated otherwise (by its
+// client certificate): the v3lock and v3election recipes, whose inner KV
+// calls carry the caller's identity as a token. Errors: the provider's
+// (a JWT provider with only a public key cannot sign).
+func (s *Store) TokenFor(user string) (string, error) {
+	st, _ := s.Current()
+	_, lsn := s.src()
+	if st.User(user) == nil {
+		return "", rpctypes.ErrGRPCUserNotFound
+	}
+	return s.cfg.Tokens.Assign(user, st, lsn)
+}
+
 // AuthInfo returns who ctx's request comes from: the user of its token
 // (gRPC metadata "token", or "authorization" with an optional "Bearer "),
 // else, with ClientCertAuth, the common name of its verified client
-// certificate; nil if neither, or if auth is off. Errors:
+// certificate; nil if neither, or if auth is off. A request another
+// instance forwarded (WithForwardedCaller) is its caller's. Errors:
 // ErrGRPCInvalidAuthToken for a token that is not valid.
 func (s *Store) AuthInfo(ctx context.Context) (*Info, error) {
 	return s.AuthInfoAt(ctx, s.Checker())
@@ -219,13 +233,12 @@ func (s *Store) AuthInfoAt(ctx context.Context, c Checker) (*Info, error) {
 	if !st.Enabled {
 		return nil, nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	ts, ok := md[rpctypes.TokenFieldNameGRPC]
-	if !ok {
-		ts, ok = md[rpctypes.TokenFieldNameSwagger]
+	if ai, ok, err := s.forwardedInfo(ctx, st); ok {
+		return ai, err
 	}
-	if ok && len(ts) > 0 {
-		info, valid := s.cfg.Tokens.Info(strings.TrimPrefix(ts[0], "Bearer "), st)
+	md, _ := metadata.FromIncomingContext(ctx)
+	if tok, ok := tokenOf(md); ok {
+		info, valid := s.cfg.Tokens.Info(tok, st)
 		if !valid {
 			return nil, rpctypes.ErrGRPCInvalidAuthToken
 		}

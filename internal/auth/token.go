@@ -36,6 +36,11 @@ type TokenProvider interface {
 	Assign(user string, st *State, index int64) (string, error)
 	// Info verifies token against the current state st.
 	Info(token string, st *State) (Info, bool)
+	// Verify is Info for a token another instance received and checked:
+	// its signature and expiry, but not an idle lifetime kept where it
+	// was used (the other instance's to enforce), which Verify neither
+	// checks nor extends.
+	Verify(token string, st *State) (Info, bool)
 	// Close stops background work.
 	Close()
 }
@@ -44,7 +49,8 @@ type TokenProvider interface {
 // --auth-token value.
 var ErrInvalidAuthOpts = errors.New("auth: invalid auth options")
 
-// NewTokenProvider parses etcd's --auth-token value: "simple" or
+// NewTokenProvider parses etcd's --auth-token value: "simple" (zketcd
+// adds the option secret-file=<file>, see simpleTokens) or
 // "jwt,pub-key=<file>,priv-key=<file>,sign-method=<alg>[,ttl=<duration>]".
 // ttl is the simple tokens' idle lifetime (--auth-token-ttl).
 func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
@@ -62,7 +68,19 @@ func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
 	}
 	switch parts[0] {
 	case "simple", "":
-		return newSimpleTokens(ttl), nil
+		var local []byte
+		for k, v := range kv {
+			if k != "secret-file" {
+				return nil, fmt.Errorf("%w: simple tokens take no option %q (only secret-file)", ErrInvalidAuthOpts, k)
+			}
+			var err error
+			if local, err = readTokenSecret(v); err != nil {
+				return nil, err
+			}
+		}
+		t := newSimpleTokens(ttl)
+		t.local = local
+		return t, nil
 	case "jwt":
 		return newJWTTokens(kv)
 	}
@@ -79,7 +97,16 @@ func NewTokenProvider(opts string, ttl time.Duration) (TokenProvider, error) {
 //
 // Each instance tracks the last use of the tokens it has seen; a token it
 // has not seen counts from its issue time.
+//
+// Everything the MAC covers is in the log, so whoever reads the root's
+// ZooKeeper data (a session with its ACL identity, a copy of ZooKeeper's
+// data directory, a backup) could mint tokens for any user. With
+// secret-file=<file> (the same file on every instance, never in
+// ZooKeeper) the MAC key is HMAC-SHA256(file secret, state secret)
+// instead, so that reading ZooKeeper mints nothing; tokens of instances
+// with a different file (or none) are refused.
 type simpleTokens struct {
+	local   []byte // the secret-file's bytes; nil: the state's secret alone
 	ttl     time.Duration
 	mu      sync.Mutex
 	lastUse map[string]time.Time
@@ -127,6 +154,44 @@ func simpleMAC(secret []byte, user, issued string, password []byte) []byte {
 	return m.Sum(nil)[:16]
 }
 
+// key is the MAC key of tokens issued on st.
+func (t *simpleTokens) key(st *State) []byte {
+	if t.local == nil {
+		return st.secret
+	}
+	m := hmac.New(sha256.New, t.local)
+	m.Write([]byte("zketcd simple token key"))
+	m.Write(st.secret)
+	return m.Sum(nil)
+}
+
+// MinTokenSecretBytes is the least a secret-file holds.
+const MinTokenSecretBytes = 32
+
+// readTokenSecret reads a secret-file: at least MinTokenSecretBytes bytes
+// (surrounding white space ignored), e.g. 32 random bytes in base64.
+func readTokenSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: secret-file: %v", ErrInvalidAuthOpts, err)
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) < MinTokenSecretBytes {
+		return nil, fmt.Errorf("%w: secret-file %s holds %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", ErrInvalidAuthOpts, path, len(b), MinTokenSecretBytes)
+	}
+	return b, nil
+}
+
+// LocalSecret reports whether the provider signs with a secret outside
+// ZooKeeper (JWT keys, a simple token's secret-file): whoever reads the
+// root's ZooKeeper data cannot mint its tokens then.
+func LocalSecret(tp TokenProvider) bool {
+	if s, ok := tp.(*simpleTokens); ok {
+		return s.local != nil
+	}
+	return true
+}
+
 func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 	u := st.User(user)
 	if u == nil || len(st.secret) == 0 {
@@ -135,7 +200,7 @@ func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 	now := time.Now()
 	issued := strconv.FormatInt(now.UnixMilli(), 10)
 	tok := base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + issued + "." +
-		base64.RawURLEncoding.EncodeToString(simpleMAC(st.secret, user, issued, u.Password))
+		base64.RawURLEncoding.EncodeToString(simpleMAC(t.key(st), user, issued, u.Password))
 	t.mu.Lock()
 	t.lastUse[tok] = now
 	t.mu.Unlock()
@@ -146,21 +211,8 @@ func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 // and extends it; a simple token always carries the current auth revision
 // (as etcd's: changes to its user void it instead).
 func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 || len(st.secret) == 0 {
-		return Info{}, false
-	}
-	name, err := base64.RawURLEncoding.DecodeString(parts[0])
-	if err != nil {
-		return Info{}, false
-	}
-	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return Info{}, false
-	}
-	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
-	u := st.User(string(name))
-	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(st.secret, string(name), parts[1], u.Password)) {
+	info, ms, ok := t.signed(token, st)
+	if !ok {
 		return Info{}, false
 	}
 	now := time.Now()
@@ -175,7 +227,37 @@ func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
 		return Info{}, false
 	}
 	t.lastUse[token] = now
-	return Info{Username: string(name), Revision: st.Revision}, true
+	return info, true
+}
+
+// Verify checks the signature only: a simple token's lifetime is counted
+// where it is used.
+func (t *simpleTokens) Verify(token string, st *State) (Info, bool) {
+	info, _, ok := t.signed(token, st)
+	return info, ok
+}
+
+// signed checks token's signature against st and returns who it names and
+// its issue time (Unix milliseconds).
+func (t *simpleTokens) signed(token string, st *State) (Info, int64, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(st.secret) == 0 {
+		return Info{}, 0, false
+	}
+	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return Info{}, 0, false
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return Info{}, 0, false
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
+	u := st.User(string(name))
+	if err != nil || u == nil || !hmac.Equal(mac, simpleMAC(t.key(st), string(name), parts[1], u.Password)) {
+		return Info{}, 0, false
+	}
+	return Info{Username: string(name), Revision: st.Revision}, ms, true
 }
 
 func (t *simpleTokens) Close() {
@@ -320,5 +402,8 @@ func (t *jwtTokens) Info(token string, _ *State) (Info, bool) {
 	}
 	return Info{Username: user, Revision: uint64(rev)}, true
 }
+
+// Verify is Info: a JWT carries its whole lifetime.
+func (t *jwtTokens) Verify(token string, st *State) (Info, bool) { return t.Info(token, st) }
 
 func (t *jwtTokens) Close() {}

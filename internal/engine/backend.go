@@ -36,8 +36,10 @@ type Engine struct {
 	compactKick chan struct{}
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
 	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
-	readLease   atomic.Pointer[heldLease] // the read lease, while held (readlease.go)
-	flights     flightMarks               // the committer's commits sent and settled (readlease.go)
+	// readLeaseRefused says why the read lease is refused (nil: it is not).
+	readLeaseRefused atomic.Pointer[string]
+	readLease        atomic.Pointer[heldLease] // the read lease, while held (readlease.go)
+	flights          flightMarks               // the committer's commits sent and settled (readlease.go)
 
 	nonce         uint64
 	internalToken string

@@ -34,6 +34,10 @@ type proposal struct {
 	origin  *revision.WriterTag
 	authFP  uint64
 	checkFP bool // a forwarded request: check authFP in the batch
+	// after, for a re-sent origin, is the position its origin had applied
+	// before the first send: the tag can only be in an entry after it
+	// (0: a first send, which no entry can hold yet; see origins.lookup).
+	after int64
 	// leaderOnly proposals are committed only while this instance is the
 	// leader; otherwise they fail with ErrNotLeader, nothing written.
 	leaderOnly bool
@@ -520,10 +524,16 @@ func (b *Engine) evaluate(pending []*proposal, limit int, last *flight) (group, 
 				break
 			}
 			if p.origin != nil {
-				if lsn, rev, ok := b.origins.lookup(*p.origin); ok {
+				switch lsn, rev, v := b.origins.lookup(*p.origin, p.after); v {
+				case tagFound:
 					// Committed before (by a leader since deposed, or
 					// before its answer was lost): never twice.
 					p.out = outcome{lsn: lsn, dup: true, dupRev: rev}
+					continue
+				case tagUnknown:
+					// It may be in an entry the index no longer holds:
+					// never evaluated again; its outcome stays unknown.
+					p.err, p.out.final = rpctypes.ErrGRPCTimeoutDueToConnectionLost, true
 					continue
 				}
 				if p.checkFP && authFingerprint(bt.AuthState()) != p.authFP {

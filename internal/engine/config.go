@@ -85,8 +85,9 @@ type Config struct {
 	// negative: never (the check on every new connection still runs).
 	RollbackCheckAfter time.Duration
 	// LossDir is where an instance that finds ZooKeeper's data older than
-	// its own writes the changes ZooKeeper lost (default: the system's
-	// temporary directory).
+	// its own writes the changes ZooKeeper lost (default, and when it
+	// cannot be created: the system's temporary directory; zketcd serve
+	// defaults it to a durable directory).
 	LossDir string
 	// ForwardWrites makes the leader instance the only committer: another
 	// instance forwards its writes, lease grants and revokes, keepalives
@@ -100,20 +101,38 @@ type Config struct {
 	// member znode ("": none; another instance then commits its own writes
 	// while this one leads).
 	InternalURL string
-	// LeaderProofWindow is how long after a ZooKeeper transaction of its
-	// session landed (a commit, a quorum barrier) the leader still answers
-	// keepalives from memory without another: it must stay below the
-	// session timeout ZooKeeper granted minus one tick, since the session
-	// cannot expire sooner after that transaction. Zero: a third of the
-	// store's session timeout; negative: every keepalive answered in memory
-	// waits for a transaction that started after it (no clock assumption).
+	// LeaderProofWindow bounds how long after a ZooKeeper transaction of
+	// its session was sent, and landed (a commit, a quorum barrier), the
+	// leader still answers read-lease reads and keepalives from memory
+	// without another. The window in force is derived from what ZooKeeper
+	// granted the session — the granted session timeout and ZooKeeper's
+	// tick (proofwindow.go) — and follows each new session and connection;
+	// a positive value only narrows it. Zero: the derived window; negative:
+	// none (each such answer waits for a transaction that started after it,
+	// no clock assumption; the read lease needs a window).
 	LeaderProofWindow time.Duration
 	// ReadLease lets the leader instance answer linearizable reads (and
-	// the ReadIndex of the others) from memory within LeaderProofWindow of
+	// the ReadIndex of the others) from memory within the proof window of
 	// a landed transaction of its session, while it holds the read lease
-	// znode (readlease.go). Needs ForwardWrites, a positive
-	// LeaderProofWindow and not RelaxedReads.
+	// znode (readlease.go). Needs ForwardWrites, a LeaderProofWindow that
+	// is not negative and not RelaxedReads; while the session's grant
+	// allows no window the lease is not taken (Warnings says why).
 	ReadLease bool
+	// WorldReadableOK accepts a root whose ZooKeeper data anyone may read
+	// (zketcd dev, tests): no warning, and authentication may be enabled
+	// on it. Otherwise such a root is reported by Warnings and AuthEnable
+	// is refused on it (its tokens could be minted from what ZooKeeper
+	// shows).
+	WorldReadableOK bool
+	// ForwardResendLimit is how long after its first send a forwarded
+	// write of unknown outcome is sent again before the client gets
+	// etcd's "request timed out, possibly due to connection lost" (0: twice
+	// the session timeout, at least 10 s).
+	ForwardResendLimit time.Duration
+	// OriginGeneration is how many forwarded requests' tags one generation
+	// of the tag index holds (origins.go; 0: the default). Fault injection
+	// sets it small to test what the index no longer holds.
+	OriginGeneration int
 	// Now is the time source of lease expiry (nil: time.Now). Expiry only
 	// compares its readings with each other, on the monotonic clock, so a
 	// step of the wall clock moves no deadline. For tests.
@@ -144,13 +163,6 @@ func (c *Config) setDefaults() {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
-	if c.LeaderProofWindow == 0 {
-		st := c.Store.SessionTimeout
-		if st <= 0 {
-			st = zkstore.DefaultSessionTimeout
-		}
-		c.LeaderProofWindow = st / 3
-	}
 	if c.RollbackCheckAfter == 0 {
 		c.RollbackCheckAfter = DefaultRollbackCheck
 	}
@@ -167,7 +179,7 @@ func (c *Config) Validate() error {
 	case c.CorruptCheckTime < 0:
 		return fmt.Errorf("corrupt check time %v must not be negative", c.CorruptCheckTime)
 	case c.ReadLease && (!c.ForwardWrites || c.RelaxedReads || c.LeaderProofWindow < 0):
-		return errors.New("--read-lease needs --forward-writes, a quorum barrier (not --relaxed-reads) and a positive leader proof window")
+		return errors.New("--read-lease needs --forward-writes, a quorum barrier (not --relaxed-reads) and a leader proof window that is not off")
 	}
 	if err := c.AutoCompaction.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)

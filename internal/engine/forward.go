@@ -15,6 +15,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // Write forwarding (Config.ForwardWrites): only the leader instance
@@ -69,6 +70,12 @@ type ForwardCall struct {
 	// Fresh is set on the first send: a Forwarder that cannot reach the
 	// peer without sending anything answers ErrNotSent.
 	Fresh bool
+	// After, on a re-send, is the log position the origin had applied
+	// before the first send: the request can only be in an entry after it,
+	// and a leader whose tag index no longer holds all of those answers
+	// etcd's "request timed out, possibly due to connection lost" rather
+	// than evaluate it again (0 on the first send).
+	After int64
 }
 
 // ForwardReply is the leader's answer beyond the response: the log
@@ -81,8 +88,10 @@ type ForwardReply struct {
 }
 
 // Forwarder carries requests to another instance's internal endpoint
-// (package forward implements it over gRPC). Its methods are safe for
-// concurrent use. Errors: ErrNotLeader, ErrAuthChanged and ErrNotSent as
+// (package forward implements it over gRPC). The credential of the client
+// a request came from (auth.CallerFrom of its context) travels with it, for
+// the peer to check it itself. Its methods are safe for concurrent use.
+// Errors: ErrNotLeader, ErrAuthChanged and ErrNotSent as
 // documented; a *FinalError for the peer's answer that the request failed
 // (nothing written; retrying cannot change it); anything else leaves the
 // outcome unknown.
@@ -150,7 +159,7 @@ func newFwdMetrics(reg prometheus.Registerer) *fwdMetrics {
 	m := &fwdMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "forward_requests_total",
-			Help: "Requests this instance forwarded to the leader instance, by method and outcome (ok, duplicate, failed, error, local: committed here because the leader could not be reached before sending; for keepalives and lease reads, answered here because the leader did not answer).",
+			Help: "Requests this instance forwarded to the leader instance, by method and outcome (ok, duplicate, failed, error, timeout: of unknown outcome still when the re-sends' limit passed, answered \"request timed out\"; local: committed here because the leader could not be reached before sending; for keepalives and lease reads, answered here because the leader did not answer).",
 		}, []string{"method", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "zketcd", Name: "forward_duration_seconds",
@@ -254,13 +263,21 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 	m := b.fwd.metrics
 	var tag *revision.WriterTag // set once the request may have reached a leader
 	var authFP uint64
-	var start time.Time
+	// Once tagged: when it was first sent, the position the view had
+	// applied before (the request can only land after it), and until when
+	// it is sent again (resendLimit).
+	var start, deadline time.Time
+	var after int64
 	backoff := 20 * time.Millisecond
 	wait := func() error {
 		changed := b.election.Changed()
+		d := backoff
+		if tag != nil {
+			d = max(min(d, time.Until(deadline)), 0)
+		}
 		select {
 		case <-changed:
-		case <-time.After(backoff):
+		case <-time.After(d):
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-b.ctx.Done():
@@ -271,13 +288,30 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 	}
 	lg := b.log.WithField("method", method)
 	for attempt := 0; ; attempt++ {
+		if tag != nil && !time.Now().Before(deadline) {
+			// Sent again for as long as a leader change takes; its
+			// outcome stays unknown, as etcd's timed-out proposals.
+			m.requests.WithLabelValues(method, "timeout").Inc()
+			lg.WithFields(logrus.Fields{"seq": tag.Seq, "for": time.Since(start).Round(time.Millisecond)}).
+				Warn("forwarded request of unknown outcome not resolved; answering that it timed out")
+			return zero, rpctypes.ErrGRPCTimeoutDueToConnectionLost
+		}
+		// actx bounds an attempt of a tagged request by its deadline.
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if tag != nil {
+			actx, acancel = context.WithDeadline(ctx, deadline)
+		}
 		peer, known, self := b.leaderPeer()
 		switch {
 		case self:
 			// A request of ours is checked in the batch by its context's
 			// auth check, so no fingerprint.
-			p := &proposal{size: size, leaderOnly: tag == nil, origin: tag}
-			resp, out, err := proposeAs(ctx, b, p, eval)
+			p := &proposal{size: size, leaderOnly: tag == nil, origin: tag, after: after}
+			resp, out, err := proposeAs(actx, b, p, eval)
+			acancel()
+			if err != nil && tag != nil && ctx.Err() == nil && actx.Err() != nil {
+				continue // the deadline passed: answered at the top
+			}
 			if errors.Is(err, ErrNotLeader) {
 				if err := wait(); err != nil {
 					return zero, err
@@ -293,6 +327,7 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 			m.requests.WithLabelValues(method, "duplicate").Inc()
 			return answerDup(ctx, b, out.lsn, out.dupRev, dup)
 		case !known && tag == nil:
+			acancel()
 			m.requests.WithLabelValues(method, "local").Inc()
 			resp, err := proposeHere(ctx, b, size, eval, nil)
 			if !errors.Is(err, errLeaseHeld) {
@@ -305,32 +340,40 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 			}
 			continue
 		case !known:
+			acancel()
 			if err := wait(); err != nil {
 				return zero, err
 			}
 			continue
 		}
 		fresh := tag == nil
+		var resendAfter int64
 		if fresh {
 			state := b.viewAuth()
 			if check := auth.CheckFrom(ctx); check != nil {
 				if err := check(state); err != nil {
+					acancel()
 					return zero, err
 				}
 			}
 			authFP = authFingerprint(state)
+			after = b.view.State().LSN
 			b.fwd.mu.Lock()
 			b.fwd.seq++
 			tag = &revision.WriterTag{Nonce: b.nonce, Seq: b.fwd.seq}
 			b.fwd.mu.Unlock()
 			start = time.Now()
+			deadline = start.Add(b.resendLimit())
+			acancel()
+			actx, acancel = context.WithDeadline(ctx, deadline)
 		} else {
 			m.resends.Inc()
+			resendAfter = after
 		}
 		resp := newResp()
-		actx, acancel := context.WithCancel(ctx)
 		go b.cancelOnLeaderChange(actx, acancel, peer.ID)
-		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Req: req, Entropy: entropy, Resp: resp, Fresh: fresh})
+		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Req: req, Entropy: entropy,
+			Resp: resp, Fresh: fresh, After: resendAfter})
 		acancel()
 		var final *FinalError
 		switch {
@@ -362,11 +405,20 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 			// nothing was written; send the request to it again.
 			tag = nil
 		case errors.Is(err, ErrAuthChanged):
-			// Nothing was written: check again on a newer auth state.
+			// This evaluation wrote nothing (the leader found no entry
+			// with the tag), but an earlier send of it may still land: the
+			// request keeps its tag. Check the permissions again on a newer
+			// auth state, and send it under that one.
 			if lerr := b.Linearize(ctx); lerr != nil {
 				return zero, lerr
 			}
-			tag = nil
+			state := b.viewAuth()
+			if check := auth.CheckFrom(ctx); check != nil {
+				if err := check(state); err != nil {
+					return zero, err
+				}
+			}
+			authFP = authFingerprint(state)
 			continue
 		case errors.Is(err, ErrNotLeader):
 			b.forgetPeer(peer.ID)
@@ -386,6 +438,21 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 			return zero, err
 		}
 	}
+}
+
+// resendLimit is how long after its first send a forwarded request of
+// unknown outcome is sent again (Config.ForwardResendLimit): as long as
+// ZooKeeper may leave a request unanswered, which covers a leader change
+// (a session timeout and an election).
+func (b *Engine) resendLimit() time.Duration {
+	if b.cfg.ForwardResendLimit > 0 {
+		return b.cfg.ForwardResendLimit
+	}
+	st := b.cfg.Store.SessionTimeout
+	if st <= 0 {
+		st = zkstore.DefaultSessionTimeout
+	}
+	return max(2*st, 10*time.Second)
 }
 
 // cancelOnLeaderChange cancels an attempt sent to leader id as soon as

@@ -16,7 +16,10 @@ import (
 // The leader's side of forwarding: the internal endpoint calls these.
 
 // ServeForward commits a write another instance forwarded (call.Req, with
-// its tag and auth fingerprint; call.Resp and call.Fresh are not used) and
+// its tag and auth fingerprint; call.Resp and call.Fresh are not used; an
+// auth change is evaluated with entropy drawn here, never call.Entropy)
+// under ctx's auth check (auth.WithCheck: the caller's, which the endpoint
+// attaches) and
 // returns its response (nil for a duplicate) and the position to wait for.
 // A request whose tag is being served already joins that call; one
 // answered in the last 10 s gets the same answer again; one found in the
@@ -92,7 +95,7 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 
 func (b *Engine) serveForward(ctx context.Context, k anyKind, call ForwardCall) (proto.Message, ForwardReply, error) {
 	origin := call.Origin
-	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true}
+	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true, after: call.After}
 	return k.serve(ctx, b, p, call)
 }
 

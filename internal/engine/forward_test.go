@@ -34,6 +34,11 @@ type memForwarder struct {
 	unsupported bool
 	// afterLoss runs once an answer was lost, before Forward returns.
 	afterLoss func()
+	// authChanged makes that many forwards answer ErrAuthChanged without
+	// serving them; calls records every forward's tag and re-send
+	// position.
+	authChanged int
+	calls       []ForwardCall
 }
 
 func (f *memForwarder) peer(url string) (*Engine, error) {
@@ -57,8 +62,18 @@ func (f *memForwarder) Forward(ctx context.Context, to Peer, call ForwardCall) (
 	if to.Token != b.InternalToken() {
 		return ForwardReply{}, errors.New("bad token")
 	}
+	f.mu.Lock()
+	f.calls = append(f.calls, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Fresh: call.Fresh, After: call.After})
+	changed := f.authChanged > 0
+	if changed {
+		f.authChanged--
+	}
+	f.mu.Unlock()
+	if changed {
+		return ForwardReply{}, ErrAuthChanged
+	}
 	req := proto.Clone(call.Req)
-	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req, Entropy: call.Entropy})
+	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req, Entropy: call.Entropy, After: call.After})
 	f.mu.Lock()
 	f.served++
 	lose := f.loseAnswers > 0
@@ -150,7 +165,13 @@ func forwardingPair(t *testing.T) (*memlog.Store, *memForwarder, *Engine, *memlo
 // forwardingPairWith is forwardingPair with configure applied to both.
 func forwardingPairWith(t *testing.T, configure func(*Config)) (*memlog.Store, *memForwarder, *Engine, *memlog.Client, *Engine, *memlog.Client) {
 	t.Helper()
-	st := memlog.New(memlog.Options{})
+	return forwardingPairOn(t, memlog.Options{}, configure)
+}
+
+// forwardingPairOn is forwardingPairWith on a store made with opts.
+func forwardingPairOn(t *testing.T, opts memlog.Options, configure func(*Config)) (*memlog.Store, *memForwarder, *Engine, *memlog.Client, *Engine, *memlog.Client) {
+	t.Helper()
+	st := memlog.New(opts)
 	fw := &memForwarder{peers: map[string]*Engine{}}
 	start := func(name string) (*Engine, *memlog.Client) {
 		url := "mem://" + name

@@ -83,8 +83,8 @@ func TestKeepalivesAtTheLeaderWriteNothingToZooKeeper(t *testing.T) {
 	if inMemory != float64(n) || multis != 0 {
 		t.Fatalf("%.0f keepalives in memory and %.0f renewal multis, want %d and 0", inMemory, multis, n)
 	}
-	// One round trip per proof window (a third of the default session
-	// timeout) at most, not one per keepalive.
+	// One round trip per proof window (2.8 s at memlog's default grant, a
+	// 10 s timeout at a 2 s tick) at most, not one per keepalive.
 	if trips > float64(n)/4 {
 		t.Fatalf("%.0f barrier round trips for %d keepalives", trips, n)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"reflect"
 	"time"
@@ -27,10 +28,14 @@ import (
 // WriteKind is the wire face of one kind of forwarded write, for package
 // forward: Method names it on the internal endpoint (part of the protocol:
 // never renamed, so that instances of different builds interoperate),
-// Label in the zketcd_forward_* metrics, and NewRequest and NewResponse
-// return empty messages of its request and response types.
+// RPC is the etcd client API method of the same request (its full gRPC
+// name, "/etcdserverpb.KV/Put"), whose permission check the leader applies
+// again to a forwarded one, Label names it in the zketcd_forward_* metrics,
+// and NewRequest and NewResponse return empty messages of its request and
+// response types.
 type WriteKind struct {
 	Method      string
+	RPC         string
 	Label       string
 	NewRequest  func() proto.Message
 	NewResponse func() proto.Message
@@ -71,7 +76,13 @@ type anyKind interface {
 
 // kind is one kind of forwarded write: requests R answered with T.
 type kind[R, T proto.Message] struct {
-	method, labelName string
+	// service is the etcd service whose method of the same name the
+	// request is ("KV", "Lease", "Maintenance", "Auth").
+	service, method, labelName string
+	// leaderEntropy makes the leader draw the entropy of a forwarded
+	// request itself, once per tag, never taking the caller's (an
+	// AuthEnable's is the simple tokens' secret).
+	leaderEntropy bool
 	// eval returns req's evaluation in a commit batch; entropy is the
 	// random bytes an auth change was drawn with (ignored by the others).
 	eval func(b *Engine, req R, entropy []byte) func(*revision.Batch) (T, error)
@@ -93,7 +104,7 @@ type kind[R, T proto.Message] struct {
 func (k *kind[R, T]) label() string { return k.labelName }
 
 func (k *kind[R, T]) face() WriteKind {
-	return WriteKind{Method: k.method, Label: k.labelName,
+	return WriteKind{Method: k.method, RPC: "/etcdserverpb." + k.service + "/" + k.method, Label: k.labelName,
 		NewRequest:  func() proto.Message { return newMessage[R]() },
 		NewResponse: func() proto.Message { return newMessage[T]() }}
 }
@@ -134,7 +145,14 @@ func (k *kind[R, T]) serve(ctx context.Context, b *Engine, p *proposal, call For
 			return nil, ForwardReply{}, err
 		}
 	}
-	resp, reply, err := serveAs(ctx, b, p, req, k.eval(b, req, call.Entropy))
+	entropy := call.Entropy
+	if k.leaderEntropy {
+		entropy = make([]byte, authEntropyBytes)
+		if _, err := rand.Read(entropy); err != nil {
+			return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: auth entropy: %w", err)}
+		}
+	}
+	resp, reply, err := serveAs(ctx, b, p, req, k.eval(b, req, entropy))
 	if t, ok := resp.(T); ok && err == nil && k.committed != nil {
 		k.committed(b, req, t)
 	}
@@ -149,23 +167,23 @@ func newMessage[M proto.Message]() M {
 
 // The kinds whose entry points are typed (Put, LeaseGrant, ...).
 var (
-	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{method: "Put", labelName: "put",
+	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{service: "KV", method: "Put", labelName: "put",
 		eval: func(_ *Engine, req *pb.PutRequest, _ []byte) func(*revision.Batch) (*pb.PutResponse, error) {
 			return func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) }
 		},
 		dup: func(b *Engine, req *pb.PutRequest, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) },
 	}
-	deleteRangeKind = &kind[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse]{method: "DeleteRange", labelName: "delete_range",
+	deleteRangeKind = &kind[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse]{service: "KV", method: "DeleteRange", labelName: "delete_range",
 		eval: func(_ *Engine, req *pb.DeleteRangeRequest, _ []byte) func(*revision.Batch) (*pb.DeleteRangeResponse, error) {
 			return func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) }
 		},
 	}
-	txnKind = &kind[*pb.TxnRequest, *pb.TxnResponse]{method: "Txn", labelName: "txn",
+	txnKind = &kind[*pb.TxnRequest, *pb.TxnResponse]{service: "KV", method: "Txn", labelName: "txn",
 		eval: func(_ *Engine, req *pb.TxnRequest, _ []byte) func(*revision.Batch) (*pb.TxnResponse, error) {
 			return func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }
 		},
 	}
-	compactKind = &kind[*pb.CompactionRequest, *pb.CompactionResponse]{method: "Compact", labelName: "compaction",
+	compactKind = &kind[*pb.CompactionRequest, *pb.CompactionResponse]{service: "KV", method: "Compact", labelName: "compaction",
 		eval: func(_ *Engine, req *pb.CompactionRequest, _ []byte) func(*revision.Batch) (*pb.CompactionResponse, error) {
 			return func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
 		},
@@ -178,7 +196,7 @@ var (
 	}
 	// A lease grant is forwarded with its ID chosen (LeaseGrant), so that
 	// one found committed after a lost answer can be answered.
-	leaseGrantKind = &kind[*pb.LeaseGrantRequest, *pb.LeaseGrantResponse]{method: "LeaseGrant", labelName: "lease_grant",
+	leaseGrantKind = &kind[*pb.LeaseGrantRequest, *pb.LeaseGrantResponse]{service: "Lease", method: "LeaseGrant", labelName: "lease_grant",
 		eval: func(_ *Engine, req *pb.LeaseGrantRequest, _ []byte) func(*revision.Batch) (*pb.LeaseGrantResponse, error) {
 			return func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) }
 		},
@@ -200,7 +218,7 @@ var (
 			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: req.ID, TTL: max(req.TTL, MinLeaseTTL)}, nil
 		},
 	}
-	leaseRevokeKind = &kind[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse]{method: "LeaseRevoke", labelName: "lease_revoke",
+	leaseRevokeKind = &kind[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse]{service: "Lease", method: "LeaseRevoke", labelName: "lease_revoke",
 		eval: func(_ *Engine, req *pb.LeaseRevokeRequest, _ []byte) func(*revision.Batch) (*pb.LeaseRevokeResponse, error) {
 			return func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) }
 		},
@@ -213,7 +231,7 @@ var (
 	}
 	// An alarm activation or deactivation; a GET is a read, never
 	// forwarded.
-	alarmKind = &kind[*pb.AlarmRequest, *pb.AlarmResponse]{method: "Alarm", labelName: "alarm",
+	alarmKind = &kind[*pb.AlarmRequest, *pb.AlarmResponse]{service: "Maintenance", method: "Alarm", labelName: "alarm",
 		eval: func(b *Engine, req *pb.AlarmRequest, _ []byte) func(*revision.Batch) (*pb.AlarmResponse, error) {
 			return b.alarmEval(req)
 		},
@@ -229,11 +247,15 @@ var (
 // authLabel labels every auth change in the metrics.
 const authLabel = "auth"
 
+// authEntropyBytes is how much entropy a leader draws for a forwarded auth
+// change (the client API's server draws as much for its own).
+const authEntropyBytes = 32
+
 // authKind is the kind of an auth change of request type R answered with
 // T (auth.State.Apply's answer), evaluated with the entropy drawn once for
 // it (auth.Change). Every auth change shares the metrics label authLabel.
 func authKind[R, T proto.Message](method string) *kind[R, T] {
-	return &kind[R, T]{method: method, labelName: authLabel,
+	return &kind[R, T]{service: "Auth", method: method, labelName: authLabel, leaderEntropy: true,
 		eval: func(_ *Engine, req R, entropy []byte) func(*revision.Batch) (T, error) {
 			eval := authEval(req, entropy)
 			return func(bt *revision.Batch) (T, error) {

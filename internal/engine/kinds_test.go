@@ -1,12 +1,15 @@
 package engine
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // TestEveryForwardedWriteKeepsItsMethodAndLabel: the method names are the
@@ -39,6 +42,9 @@ func TestEveryForwardedWriteKeepsItsMethodAndLabel(t *testing.T) {
 		if name := strings.TrimSuffix(string(proto.MessageName(req)), "Request") + "Response"; string(proto.MessageName(resp)) != name {
 			t.Errorf("%s: %T answered with %T", k.Method, req, resp)
 		}
+		if err := isEtcdMethodOf(k.RPC, req); err != nil {
+			t.Errorf("%s: %v", k.Method, err)
+		}
 		if kindLabel(req) != k.Label {
 			t.Errorf("%s: label %q, want %q", k.Method, kindLabel(req), k.Label)
 		}
@@ -49,4 +55,29 @@ func TestEveryForwardedWriteKeepsItsMethodAndLabel(t *testing.T) {
 	if _, ok := WriteKindOf(&pb.RangeRequest{}); ok {
 		t.Error("a request of no kind has one")
 	}
+}
+
+// isEtcdMethodOf checks that rpc ("/etcdserverpb.KV/Put") is a method of
+// etcd's API taking req's type.
+func isEtcdMethodOf(rpc string, req proto.Message) error {
+	svc, method, ok := strings.Cut(strings.TrimPrefix(rpc, "/"), "/")
+	if !ok {
+		return fmt.Errorf("RPC %q is not /service/method", rpc)
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return fmt.Errorf("RPC %q: %w", rpc, err)
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return fmt.Errorf("RPC %q: %s is not a service", rpc, svc)
+	}
+	md := sd.Methods().ByName(protoreflect.Name(method))
+	if md == nil {
+		return fmt.Errorf("RPC %q: no such method", rpc)
+	}
+	if md.Input().FullName() != proto.MessageName(req) {
+		return fmt.Errorf("RPC %q takes %s, not %s", rpc, md.Input().FullName(), proto.MessageName(req))
+	}
+	return nil
 }

@@ -181,8 +181,10 @@ func (b *Engine) leaseTimeToLiveHere(ctx context.Context, req *pb.LeaseTimeToLiv
 // can have started before it:
 //
 //   - either a ZooKeeper transaction of the session (a commit or a quorum
-//     barrier) that was sent at most LeaderProofWindow ago landed: the
-//     session's expiry is at least a session timeout after that send;
+//     barrier) that was sent within the proof window on the session's
+//     current connection landed: the window is half of how long the
+//     session can outlive that send, derived from the granted timeout and
+//     ZooKeeper's tick (proofwindow.go);
 //   - or, failing that, after a barrier round (or a commit) that started
 //     after the renewal landed: the session was alive after the renewal.
 //     This needs no clock; it costs one shared round trip, which refreshes
@@ -279,8 +281,9 @@ type liveProof struct {
 
 // proveLive records that a transaction sent at sent landed on the current
 // session, with the log at lsn or beyond. The session reported now is the
-// one it landed on or one created after it was sent; either cannot expire
-// within a session timeout of sent.
+// one it landed on or one created after it was sent; either outlives sent
+// by what its grant allows (proofwindow.go; freshProof also asks that sent
+// come after the current connection's start).
 func (b *Engine) proveLive(sent time.Time, lsn int64) {
 	sid, ok := b.store.Session()
 	if !ok {
@@ -313,9 +316,7 @@ func (b *Engine) renewInMemory(ctx context.Context, id int64, ttl time.Duration,
 	if !leader || !connected || !b.leases.renew(fence.Path(), id, ttl, b.now(), checkpointed) {
 		return false, nil
 	}
-	start := time.Now()
-	if p := b.proof.Load(); p != nil && p.session == sid && b.cfg.LeaderProofWindow > 0 &&
-		start.Before(p.sent.Add(b.cfg.LeaderProofWindow)) {
+	if b.freshProof(sid, time.Now()) != nil {
 		return b.stillLeads(fence, sid), nil
 	}
 	if _, err := b.barrier.wait(ctx); err != nil {

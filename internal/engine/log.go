@@ -25,6 +25,9 @@ type Log interface {
 	// connection state or session (the history is checked again then).
 	Session() (id int64, connected bool)
 	SessionChanged() <-chan struct{}
+	// Grant is what ZooKeeper granted the session (its timeout, the tick;
+	// see zkstore.Grant): what bounds the leader proof window.
+	Grant() zkstore.Grant
 	// Close ends the session.
 	Close()
 

@@ -45,6 +45,10 @@ type metrics struct {
 	// rootFormat is the root's format as this instance last read it
 	// (2: entries and base generations compressed).
 	rootFormat prometheus.Gauge
+	// proofWindow is the leader proof window in force (proofwindow.go; 0:
+	// none), grantedTimeout and zkTick what it derives from; readLease is
+	// the read lease's state (1 held, 0 not held, -1 refused: no window).
+	proofWindow, grantedTimeout, zkTick, readLease prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -136,9 +140,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "root_format",
 			Help: "The root's format (<root>/meta) as this instance last read it: what it writes (2: log entries and base generations compressed).",
 		}),
+		proofWindow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "leader_proof_window_seconds",
+			Help: "How long after a ZooKeeper transaction of its session the leader answers read-lease reads and keepalives from memory, derived from the granted session timeout and ZooKeeper's tick (0: none, each waits for a round trip).",
+		}),
+		grantedTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zk_session_timeout_granted_seconds",
+			Help: "The session timeout ZooKeeper granted this instance's current connection (it clamps the requested --zk-session-timeout to its minSessionTimeout and maxSessionTimeout).",
+		}),
+		zkTick: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zk_tick_seconds",
+			Help: "ZooKeeper's tickTime as the servers' conf four-letter word answered it, or as --zk-tick-time declares it (0: unknown).",
+		}),
+		readLease: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "read_lease_state",
+			Help: "The read lease (--read-lease): 1 held by this instance, 0 not held, -1 refused because no leader proof window can be shown.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rootFormat)
+		reg.MustRegister(m.proofWindow, m.grantedTimeout, m.zkTick, m.readLease, m.rootFormat)
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
 			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
 			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)

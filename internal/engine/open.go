@@ -85,6 +85,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 		internalToken: hex.EncodeToString(tok[:]),
 	}
 	b.fwd.metrics = newFwdMetrics(cfg.Registerer)
+	b.origins.gen = cfg.OriginGeneration
 	var auto *compactor.Compactor
 	if cfg.AutoCompaction.Enabled() {
 		var err error
@@ -151,12 +152,20 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 		b.wg.Add(1)
 		go b.readLeaseLoop()
 	}
+	if !cfg.RelaxedReads {
+		b.wg.Add(1)
+		go b.windowLoop()
+	}
 	if cfg.InitialCorruptCheck {
 		if err := b.initialCheck(ctx); err != nil {
 			b.Close()
 			return nil, err
 		}
 	}
+	for _, w := range b.Warnings() {
+		b.log.Warn(w)
+	}
+	b.registerACLGauge(cfg.Registerer)
 	return b, nil
 }
 
@@ -191,6 +200,7 @@ func (b *Engine) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.origins.setFrom(rec.base.Gen + 1) // the tags of the entries in the base were not read
 	b.view = view
 	rec.account(&b.space)
 	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
@@ -301,6 +311,7 @@ func (b *Engine) reload() error {
 	if view.State().LSN <= b.view.State().LSN {
 		return nil // caught up meanwhile
 	}
+	b.origins.setFrom(rec.base.Gen + 1) // the entries skipped by the base were not read
 	b.view.Reset(view)
 	b.hub.Resync()
 	rec.account(&b.space)

@@ -19,12 +19,40 @@ const originGeneration = 1 << 17
 // before the view applies an entry (so it is never behind the view the
 // committer evaluates on: a tag the view holds is found), and safe for
 // concurrent use.
+//
+// It is bounded, so it also knows what it no longer holds: every tag of
+// an entry at or after from. Tags of older entries may be gone — dropped
+// with an old generation, or never read because the view was rebuilt from
+// a base generation (a snapshot) taken after them (setFrom). A request
+// re-sent with its tag says where it can be (after the position its origin
+// had applied before it first sent it): if that is before from, a miss
+// proves nothing, and the request must not be evaluated again (lookup's
+// tagUnknown).
 type origins struct {
-	mu        sync.Mutex
+	mu sync.Mutex
+	// gen is the tags of one generation (0: originGeneration).
+	gen       int
 	cur, prev map[revision.WriterTag]originAt
+	// curMax and prevMax are the highest positions recorded in cur and
+	// prev; from is the first position whose every tag is held.
+	curMax, prevMax, from int64
 }
 
 type originAt struct{ lsn, rev int64 }
+
+// tagVerdict is what the index knows of a tag.
+type tagVerdict int
+
+const (
+	// tagAbsent: the log holds no entry with the tag (up to the entries
+	// recorded).
+	tagAbsent tagVerdict = iota
+	// tagFound: committed at the position lookup returns.
+	tagFound
+	// tagUnknown: not held, but it may be in an entry the index no longer
+	// holds.
+	tagUnknown
+)
 
 // record indexes the OpOrigin ops of e.
 func (o *origins) record(e *revision.Entry) {
@@ -35,23 +63,49 @@ func (o *origins) record(e *revision.Entry) {
 		if op.Kind != revision.OpOrigin {
 			continue
 		}
-		if o.cur == nil || len(o.cur) >= originGeneration {
-			o.prev, o.cur = o.cur, make(map[revision.WriterTag]originAt)
+		gen := o.gen
+		if gen <= 0 {
+			gen = originGeneration
+		}
+		if o.cur == nil || len(o.cur) >= gen {
+			if o.prev != nil {
+				o.from = max(o.from, o.prevMax+1) // prev's tags are dropped
+			}
+			o.prev, o.prevMax = o.cur, o.curMax
+			o.cur = make(map[revision.WriterTag]originAt)
 		}
 		o.cur[op.Origin] = originAt{lsn: e.LSN, rev: op.Rev}
+		o.curMax = e.LSN
 	}
 }
 
-// lookup reports where the request tagged tag was committed, if the index
-// holds it.
-func (o *origins) lookup(tag revision.WriterTag) (lsn, rev int64, ok bool) {
+// setFrom records that the entries before lsn were not all read (the view
+// was rebuilt from a base generation at lsn-1): their tags may be missing.
+func (o *origins) setFrom(lsn int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.from = max(o.from, lsn)
+}
+
+// lookup reports where the request tagged tag was committed (tagFound),
+// or whether it is in no entry after after (tagAbsent) or cannot be told
+// (tagUnknown: the index no longer holds every entry after after). after
+// 0 means the request cannot be anywhere the index does not hold (its first
+// send; or an origin that does not tell): a miss is tagAbsent.
+func (o *origins) lookup(tag revision.WriterTag, after int64) (lsn, rev int64, v tagVerdict) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	at, ok := o.cur[tag]
 	if !ok {
 		at, ok = o.prev[tag]
 	}
-	return at.lsn, at.rev, ok
+	switch {
+	case ok:
+		return at.lsn, at.rev, tagFound
+	case after > 0 && after+1 < o.from:
+		return 0, 0, tagUnknown
+	}
+	return 0, 0, tagAbsent
 }
 
 var fpTable = crc64.MakeTable(crc64.ECMA)

@@ -67,11 +67,17 @@ func slowEngineWith(t testing.TB, st *memlog.Store, name string, rtt time.Durati
 
 func counterValue(t testing.TB, c prometheus.Counter) float64 {
 	t.Helper()
+	return written(t, c).GetCounter().GetValue()
+}
+
+// written is what metric c writes.
+func written(t testing.TB, c prometheus.Metric) *dto.Metric {
+	t.Helper()
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
 		t.Fatal(err)
 	}
-	return m.GetCounter().GetValue()
+	return &m
 }
 
 func TestBarrierRoundsWaitForACommitSentAfterThem(t *testing.T) {

@@ -24,14 +24,15 @@ import (
 // committer), so while the leader's session lives only fenced commits —
 // the leader's — can land. Second, liveness: a ZooKeeper transaction of
 // the leader's session (a commit or a barrier round) sent after the znode
-// was taken, and at most LeaderProofWindow before the read arrived,
-// landed; the session cannot have expired — and the znode cannot have
-// gone — sooner than a session timeout after that send, by the ZooKeeper
-// leader's clock. The window is a third of the session timeout by
-// default: the assumption is that this instance's monotonic clock runs at
-// no less than a third of the rate of the ZooKeeper leader's (the same one
-// the in-memory keepalives make, lease.go). That transaction also read the
-// log at a position (liveProof.lsn) holding every commit that landed
+// was taken, on the session's current connection, and within the proof
+// window before the read arrived, landed. The window follows what
+// ZooKeeper granted the session — the granted timeout and the tick — and
+// is half of how long the session can outlive such a transaction by the
+// ZooKeeper leader's clock (proofwindow.go has the argument and what it
+// assumes: clock rates within a factor of two, no suspended VM). Without a
+// window (the tick unknown, or too long for the timeout granted) the read
+// lease is refused and reads take the barrier. That transaction also read
+// the log at a position (liveProof.lsn) holding every commit that landed
 // before the znode was taken; commits since are the leader's own, applied
 // to its view before they are acknowledged. So the answer is the view, once
 // it has applied that position.
@@ -72,8 +73,8 @@ func (b *Engine) leaseIndex(ctx context.Context) (int64, bool, error) {
 	if !leader || !connected || fence.Path() != h.fence || sid != h.session {
 		return 0, false, nil
 	}
-	p := b.proof.Load()
-	if p == nil || p.session != sid || !p.sent.After(h.taken) || !now.Before(p.sent.Add(b.cfg.LeaderProofWindow)) {
+	p := b.freshProof(sid, now)
+	if p == nil || !p.sent.After(h.taken) {
 		return 0, false, nil
 	}
 	if err := b.flights.waitSettled(ctx, b.ctx.Done()); err != nil {
@@ -132,8 +133,11 @@ func (m *flightMarks) waitSettled(ctx context.Context, closed <-chan struct{}) e
 	return nil
 }
 
-// readLeaseLoop takes the read lease while this instance leads and gives
-// it up when it stops leading (a new session or fence takes it anew).
+// readLeaseLoop takes the read lease while this instance leads and its
+// session's grant allows a proof window, and gives it up when it stops
+// leading or the window goes (a new session or fence takes it anew). A
+// lease refused for want of a window is logged with the values and listed
+// by Warnings.
 func (b *Engine) readLeaseLoop() {
 	defer b.wg.Done()
 	lg := b.log.WithField("component", "read-lease")
@@ -145,6 +149,16 @@ func (b *Engine) readLeaseLoop() {
 			}
 			lg.WithField("why", why).Info("read lease given up")
 		}
+		if b.readLeaseRefused.Load() == nil {
+			b.metrics.readLease.Set(0)
+		}
+	}
+	refuse := func(err error) {
+		msg := "--read-lease refused: " + err.Error()
+		b.metrics.readLease.Set(-1)
+		if old := b.readLeaseRefused.Swap(&msg); old == nil || *old != msg {
+			lg.WithError(err).Error("read lease refused: linearizable reads take a zookeeper round trip until the grant allows a proof window")
+		}
 	}
 	retry := time.NewTicker(500 * time.Millisecond)
 	defer retry.Stop()
@@ -152,10 +166,21 @@ func (b *Engine) readLeaseLoop() {
 		changed, sessCh := b.election.Changed(), b.store.SessionChanged()
 		leader, fence, _ := b.election.State()
 		sid, connected := b.store.Session()
+		g := b.store.Grant()
+		window, werr := proofWindow(g, b.cfg.LeaderProofWindow)
+		switch {
+		case g.Session == sid && werr != nil:
+			release("no proof window")
+			refuse(werr)
+		case g.Session == sid:
+			if b.readLeaseRefused.Swap(nil) != nil {
+				lg.WithFields(logrus.Fields{"granted_timeout": g.Timeout, "tick": g.Tick, "window": window}).Info("read lease allowed again: the grant allows a proof window")
+			}
+		}
 		switch h := b.readLease.Load(); {
 		case !leader || b.servable() != nil:
 			release("not the leader")
-		case !connected:
+		case !connected || g.Session != sid || werr != nil:
 		case h != nil && h.session == sid && h.fence == fence.Path():
 		default:
 			b.readLease.Store(nil)
@@ -163,7 +188,9 @@ func (b *Engine) readLeaseLoop() {
 			switch {
 			case err == nil && got == sid:
 				b.readLease.Store(&heldLease{session: sid, fence: fence.Path(), taken: time.Now()})
-				lg.WithFields(logrus.Fields{"session": sid, "window": b.cfg.LeaderProofWindow}).Info("read lease taken: linearizable reads answered from memory")
+				b.metrics.readLease.Set(1)
+				lg.WithFields(logrus.Fields{"session": sid, "window": window, "granted_timeout": g.Timeout,
+					"requested_timeout": g.Requested, "tick": g.Tick, "tick_from": g.TickFrom}).Info("read lease taken: linearizable reads answered from memory")
 			case errors.Is(err, zkstore.ErrLeaseHeld):
 				lg.Debug("read lease still held by another session (a previous leader's, until it ends)")
 			case err != nil:
@@ -179,4 +206,33 @@ func (b *Engine) readLeaseLoop() {
 		case <-retry.C:
 		}
 	}
+}
+
+// windowLoop follows the proof window the session's grant allows: logs it,
+// and sets its metrics, at every change (proofwindow.go).
+func (b *Engine) windowLoop() {
+	defer b.wg.Done()
+	lg := b.log.WithField("component", "proof-window")
+	var ws *windowState
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := b.store.SessionChanged()
+		ws = b.followWindow(ws, lg)
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+// readLeaseWarnings is a --read-lease this instance refuses because its
+// session's grant allows no proof window (with the values), for Warnings.
+func (b *Engine) readLeaseWarnings() []string {
+	if msg := b.readLeaseRefused.Load(); msg != nil {
+		return []string{*msg}
+	}
+	return nil
 }

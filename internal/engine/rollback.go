@@ -473,7 +473,9 @@ func (b *Engine) writeLoss(rbe *RollbackError, st Log) (string, error) {
 		dir = os.TempDir()
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("loss directory: %w", err)
+		// Better a file in the temporary directory than none.
+		b.log.WithError(err).WithField("dir", dir).Error("loss directory unusable: writing the loss file to the temporary directory")
+		dir = os.TempDir()
 	}
 	name := fmt.Sprintf("zketcd-lost-%016x-%s-rev%d-%d-%s.jsonl", b.store.Meta().ClusterID, sanitize(b.cfg.Name),
 		from, v.Rev, time.Now().UTC().Format("20060102T150405Z"))

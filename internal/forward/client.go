@@ -2,15 +2,18 @@ package forward
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
@@ -19,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 )
 
@@ -31,6 +35,11 @@ type Client struct {
 	// (the engine sends a request of unknown outcome again).
 	ConnectWait time.Duration
 	CallTimeout time.Duration
+	// TLS is the configuration https:// peers are dialed with (the peer
+	// certificate this instance presents, the CA it verifies peers
+	// against); nil: https:// peers cannot be reached. Set it before the
+	// first call.
+	TLS *tls.Config
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -74,12 +83,19 @@ func (c *Client) conn(url string) (*grpc.ClientConn, error) {
 	if cc := c.conns[url]; cc != nil {
 		return cc, nil
 	}
-	t, err := target(url)
+	t, secure, err := target(url)
 	if err != nil {
 		return nil, err
 	}
+	creds := insecure.NewCredentials()
+	if secure {
+		if c.TLS == nil {
+			return nil, fmt.Errorf("internal endpoint %s: https, and this instance has no peer TLS configuration (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file or --peer-auto-tls)", url)
+		}
+		creds = credentials.NewTLS(c.TLS.Clone())
+	}
 	cc, err := grpc.NewClient(t,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1), grpc.MaxCallSendMsgSize(1<<31-1)),
 	)
@@ -136,10 +152,13 @@ func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.Forwar
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token, mdOrigin, formatTag(call.Origin),
+	ctx = metadata.AppendToOutgoingContext(withCaller(ctx, to), mdOrigin, formatTag(call.Origin),
 		mdAuth, strconv.FormatUint(call.AuthFP, 16))
 	if call.Entropy != nil {
 		ctx = metadata.AppendToOutgoingContext(ctx, mdEntropy, string(call.Entropy))
+	}
+	if call.After > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, mdAfter, strconv.FormatInt(call.After, 10))
 	}
 	var header, trailer metadata.MD
 	err = cc.Invoke(ctx, "/"+serviceName+"/"+name, call.Req, call.Resp, grpc.Header(&header), grpc.Trailer(&trailer))
@@ -157,10 +176,26 @@ func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.Forwar
 				return engine.ForwardReply{}, fmt.Errorf("%w: %s refused the token: %w", engine.ErrNotSent, to.URL, err)
 			}
 		}
-		if status.Code(err) == codes.Unimplemented && call.Fresh {
-			// A leader of an older build that does not forward this
-			// method: nothing ran there.
-			return engine.ForwardReply{}, fmt.Errorf("%w: %s does not serve %s: %w", engine.ErrNotSent, to.URL, name, err)
+		if trailer.Get(mdOutcome) == nil {
+			switch status.Code(err) {
+			case codes.Unimplemented:
+				// A leader of an older build that does not forward this
+				// method: nothing ran there.
+				if call.Fresh {
+					return engine.ForwardReply{}, fmt.Errorf("%w: %s does not serve %s: %w", engine.ErrNotSent, to.URL, name, err)
+				}
+			case codes.PermissionDenied:
+				// Refused from its headers (the token), before its message
+				// was read: a stale or misconfigured URL.
+				if call.Fresh {
+					return engine.ForwardReply{}, fmt.Errorf("%w: %s refused the token: %w", engine.ErrNotSent, to.URL, err)
+				}
+			case codes.ResourceExhausted:
+				// Refused from its length prefix (larger than the leader's
+				// --max-request-bytes allows): nothing ran, and sending it
+				// again cannot change that.
+				return engine.ForwardReply{}, &engine.FinalError{Err: rpctypes.ErrGRPCRequestTooLarge}
+			}
 		}
 		return engine.ForwardReply{}, fmt.Errorf("forward to %s: %w", to.URL, err)
 	}
@@ -200,7 +235,7 @@ func (c *Client) KeepAlive(ctx context.Context, to engine.Peer, id int64) (int64
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	ctx = withCaller(ctx, to)
 	out := &pb.LeaseKeepAliveResponse{}
 	if err := cc.Invoke(ctx, "/"+serviceName+"/"+methodKeepAlive, &pb.LeaseKeepAliveRequest{ID: id}, out); err != nil {
 		return 0, fmt.Errorf("keepalive at %s: %w", to.URL, err)
@@ -239,7 +274,7 @@ func (c *Client) read(ctx context.Context, to engine.Peer, method string, req, o
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
+	ctx = withCaller(ctx, to)
 	var header, trailer metadata.MD
 	if err := cc.Invoke(ctx, "/"+serviceName+"/"+method, req, out, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
 		switch {
@@ -255,4 +290,19 @@ func (c *Client) read(ctx context.Context, to engine.Peer, method string, req, o
 		return 0, fmt.Errorf("%s at %s: answer without a log position", method, to.URL)
 	}
 	return lsn, nil
+}
+
+// withCaller adds to ctx's outgoing metadata the peer's token and the
+// credential of the client ctx's request came from (auth.CallerFrom), for
+// the peer to check it against its own auth state.
+func withCaller(ctx context.Context, to engine.Peer) context.Context {
+	kv := []string{mdToken, to.Token}
+	c := auth.CallerFrom(ctx)
+	if c.Token != "" {
+		kv = append(kv, mdCallerToken, c.Token)
+	}
+	if c.CertCN != "" {
+		kv = append(kv, mdCallerCN, c.CertCN)
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
 }

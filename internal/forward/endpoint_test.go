@@ -52,7 +52,7 @@ func serve(t *testing.T, l Leader) engine.Peer {
 	}
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
-	srv := NewServer(l, logrus.NewEntry(lg), nil)
+	srv := NewServer(l, ServerConfig{Logger: logrus.NewEntry(lg)})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return engine.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}

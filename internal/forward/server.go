@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"math"
 	"sort"
@@ -14,13 +15,17 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/translate"
 )
@@ -37,22 +42,75 @@ type Leader interface {
 
 var _ Leader = (*engine.Engine)(nil)
 
+// Authorizer checks a forwarded request against the serving instance's
+// own auth state (a *grpcsrv.ForwardAuthorizer): Authorize returns the
+// context to serve req with, or etcd's error refusing it. rpc is the etcd
+// client API method of the request (engine.WriteKind.RPC); caller is the
+// credential the client presented where the request entered, a CertCN
+// only if the forwarding peer proved its own identity with a verified
+// certificate.
+type Authorizer interface {
+	Authorize(ctx context.Context, rpc string, req proto.Message, caller auth.Caller) (context.Context, error)
+}
+
+// The etcd client API methods of the requests beside the forwarded writes,
+// whose checks the Authorizer applies.
+const (
+	rpcLeaseKeepAlive  = "/etcdserverpb.Lease/LeaseKeepAlive"
+	rpcLeaseTimeToLive = "/etcdserverpb.Lease/LeaseTimeToLive"
+	rpcLeaseLeases     = "/etcdserverpb.Lease/LeaseLeases"
+)
+
+// ServerConfig configures the internal endpoint's server.
+type ServerConfig struct {
+	// TLS, if not nil, serves the endpoint over TLS. A peer whose client
+	// certificate it verified (ClientAuth RequireAndVerifyClientCert,
+	// etcd's --peer-client-cert-auth) has proved its identity: only the
+	// requests of such a peer may carry a client-certificate identity.
+	TLS *tls.Config
+	// MaxMessageBytes bounds every message the endpoint reads (the client
+	// API's limit with the same overhead, grpcsrv.Config.RecvMsgLimit); a
+	// larger one is refused from its length prefix, before anything is
+	// read or allocated for it (0: 2 MiB).
+	MaxMessageBytes int
+	// Authorizer checks every forwarded request, write, keepalive and
+	// lease read, against this instance's auth state (nil: no checks; only
+	// tests of the protocol leave it out).
+	Authorizer Authorizer
+	Logger     *logrus.Entry
+	Registerer prometheus.Registerer
+}
+
+// defaultMaxMessageBytes is etcd's default request limit with the gRPC
+// overhead grpcsrv adds.
+const defaultMaxMessageBytes = 2 * 1024 * 1024
+
 // NewServer returns the internal gRPC server serving l. Every call must
-// present l's token; the server answers PermissionDenied otherwise.
-func NewServer(l Leader, lg *logrus.Entry, reg prometheus.Registerer) *grpc.Server {
-	s := &server{l: l, lg: lg.WithField("component", "forward-server")}
-	srv := grpc.NewServer(
-		grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32),
+// present l's token, checked from the call's headers before any message
+// is read (PermissionDenied otherwise); every forwarded request is checked
+// for its caller by cfg.Authorizer.
+func NewServer(l Leader, cfg ServerConfig) *grpc.Server {
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	s := &server{l: l, lg: cfg.Logger.WithField("component", "forward-server"), authz: cfg.Authorizer, refused: newRefusedMetric(cfg.Registerer)}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes), grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.InTapHandle(s.admit),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-	)
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	srv := grpc.NewServer(opts...)
 	methods := []grpc.MethodDesc{
 		{MethodName: methodReadIndex, Handler: s.readIndex},
 		{MethodName: methodKeepAlive, Handler: s.keepAlive},
-		read(methodLeaseTimeToLive, func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+		read(methodLeaseTimeToLive, rpcLeaseTimeToLive, func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
 			return l.ServeLeaseTimeToLive(ctx, req)
 		}),
-		read(methodLeaseLeases, func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
+		read(methodLeaseLeases, rpcLeaseLeases, func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
 			return l.ServeLeases(ctx)
 		}),
 	}
@@ -69,8 +127,72 @@ func NewServer(l Leader, lg *logrus.Entry, reg prometheus.Registerer) *grpc.Serv
 }
 
 type server struct {
-	l  Leader
-	lg *logrus.Entry
+	l       Leader
+	lg      *logrus.Entry
+	authz   Authorizer
+	refused *prometheus.CounterVec
+}
+
+func newRefusedMetric(reg prometheus.Registerer) *prometheus.CounterVec {
+	m := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "forward_refused_total",
+		Help: "Calls the internal endpoint refused, by reason: bad_token (refused from its headers, before its message was read), no_caller (a forwarded request without its caller's credential while auth is enabled), denied (the caller's credential or permissions refused here).",
+	}, []string{"reason"})
+	if reg != nil {
+		reg.MustRegister(m)
+	}
+	return m
+}
+
+// admit checks a call's token from its headers, before its message is
+// read: a caller without it gets nothing allocated for its message.
+func (s *server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
+	want := s.l.InternalToken()
+	got := info.Header.Get(mdToken)
+	if want == "" || len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), []byte(want)) != 1 {
+		s.refused.WithLabelValues("bad_token").Inc()
+		return nil, status.Error(codes.PermissionDenied, "zketcd: internal endpoint: bad token")
+	}
+	return ctx, nil
+}
+
+// authorize checks req for the caller its metadata names (see
+// Authorizer) and returns the context to serve it with. A refusal of a
+// request without a caller's credential answers outcomeBadToken (nothing
+// ran: its origin, which checked its own client, may commit it itself, as
+// an instance of an older build that forwards no credentials does); any
+// other refusal is the request's final failure, with etcd's error.
+func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (context.Context, error) {
+	if s.authz == nil {
+		return ctx, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	caller := auth.Caller{Token: first(md, mdCallerToken)}
+	if cn := first(md, mdCallerCN); cn != "" && caller.Token == "" && peerVerified(ctx) {
+		caller.CertCN = cn
+	}
+	actx, err := s.authz.Authorize(ctx, rpc, req, caller)
+	switch {
+	case err == nil:
+		return actx, nil
+	case caller.Empty():
+		s.refused.WithLabelValues("no_caller").Inc()
+		return nil, s.fail(ctx, outcomeBadToken, status.Error(codes.PermissionDenied,
+			"zketcd: internal endpoint: auth is enabled and the request carries no credential of its caller"))
+	}
+	s.refused.WithLabelValues("denied").Inc()
+	return nil, s.fail(ctx, outcomeFailed, statusOf(err))
+}
+
+// peerVerified reports whether ctx's connection is TLS with a client
+// certificate this server verified.
+func peerVerified(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return false
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && len(ti.State.VerifiedChains) > 0
 }
 
 // newMessage returns a new empty message of M's type.
@@ -87,21 +209,22 @@ func write(k engine.WriteKind) grpc.MethodDesc {
 		if err := dec(req); err != nil {
 			return nil, err
 		}
-		return s.forward(ctx, req)
+		return s.forward(ctx, k, req)
 	}}
 }
 
-// read is the method desc of a lease read served at the leader: the
-// response, with the position the caller waits for in the mdLSN header, or
-// the not-leader outcome.
-func read[R, T proto.Message](name string, serve func(context.Context, Leader, R) (T, int64, error)) grpc.MethodDesc {
+// read is the method desc of a lease read served at the leader (rpc: its
+// client API method): the response, with the position the caller waits
+// for in the mdLSN header, or the not-leader outcome.
+func read[R, T proto.Message](name, rpc string, serve func(context.Context, Leader, R) (T, int64, error)) grpc.MethodDesc {
 	return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*server)
 		req := newMessage[R]()
 		if err := dec(req); err != nil {
 			return nil, err
 		}
-		if _, err := s.auth(ctx); err != nil {
+		ctx, err := s.authorize(ctx, rpc, req)
+		if err != nil {
 			return nil, err
 		}
 		resp, lsn, err := serve(ctx, s.l, req)
@@ -118,20 +241,8 @@ func read[R, T proto.Message](name string, serve func(context.Context, Leader, R
 	}}
 }
 
-func (s *server) auth(ctx context.Context) (metadata.MD, error) {
+func (s *server) forward(ctx context.Context, k engine.WriteKind, req proto.Message) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	want := s.l.InternalToken()
-	if got := first(md, mdToken); want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-		return nil, s.fail(ctx, outcomeBadToken, status.Error(codes.PermissionDenied, "zketcd: internal endpoint: bad token"))
-	}
-	return md, nil
-}
-
-func (s *server) forward(ctx context.Context, req proto.Message) (any, error) {
-	md, err := s.auth(ctx)
-	if err != nil {
-		return nil, err
-	}
 	tag, err := parseTag(first(md, mdOrigin))
 	if err != nil {
 		return nil, s.fail(ctx, outcomeFailed, status.Error(codes.InvalidArgument, err.Error()))
@@ -144,7 +255,16 @@ func (s *server) forward(ctx context.Context, req proto.Message) (any, error) {
 	if v := md.Get(mdEntropy); len(v) > 0 {
 		entropy = []byte(v[0])
 	}
-	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Req: req, Entropy: entropy})
+	if ctx, err = s.authorize(ctx, k.RPC, req); err != nil {
+		return nil, err
+	}
+	var after int64
+	if v := first(md, mdAfter); v != "" {
+		if after, err = strconv.ParseInt(v, 10, 64); err != nil || after < 0 {
+			return nil, s.fail(ctx, outcomeFailed, status.Error(codes.InvalidArgument, "zketcd: bad re-send position"))
+		}
+	}
+	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Req: req, Entropy: entropy, After: after})
 	var final *engine.FinalError
 	switch {
 	case errors.Is(err, engine.ErrNotLeader):
@@ -188,9 +308,6 @@ func (s *server) readIndex(srv any, ctx context.Context, dec func(any) error, _ 
 	if err := dec(&emptypb.Empty{}); err != nil {
 		return nil, err
 	}
-	if _, err := s.auth(ctx); err != nil {
-		return nil, err
-	}
 	lsn, err := s.l.ReadIndex(ctx)
 	if err != nil {
 		return nil, statusOf(err)
@@ -203,7 +320,8 @@ func (s *server) keepAlive(srv any, ctx context.Context, dec func(any) error, _ 
 	if err := dec(req); err != nil {
 		return nil, err
 	}
-	if _, err := s.auth(ctx); err != nil {
+	ctx, err := s.authorize(ctx, rpcLeaseKeepAlive, req)
+	if err != nil {
 		return nil, err
 	}
 	ttl, err := s.l.ServeKeepAlive(ctx, req.ID)

@@ -41,11 +41,24 @@ const (
 	mdLSN     = "zketcd-lsn"
 	mdDup     = "zketcd-dup-rev"
 	mdOutcome = "zketcd-outcome"
-	// mdEntropy carries an auth change's entropy (binary metadata).
+	// mdEntropy carries an auth change's entropy (binary metadata; a
+	// leader of this build draws its own instead).
 	mdEntropy = "zketcd-entropy-bin"
+	// mdAfter carries a re-send's engine.ForwardCall.After (absent on a
+	// first send, and from builds before it: a leader then takes a miss
+	// of its tag index for an absent tag, as those builds did).
+	mdAfter = "zketcd-after"
+	// mdCallerToken and mdCallerCN carry the credential of the client a
+	// request came from (auth.Caller), for the leader to check it itself.
+	mdCallerToken = "zketcd-caller-token"
+	mdCallerCN    = "zketcd-caller-cn"
 )
 
-// Values of mdOutcome.
+// Values of mdOutcome. outcomeBadToken is any refusal before the request
+// ran that its origin may answer by committing it itself: today a request
+// without its caller's credential while auth is on (a bad token is refused
+// from the headers, without a trailer; older builds sent this outcome for
+// it, and their clients read it the same way).
 const (
 	outcomeNotLeader   = "not-leader"
 	outcomeAuthChanged = "auth-changed"
@@ -77,11 +90,15 @@ func first(md metadata.MD, key string) string {
 	return ""
 }
 
-// target turns an advertised URL (http://host:port) into a gRPC target.
-func target(url string) (string, error) {
+// target turns an advertised URL (http:// or https://host:port) into a
+// gRPC target, and tells whether it is https.
+func target(url string) (t string, secure bool, err error) {
 	rest, ok := strings.CutPrefix(url, "http://")
-	if !ok || rest == "" || strings.Contains(rest, "/") {
-		return "", fmt.Errorf("internal URL %q: want http://host:port", url)
+	if !ok {
+		rest, secure = strings.CutPrefix(url, "https://")
 	}
-	return "dns:///" + rest, nil
+	if (!ok && !secure) || rest == "" || strings.Contains(rest, "/") {
+		return "", false, fmt.Errorf("internal URL %q: want http:// or https://host:port", url)
+	}
+	return "dns:///" + rest, secure, nil
 }

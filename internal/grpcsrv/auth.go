@@ -3,10 +3,12 @@ package grpcsrv
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -32,6 +34,10 @@ type Auth interface {
 	LeaseKeys(id int64) (keys [][]byte, ok bool)
 	// LeaseIDs returns the ID of every lease, ascending.
 	LeaseIDs() []int64
+	// CanEnableAuth returns nil, or the gRPC status error AuthEnable
+	// answers instead of enabling authentication (the root's ZooKeeper
+	// data is world-readable).
+	CanEnableAuth() error
 }
 
 // authServer answers etcd's Auth service from the auth store. Changes go
@@ -46,6 +52,14 @@ type authServer struct {
 	lg        *logrus.Entry
 	write     func(ctx context.Context, req proto.Message, entropy []byte) (proto.Message, error)
 	linearize func(ctx context.Context) error
+	canEnable func() error
+	// localSecret: tokens are signed with a secret outside ZooKeeper.
+	localSecret bool
+	// guesses bounds failed Authenticate calls per user (authlimit.go).
+	guesses *authLimiter
+	// checks bounds the password checks running at once (bcrypt, ~50 ms
+	// of a core each) to the cores the process may use.
+	checks chan struct{}
 }
 
 var _ pb.AuthServer = (*authServer)(nil)
@@ -94,11 +108,27 @@ func (s *authServer) read(ctx context.Context, req proto.Message) (proto.Message
 // a user just created through another instance can log in) and returns a
 // token. With auth off it answers "authentication is not enabled", which
 // clientv3 takes as "carry on without a token".
+//
+// A user name that failed too often is refused with etcd's "too many
+// requests" before its password is checked (authlimit.go).
 func (s *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	if err := s.guesses.allow(r.Name); err != nil {
+		s.lg.WithField("user", r.Name).Warn("Authenticate refused: too many failures for this user")
+		return nil, err
+	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
+	select {
+	case s.checks <- struct{}{}:
+	case <-ctx.Done():
+		return nil, toGRPCError(s.lg, ctx.Err())
+	}
 	resp, err := s.st.Authenticate(r.Name, r.Password)
+	<-s.checks
+	if errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
+		s.guesses.failure(r.Name)
+	}
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
@@ -106,9 +136,17 @@ func (s *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 }
 
 func (s *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
+	if err := s.canEnable(); err != nil {
+		s.lg.WithError(err).Warn("AuthEnable refused")
+		return nil, err
+	}
 	m, err := s.change(ctx, r)
 	if err != nil {
 		return nil, err
+	}
+	if !s.localSecret {
+		s.lg.Warn("authentication enabled with simple tokens signed by a secret kept in ZooKeeper: whoever reads ZooKeeper's data " +
+			"(its ACL identity, a copy of its data directory, a backup) can mint tokens; give every instance the same --auth-token simple,secret-file=<file> or use jwt")
 	}
 	return m.(*pb.AuthEnableResponse), nil
 }

@@ -4,12 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"runtime"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/internal/auth"
 )
@@ -19,6 +24,10 @@ import (
 // reaches the engine). With authentication off every check passes.
 type authorizer struct {
 	st *auth.Store
+	// localSecret: tokens are signed with a secret outside ZooKeeper.
+	localSecret bool
+	// canEnable is Auth.CanEnableAuth: nil, or why AuthEnable is refused.
+	canEnable func() error
 	// linearize waits until the view has applied every committed entry.
 	linearize func(ctx context.Context) error
 	// leaseKeys returns the keys attached to a lease, and whether it exists.
@@ -70,12 +79,47 @@ func (a *authorizer) requireInfo(ctx context.Context, c auth.Checker) error {
 	return nil
 }
 
+// recipeService reports the services built as clients of the others
+// (lockelect): etcd's v3lock and v3election.
+func recipeService(method string) bool {
+	return strings.HasPrefix(method, "/v3lockpb.Lock/") || strings.HasPrefix(method, "/v3electionpb.Election/")
+}
+
+// recipeIdentity gives a recipe call a token for its inner calls when its
+// caller authenticated by client certificate (the inner calls travel over
+// the in-process connection, which has no certificate); a call with a
+// token, or without any identity, is left as it is (its inner calls are
+// refused as etcd refuses them then).
+func (a *authorizer) recipeIdentity(ctx context.Context, c auth.Checker) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if len(md[rpctypes.TokenFieldNameGRPC]) > 0 || len(md[rpctypes.TokenFieldNameSwagger]) > 0 {
+		return ctx, nil
+	}
+	ai, err := a.info(ctx, c)
+	if err != nil || ai == nil {
+		return ctx, err
+	}
+	tok, err := a.st.TokenFor(ai.Username)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "etcdserver: no token for %s's lock and election calls: %v", ai.Username, err)
+	}
+	md = md.Copy()
+	md.Set(rpctypes.TokenFieldNameGRPC, tok)
+	return metadata.NewIncomingContext(ctx, md), nil
+}
+
 // unary checks the unary RPCs.
 func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	c := a.st.Checker()
 	if c.Enabled() {
 		if err := a.check(ctx, info.FullMethod, req, c); err != nil {
 			return nil, err
+		}
+		if recipeService(info.FullMethod) {
+			var err error
+			if ctx, err = a.recipeIdentity(ctx, c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// A write is checked again inside its batch if the auth state changed
@@ -91,7 +135,18 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 		return a.check(context.WithValue(ctx, recheckKey{}, true), info.FullMethod, req, at)
 	})
-	return handler(auth.WithCheck(ctx, recheck), req)
+	// The caller's credential travels with a request the engine forwards
+	// to the leader instance, which checks it again (ForwardAuthorizer).
+	return handler(auth.WithCheck(a.withCaller(ctx), recheck), req)
+}
+
+// withCaller attaches the credential ctx's request presents, for the
+// engine to forward with it.
+func (a *authorizer) withCaller(ctx context.Context) context.Context {
+	if a == nil {
+		return ctx
+	}
+	return auth.WithCaller(ctx, a.st.CallerOf(ctx))
 }
 
 // stream checks the streaming RPCs: Snapshot is root-only, RangeStream's
@@ -110,8 +165,23 @@ func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	case "/etcdserverpb.KV/RangeStream":
 		return handler(srv, &checkedStream{ServerStream: ss, a: a, method: info.FullMethod})
 	}
+	if recipeService(info.FullMethod) { // Observe
+		ctx, err := a.recipeIdentity(ss.Context(), c)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+	}
 	return handler(srv, ss)
 }
+
+// contextStream is a stream with another context.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
 
 // checkedStream checks every request a client stream delivers before the
 // handler sees it.
@@ -131,6 +201,12 @@ func (s *checkedStream) RecvMsg(m any) error {
 func (a *authorizer) check(ctx context.Context, method string, req any, c auth.Checker) error {
 	if strings.HasPrefix(method, "/grpc.health.v1.") {
 		return nil // probes never carry credentials
+	}
+	if recipeService(method) {
+		// v3lock and v3election are clientv3 recipes over KV, Lease and
+		// Watch: as etcd, zketcd checks only their inner calls, which
+		// carry the caller's identity (see recipeIdentity).
+		return nil
 	}
 	switch method {
 	case "/etcdserverpb.Auth/Authenticate":
@@ -340,7 +416,11 @@ func (a *authorizer) leaseRenew(ctx context.Context, id int64) error {
 	if a == nil {
 		return nil
 	}
-	c := a.st.Checker()
+	return a.leaseRenewAt(ctx, a.st.Checker(), id)
+}
+
+// leaseRenewAt is leaseRenew against the state of c.
+func (a *authorizer) leaseRenewAt(ctx context.Context, c auth.Checker, id int64) error {
 	if !c.Enabled() {
 		return nil
 	}
@@ -402,14 +482,17 @@ func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 		st.Close()
 	}()
 	return &authorizer{
-		st:        st,
-		linearize: be.Linearize,
-		leaseKeys: be.LeaseKeys,
-		leaseIDs:  be.LeaseIDs,
+		st:          st,
+		localSecret: cfg.Auth.Tokens != nil && auth.LocalSecret(cfg.Auth.Tokens),
+		canEnable:   be.CanEnableAuth,
+		linearize:   be.Linearize,
+		leaseKeys:   be.LeaseKeys,
+		leaseIDs:    be.LeaseIDs,
 	}
 }
 
 // newAuthServer returns the Auth service on az's store.
-func newAuthServer(az *authorizer, be Auth, hdr header, lg *logrus.Entry) *authServer {
-	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize}
+func newAuthServer(az *authorizer, be Auth, hdr header, lg *logrus.Entry, reg prometheus.Registerer) *authServer {
+	return &authServer{st: az.st, hdr: hdr, lg: lg, write: be.AuthWrite, linearize: be.Linearize, canEnable: az.canEnable,
+		localSecret: az.localSecret, guesses: newAuthLimiter(reg), checks: make(chan struct{}, runtime.GOMAXPROCS(0))}
 }

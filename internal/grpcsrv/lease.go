@@ -115,7 +115,7 @@ func (s *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKee
 		if err := s.authz.leaseRenew(stream.Context(), req.ID); err != nil {
 			return err
 		}
-		ttl, err := s.be.LeaseRenew(stream.Context(), req.ID)
+		ttl, err := s.be.LeaseRenew(s.authz.withCaller(stream.Context()), req.ID)
 		if err != nil {
 			return toGRPCError(s.lg, err)
 		}

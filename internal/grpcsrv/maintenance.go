@@ -33,6 +33,12 @@ type Maintenance interface {
 	// alarms of the view without a barrier.
 	Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmMember, error)
 	Alarms() []*pb.AlarmMember
+	// Warnings lists conditions Status reports in Errors after the alarms
+	// (etcd's StatusResponse has no other place for them), what the
+	// operator must fix that does not stop the instance from serving: a
+	// setting this instance refuses to act on, with the values that made it
+	// refuse; a world-readable ZooKeeper root.
+	Warnings() []string
 	// Defragment frees the space compacted history still takes at once.
 	Defragment(ctx context.Context) error
 	// Leader reports whether this instance is the leader instance and the
@@ -104,6 +110,7 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	for _, a := range s.be.Alarms() {
 		resp.Errors = append(resp.Errors, alarmText(a))
 	}
+	resp.Errors = append(resp.Errors, s.be.Warnings()...)
 	return resp, nil
 }
 

@@ -154,18 +154,32 @@ func (cfg *Config) Validate() error {
 	return nil
 }
 
+// RecvMsgLimit is the largest message the server reads: MaxRequestBytes
+// and etcd's gRPC overhead.
+func (cfg Config) RecvMsgLimit() int {
+	cfg.setDefaults()
+	return cfg.MaxRequestBytes + grpcOverheadBytes
+}
+
 // New returns a gRPC server with every etcd service registered on be, and
 // the gRPC health service, whose status follows be.Health until ctx ends.
 // Errors: an invalid Config.
 func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
+	srv, _, err := NewWithForwardAuthorizer(ctx, cfg, be)
+	return srv, err
+}
+
+// NewWithForwardAuthorizer is New, and the ForwardAuthorizer of the
+// requests other instances forward to this one, on the same auth store.
+func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc.Server, *ForwardAuthorizer, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lg := cfg.Logger.WithField("component", "grpc")
 	m := newRPCMetrics(cfg.Registerer)
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes + grpcOverheadBytes),
+		grpc.MaxRecvMsgSize(cfg.RecvMsgLimit()),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -194,7 +208,7 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 	pb.RegisterMaintenanceServer(srv, newMaintenanceServer(be, hdr, lg))
 	pb.RegisterClusterServer(srv, &clusterServer{be: be, hdr: hdr, lg: lg})
 	pb.RegisterLeaseServer(srv, &leaseServer{be: be, hdr: hdr, lg: lg, stop: ctx.Done(), maxRequestBytes: cfg.MaxRequestBytes, authz: az})
-	pb.RegisterAuthServer(srv, newAuthServer(az, be, hdr, lg))
+	pb.RegisterAuthServer(srv, newAuthServer(az, be, hdr, lg, cfg.Registerer))
 	pb.RegisterWatchServer(srv, &watchServer{be: be, hdr: hdr, lg: lg,
 		maxRequestBytes: cfg.MaxRequestBytes, progressInterval: cfg.WatchProgressNotifyInterval, stop: ctx.Done(),
 		maxWatchers: cfg.MaxWatchersPerStream, authz: az})
@@ -202,7 +216,7 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	go followHealth(ctx, be, hs, lg)
-	return srv, nil
+	return srv, &ForwardAuthorizer{a: az}, nil
 }
 
 // followHealth keeps the gRPC health status in step with the engine:

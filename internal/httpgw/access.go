@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 )
 
@@ -45,6 +46,7 @@ func (l allowList) allows(v string) bool {
 type accessControl struct {
 	cors, hosts allowList
 	lg          *logrus.Entry
+	refused     *prometheus.CounterVec // by reason: host, origin
 	next        http.Handler
 }
 
@@ -56,6 +58,7 @@ func (a *accessControl) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		host := hostname(r)
 		if !a.hosts.allows(host) {
 			a.lg.WithField("host", host).Warn("HTTP request refused: its Host is not in --host-whitelist (DNS rebinding guard)")
+			a.refused.WithLabelValues("host").Inc()
 			http.Error(w, misdirected(host), http.StatusMisdirectedRequest)
 			return
 		}
@@ -63,8 +66,15 @@ func (a *accessControl) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch origin := r.Header.Get("Origin"); {
 	case a.cors.all():
 		addCORS(w, "*")
+	case origin == "":
+		// Not a browser's cross-origin request (etcdctl, curl).
 	case a.cors.allows(origin):
 		addCORS(w, origin)
+	default:
+		a.lg.WithField("origin", origin).Warn("HTTP request refused: its Origin is not in --cors")
+		a.refused.WithLabelValues("origin").Inc()
+		http.Error(w, forbiddenOrigin(origin), http.StatusForbidden)
+		return
 	}
 	if r.Method == http.MethodOptions {
 		w.WriteHeader(http.StatusOK)
@@ -93,4 +103,10 @@ func misdirected(host string) string {
 		"Either serve the client URLs with TLS (any Host is accepted over HTTPS), or start zketcd with\n"+
 		"--host-whitelist listing this hostname (e.g. --host-whitelist %q).\n\n"+
 		"The check guards plain-HTTP endpoints against DNS rebinding (CVE-2018-5702).\n", host, host)
+}
+
+// forbiddenOrigin is the body of a refusal by origin.
+func forbiddenOrigin(origin string) string {
+	return fmt.Sprintf("\nzketcd refused this request: its Origin %q is not an allowed origin.\n\n"+
+		"Start zketcd with --cors listing it (e.g. --cors %q) to let pages of that origin use the HTTP API.\n", origin, origin)
 }

@@ -7,13 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 
 	"github.com/gorilla/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/sirupsen/logrus"
-	"github.com/tmc/grpc-websocket-proxy/wsproxy"
 	gw "go.etcd.io/etcd/api/v3/etcdserverpb/gw"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -140,17 +137,11 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // gatewayHandler serves /v3/: a WebSocket upgrade becomes one streaming
-// request to the gateway (etcd's wsproxy: each text message one JSON
-// request, each response line one message; the method is POST whatever
-// the upgrade's), anything else a request with a bounded body.
+// request to the gateway (websocket.go), anything else a request with a
+// bounded body.
 func (s *Server) gatewayHandler(gw http.Handler) http.Handler {
-	ws := wsproxy.WebsocketProxy(gw,
-		wsproxy.WithRequestMutator(func(_ *http.Request, out *http.Request) *http.Request {
-			out.Method = http.MethodPost
-			return out
-		}),
-		wsproxy.WithMaxRespBodyBufferSize(math.MaxInt32),
-		wsproxy.WithLogger(wsLogger{s.lg.WithField("component", "websocket")}))
+	ws := &wsProxy{gw: gw, origins: newAllowList(s.cfg.CORS), limit: s.limit, writeTimeout: s.cfg.WriteTimeout,
+		lg: s.lg.WithField("component", "websocket")}
 	bounded := s.bounded(gw)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if websocket.IsWebSocketUpgrade(r) {
@@ -160,10 +151,3 @@ func (s *Server) gatewayHandler(gw http.Handler) http.Handler {
 		bounded.ServeHTTP(w, r)
 	})
 }
-
-// wsLogger is wsproxy's logger over logrus (its warnings are a client's
-// connection ending, so at debug level).
-type wsLogger struct{ lg *logrus.Entry }
-
-func (l wsLogger) Warnln(args ...any)  { l.lg.Debug(fmt.Sprint(args...)) }
-func (l wsLogger) Debugln(args ...any) { l.lg.Trace(fmt.Sprint(args...)) }

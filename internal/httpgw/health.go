@@ -20,6 +20,9 @@ const healthTimeout = 7 * time.Second
 type healthBody struct {
 	Health string `json:"health"`
 	Reason string `json:"reason"`
+	// Warnings is zketcd's: what to fix that does not make the instance
+	// unhealthy (etcd's clients ignore the field).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // onlyGet answers etcd's 405 to anything but GET and tells whether r may go on.
@@ -63,6 +66,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	serializable := r.URL.Query().Get("serializable") == "true"
 	h := s.checkHealth(r.Context(), querySet(r, "exclude"), serializable)
+	if s.cfg.Warnings != nil {
+		h.Warnings = s.cfg.Warnings()
+	}
 	d, _ := json.Marshal(h)
 	if h.Health != "true" {
 		s.lg.WithField("reason", h.Reason).Warn("/health is false")

@@ -26,19 +26,23 @@ func closedWithin(c net.Conn, d time.Duration) bool {
 	return true
 }
 
+// rawConn opens a TCP connection to addr, closed when the test ends.
+func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func TestConnectionsThatNeverStartARequestAreClosed(t *testing.T) {
 	zk := zkservertest.Standalone(t)
 	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{Configure: func(c *embed.Config) {
 		c.GRPC.ConnectionTimeout = 500 * time.Millisecond
 	}})
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", in.Endpoint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return rawConn(t, in.Endpoint()) }
 	// Silent, half a preface, a preface and then only PINGs: all closed
 	// once the handshake timeout has passed.
 	silent := dial()

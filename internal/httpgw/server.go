@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"golang.org/x/net/http2"
@@ -51,6 +52,10 @@ type Config struct {
 	Read func(ctx context.Context, serializable bool) error
 	// Alarms lists the active alarms for /health and /readyz (nil: none).
 	Alarms func(ctx context.Context) ([]*pb.AlarmMember, error)
+	// Warnings lists what the operator must fix that does not make the
+	// instance unhealthy (a world-readable ZooKeeper root); /health shows
+	// them (nil: none).
+	Warnings func() []string
 	// Metrics serves /metrics (nil: not served).
 	Metrics http.Handler
 	// Debug, if not nil, serves /debug/ (the runtime profiles of
@@ -69,6 +74,17 @@ type Config struct {
 	// HostWhitelist lists the Host names accepted on connections without
 	// TLS (etcd's --host-whitelist; empty or "*": every host).
 	HostWhitelist []string
+	// ReadTimeout bounds the reading of one HTTP request, headers and body
+	// (0: DefaultReadTimeout); WriteTimeout each write of a response or of
+	// a WebSocket message (0: DefaultWriteTimeout); IdleTimeout an idle
+	// keep-alive or HTTP/2 connection (0: DefaultIdleTimeout).
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConnections bounds the connections of all the listeners given to
+	// Serve, gRPC's included (0: DefaultMaxConnections; negative:
+	// unbounded). Accept waits while it is reached, as etcd's.
+	MaxConnections int
+	// Registerer receives the server's metrics (nil: not registered).
+	Registerer prometheus.Registerer
 	// Logger receives structured logs.
 	Logger *logrus.Entry
 }
@@ -84,6 +100,10 @@ type Server struct {
 	pipeL *chanListener // in-process gateway connections
 	httpL *chanListener // HTTP/1.x connections
 	conn  *grpc.ClientConn
+
+	metrics *metrics
+	conns   *connLimit
+	closedC chan struct{} // closed by Close
 
 	handler http.Handler
 	http1   *http.Server
@@ -110,8 +130,24 @@ func New(cfg Config) (*Server, error) {
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections()
+	}
+	m := newMetrics(cfg.Registerer, cfg.MaxConnections)
 	s := &Server{
 		cfg:     cfg,
+		metrics: m,
+		conns:   newConnLimit(cfg.MaxConnections, func(d int) { m.connections.Add(float64(d)) }),
+		closedC: make(chan struct{}),
 		lg:      cfg.Logger.WithField("component", "http"),
 		limit:   MaxBodyBytes(cfg.MaxRequestBytes),
 		grpcL:   newChanListener(pipeAddr{}),
@@ -158,15 +194,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Debug != nil {
 		mux.Handle("/debug/", cfg.Debug)
 	}
-	s.handler = &accessControl{cors: newAllowList(cfg.CORS), hosts: newAllowList(cfg.HostWhitelist), lg: s.lg, next: mux}
+	s.handler = &accessControl{cors: newAllowList(cfg.CORS), hosts: newAllowList(cfg.HostWhitelist), lg: s.lg, refused: m.refused,
+		next: deadlines(cfg.ReadTimeout, cfg.WriteTimeout, mux)}
 	quiet := log.New(io.Discard, "", 0) // client mistakes are not server errors
-	s.http1 = &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Minute, ErrorLog: quiet}
+	s.http1 = &http.Server{Handler: s.handler, ReadHeaderTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout, ErrorLog: quiet}
 	streams := cfg.MaxConcurrentStreams
 	if streams == 0 || streams > math.MaxInt32 {
 		streams = math.MaxInt32
 	}
 	//lint:ignore SA1019 see the http2 field.
-	s.http2 = &http2.Server{MaxConcurrentStreams: streams}
+	s.http2 = &http2.Server{MaxConcurrentStreams: streams, IdleTimeout: cfg.IdleTimeout}
 	go func() {
 		if err := s.http1.Serve(s.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, errListenerClosed) {
 			s.lg.WithError(err).Error("http serve loop ended")
@@ -197,7 +234,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listeners = append(s.listeners, l)
 	s.mu.Unlock()
 	for {
-		c, err := l.Accept()
+		c, err := s.conns.accept(l, s.closedC)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -283,6 +320,7 @@ func (s *Server) Close() {
 		return
 	}
 	s.closed = true
+	close(s.closedC)
 	ls := slices.Clone(s.listeners)
 	var h2 []net.Conn
 	for c := range s.h2conns {

@@ -3,6 +3,7 @@ package lossfile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,7 +16,15 @@ type ReplayOptions struct {
 	// Force writes keys changed since the fork too (by default they are
 	// skipped: overwriting them would undo writes made after the restore).
 	Force bool
+	// AnyCluster replays into a target whose cluster ID is not the
+	// header's (by default Replay stops with ErrOtherCluster before it
+	// writes anything).
+	AnyCluster bool
 }
+
+// ErrOtherCluster is returned by Replay when the target's cluster ID (in
+// every response header) is not the loss file's.
+var ErrOtherCluster = errors.New("the target is not the cluster the loss file was written for")
 
 // Action is what Replay did, or would do in a dry run, with one key.
 type Action struct {
@@ -55,6 +64,10 @@ func Replay(ctx context.Context, kv clientv3.KV, h Header, recs []Record, opts R
 		get, err := kv.Get(ctx, string(r.Key))
 		if err != nil {
 			return out, fmt.Errorf("read %q: %w", r.Key, err)
+		}
+		if id := fmt.Sprintf("%x", get.Header.GetClusterId()); id != h.ClusterID && !opts.AnyCluster {
+			return out, fmt.Errorf("%w: the file is of cluster %s (root %s), the target answers as cluster %s; --ignore-cluster-id replays anyway",
+				ErrOtherCluster, h.ClusterID, h.Root, id)
 		}
 		var cur *struct {
 			mod   int64

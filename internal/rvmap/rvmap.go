@@ -32,8 +32,10 @@ type span struct {
 }
 
 // Open connects to ZooKeeper with cfg, builds the index and disconnects.
+// It only reads: a missing root is an error (zkstore.ErrNoRoot), and a root
+// is never re-ACLed.
 func Open(ctx context.Context, cfg zkstore.Config) (*Index, error) {
-	st, err := zkstore.Open(ctx, cfg)
+	st, err := zkstore.OpenInspector(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

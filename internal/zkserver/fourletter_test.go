@@ -27,7 +27,7 @@ func TestConfigHasLoopbackAndExtras(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := o.config("/d", 2181, []quorumPeer{{id: 1, quorumPort: 1, elecPort: 2}})
-	for _, want := range []string{"clientPortAddress=127.0.0.1\n", "server.1=127.0.0.1:1:2\n", "forceSync=no\n", "4lw.commands.whitelist=srvr,mntr,ruok,stat\n", "admin.enableServer=false\n", "tickTime=2000\n"} {
+	for _, want := range []string{"clientPortAddress=127.0.0.1\n", "server.1=127.0.0.1:1:2\n", "forceSync=no\n", "4lw.commands.whitelist=srvr,mntr,ruok,stat,conf\n", "admin.enableServer=false\n", "tickTime=2000\n"} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}

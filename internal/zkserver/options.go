@@ -384,7 +384,7 @@ func (o Options) config(dataDir string, clientPort int, peers []quorumPeer) stri
 	fmt.Fprintf(&b, "clientPort=%d\n", clientPort)
 	b.WriteString("clientPortAddress=127.0.0.1\n")
 	b.WriteString("admin.enableServer=false\n")
-	b.WriteString("4lw.commands.whitelist=srvr,mntr,ruok,stat\n")
+	b.WriteString("4lw.commands.whitelist=srvr,mntr,ruok,stat,conf\n")
 	b.WriteString("autopurge.purgeInterval=1\n")
 	b.WriteString("autopurge.snapRetainCount=3\n")
 	if o.MaxSessionTimeout > 0 {

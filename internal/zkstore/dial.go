@@ -24,8 +24,12 @@ func handshakeTimeout(session time.Duration) time.Duration {
 }
 
 // dialer returns go-zookeeper's dial function: TCP, or TLS when tlsCfg is
-// not nil, with the connect handshake bounded by handshake.
-func dialer(tlsCfg *tls.Config, handshake time.Duration) func(network, address string, timeout time.Duration) (net.Conn, error) {
+// not nil, with the connect handshake bounded by handshake, and SASL
+// DIGEST-MD5 run on each connection when sasl is not nil (sasl.go).
+// connected, if not nil, is told each connection's session and granted
+// timeout, as the connect response has them, before go-zookeeper sees the
+// end of it.
+func dialer(tlsCfg *tls.Config, handshake time.Duration, sasl *saslState, connected func(session int64, timeout time.Duration)) func(network, address string, timeout time.Duration) (net.Conn, error) {
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
 		d := &net.Dialer{Timeout: timeout}
 		var (
@@ -40,7 +44,12 @@ func dialer(tlsCfg *tls.Config, handshake time.Duration) func(network, address s
 		if err != nil {
 			return nil, err
 		}
-		return newHandshakeConn(c, time.Now().Add(handshake)), nil
+		if sasl != nil {
+			c = &saslConn{Conn: c, st: sasl}
+		}
+		hc := newHandshakeConn(c, time.Now().Add(handshake))
+		hc.connected = connected
+		return hc, nil
 	}
 }
 
@@ -49,15 +58,26 @@ func dialer(tlsCfg *tls.Config, handshake time.Duration) func(network, address s
 // server sends) has been read whole; from then on it is the plain
 // connection. It is used as go-zookeeper uses a connection: one reader and
 // one writer goroutine; after the handshake each call costs one atomic load.
+//
+// The connect response is jute's ConnectResponse: protocolVersion (int32),
+// timeOut (int32, the session timeout the server granted, in
+// milliseconds), sessionId (int64), passwd, and readOnly. Its first 16
+// bytes are kept, and connected is told the session and the timeout when
+// the response is whole (a session ID of 0 means the session expired).
 type handshakeConn struct {
 	net.Conn
-	deadline time.Time
-	done     atomic.Bool
+	deadline  time.Time
+	done      atomic.Bool
+	connected func(session int64, timeout time.Duration)
 
 	// Touched by the reader only.
-	hdr  [4]byte
+	hdr  [4 + connectHead]byte
 	read int // bytes of the connect response read so far
 }
+
+// connectHead is how much of the connect response's body is kept: its
+// protocol version, timeout and session ID.
+const connectHead = 16
 
 func newHandshakeConn(c net.Conn, deadline time.Time) *handshakeConn {
 	// Until go-zookeeper sets its own deadlines, the bound holds.
@@ -97,9 +117,13 @@ func (c *handshakeConn) Read(p []byte) (int, error) {
 		}
 		c.read++
 	}
-	if c.read >= len(c.hdr) && c.read >= len(c.hdr)+int(binary.BigEndian.Uint32(c.hdr[:])) {
+	if c.read >= 4 && c.read >= 4+int(binary.BigEndian.Uint32(c.hdr[:4])) {
 		// The connect response is in: go-zookeeper's deadlines apply
 		// unchanged from now on, and it had asked for none at this point.
+		if body := int(binary.BigEndian.Uint32(c.hdr[:4])); c.connected != nil && body >= connectHead {
+			timeout := time.Duration(int32(binary.BigEndian.Uint32(c.hdr[8:12]))) * time.Millisecond
+			c.connected(int64(binary.BigEndian.Uint64(c.hdr[12:20])), timeout)
+		}
 		c.done.Store(true)
 		_ = c.Conn.SetDeadline(time.Time{})
 	}

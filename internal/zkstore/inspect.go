@@ -32,6 +32,11 @@ func OpenInspector(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("read meta under %s: %w", s.l.root, ErrNoRoot)
 	}
+	if errors.Is(err, zk.ErrNoAuth) {
+		err = s.noAccess(s.l.meta())
+		s.Close()
+		return nil, err
+	}
 	if err != nil {
 		s.Close()
 		return nil, s.wrap("read meta", err)

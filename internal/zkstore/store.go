@@ -48,15 +48,26 @@ type Config struct {
 	Root string
 	// SessionTimeout is the ZooKeeper session timeout.
 	SessionTimeout time.Duration
-	// Auth holds "scheme:credential" strings (e.g. "digest:user:pass") added
-	// to the session. With a digest credential every znode zketcd creates
-	// gets an ACL granting all permissions to that identity only.
+	// Auth holds at most one identity, "scheme:credential": digest:user:password,
+	// x509 (the TLS client certificate of TLS) or sasl:user:password (SASL
+	// DIGEST-MD5). Every znode zketcd creates gets an ACL granting all
+	// permissions to that identity only, and Open re-ACLs a root whose
+	// znodes carry another ACL (see ReACL). Without one the znodes are
+	// world-readable and writable (ACLReport says so). An unknown scheme
+	// is an error (ErrUnknownScheme).
 	Auth []string
+	// FormerAuth holds identities the session also proves (digest or
+	// sasl), to reach znodes ACLed to them when the root moves to Auth's.
+	FormerAuth []string
 	// MaxEntryBytes bounds one encoded log entry (the byte budget B).
 	MaxEntryBytes int
 	// TLS, if set, is used for every connection to ZooKeeper (its
 	// secureClientPort).
 	TLS *tls.Config
+	// TickTime is ZooKeeper's tickTime as the operator declares it, for
+	// servers that do not allow the conf four-letter word (0: only what
+	// conf answers). See Grant.
+	TickTime time.Duration
 	// Logger receives structured logs (required).
 	Logger *logrus.Entry
 }
@@ -101,19 +112,25 @@ type Store struct {
 	cfg  Config
 	l    layout
 	conn *zk.Conn
+	id   *identity // nil: world-readable znodes
 	acl  []zk.ACL
 	log  *logrus.Entry
 	meta Meta
 	// format is the root's meta format as last read (see RaiseFormat): what
 	// writers may use.
 	format atomic.Int32
+	// grants follows what ZooKeeper granted the session (grant.go).
+	grants *grants
 
 	mu        sync.Mutex
+	aclReport ACLReport
 	buckets   map[int64]bool // buckets known to exist
 	sessionID int64
 	connected bool
 	member    *Member // re-created after a new session
 	sessionCh chan struct{}
+
+	sasl *saslState // nil: no SASL identity
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -128,8 +145,14 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	lg := cfg.Logger.WithField("component", "zkstore")
+	id, former, err := parseIdentities(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sasl := newSASLState(append([]*identity{id}, former...))
+	gs := &grants{}
 	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(zkLogger{lg}),
-		zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dialer(cfg.TLS, handshakeTimeout(cfg.SessionTimeout))))
+		zk.WithMaxConnBufferSize(zkBufferBytes), zk.WithDialer(dialer(cfg.TLS, handshakeTimeout(cfg.SessionTimeout), sasl, gs.connected)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to zookeeper %v: %w", cfg.Servers, err)
 	}
@@ -137,25 +160,25 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:       cfg,
 		l:         layout{root: cfg.Root},
 		conn:      conn,
+		id:        id,
+		grants:    gs,
 		acl:       zk.WorldACL(zk.PermAll),
 		log:       lg,
 		buckets:   map[int64]bool{},
 		sessionCh: make(chan struct{}),
 		closed:    make(chan struct{}),
+		sasl:      sasl,
 	}
-	for _, a := range cfg.Auth {
-		scheme, cred, ok := strings.Cut(a, ":")
-		if !ok {
-			conn.Close()
-			return nil, fmt.Errorf("zookeeper auth %q: want scheme:credential", "<redacted>")
+	if id != nil {
+		s.acl = id.acl
+	}
+	for _, a := range append([]*identity{id}, former...) {
+		if a == nil || a.scheme != SchemeDigest {
+			continue
 		}
-		if err := conn.AddAuth(scheme, []byte(cred)); err != nil {
+		if err := conn.AddAuth(SchemeDigest, []byte(a.user+":"+a.pass)); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("add zookeeper auth (scheme %s): %w", scheme, err)
-		}
-		if scheme == "digest" {
-			user, pass, _ := strings.Cut(cred, ":")
-			s.acl = zk.DigestACL(zk.PermAll, user, pass)
+			return nil, fmt.Errorf("add zookeeper auth (digest %s): %w", a.user, err)
 		}
 	}
 	s.wg.Add(1)
@@ -164,6 +187,7 @@ func openRaw(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.learnTick(ctx)
 	return s, nil
 }
 
@@ -173,6 +197,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s, err := openRaw(ctx, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if s.id != nil {
+		// Before anything is written with the identity's ACL, prove that
+		// ZooKeeper knows the session by it.
+		if err := s.ensureRootNode(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := s.probeIdentity(); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	if err := s.ensureLayout(); err != nil {
 		s.Close()
@@ -185,6 +221,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, s.wrap("create "+p, err)
 		}
 	}
+	if err := s.secureRoot(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.watchACL()
 	return s, nil
 }
 
@@ -233,6 +275,9 @@ func (s *Store) waitSession(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			if err := s.sasl.err(); err != nil {
+				return fmt.Errorf("no session with %v: %w", s.cfg.Servers, err)
+			}
 			return fmt.Errorf("%w: no session with %v: %v", ErrUnavailable, s.cfg.Servers, ctx.Err())
 		case <-s.closed:
 			return fmt.Errorf("%w: store closed", ErrUnavailable)
@@ -257,6 +302,9 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 		if ev.Type != zk.EventSession && ev.Type != 0 {
 			continue
 		}
+		if ev.Type == 0 && s.Grant().Tick == 0 && time.Since(s.grants.askedAt()) > tickRetry {
+			s.relearnTick() // no server told it yet: perhaps one that was down does now
+		}
 		state, id := s.conn.State(), s.conn.SessionID()
 		connected := state == zk.StateHasSession
 		s.mu.Lock()
@@ -277,6 +325,10 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 			continue
 		}
 		lg := s.log.WithFields(logrus.Fields{"state": state.String(), "session": fmt.Sprintf("%x", id)})
+		if connected {
+			g := s.Grant()
+			lg = lg.WithFields(logrus.Fields{"granted_timeout": g.Timeout, "requested_timeout": g.Requested})
+		}
 		switch {
 		case newSession && prevID != 0:
 			lg.Warn("new zookeeper session (the previous one expired)")
@@ -286,6 +338,9 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 			lg.Info("zookeeper connection restored")
 		default:
 			lg.Warn("zookeeper connection lost")
+		}
+		if newSession && prevID != 0 {
+			s.relearnTick() // the servers may have been restarted with another tick
 		}
 		if newSession && prevID != 0 && member != nil {
 			s.wg.Add(1)
@@ -306,13 +361,14 @@ func (s *Store) ensureLayout() error {
 	if err == nil {
 		return s.decodeMeta(data)
 	}
+	if errors.Is(err, zk.ErrNoAuth) {
+		return s.noAccess(s.l.meta())
+	}
 	if !errors.Is(err, zk.ErrNoNode) {
 		return s.wrap("read meta", err)
 	}
-	for _, p := range append(parents(s.l.meta()), s.l.root) {
-		if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return s.wrap("create "+p, err)
-		}
+	if err := s.ensureRootNode(); err != nil {
+		return err
 	}
 	var idb [8]byte
 	if _, err := rand.Read(idb[:]); err != nil {

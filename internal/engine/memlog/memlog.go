@@ -26,6 +26,7 @@ package memlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -75,6 +76,11 @@ type Options struct {
 	MaxChunkedBytes int
 	// Root is the name Root reports ("": "/memlog").
 	Root string
+	// SessionTimeout is the session timeout every client asks for (0:
+	// zkstore's default), GrantedTimeout what it is granted (0: what it
+	// asks for); TickTime the tick Grant reports (0: 2 s; negative:
+	// unknown, as from servers that refuse conf).
+	SessionTimeout, GrantedTimeout, TickTime time.Duration
 }
 
 type stored struct {
@@ -141,6 +147,15 @@ func New(opts Options) *Store {
 	}
 	if opts.Root == "" {
 		opts.Root = "/memlog"
+	}
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = zkstore.DefaultSessionTimeout
+	}
+	if opts.GrantedTimeout <= 0 {
+		opts.GrantedTimeout = opts.SessionTimeout
+	}
+	if opts.TickTime == 0 {
+		opts.TickTime = 2 * time.Second
 	}
 	s := &Store{
 		opts:       opts,
@@ -375,6 +390,9 @@ type Client struct {
 	session   int64
 	connected bool
 	sessionCh chan struct{} // closed at the next session change
+	granted   time.Duration // the current connection's grant
+	minGrant  time.Duration // the session's least
+	since     time.Time     // the current connection's start
 	member    *zkstore.Member
 	elections []*Election
 	closed    bool
@@ -386,7 +404,33 @@ func (s *Store) Client() *Client {
 	s.sessions++
 	id := s.sessions
 	s.mu.Unlock()
-	return &Client{s: s, session: id, connected: true, sessionCh: make(chan struct{})}
+	t := s.opts.GrantedTimeout
+	return &Client{s: s, session: id, connected: true, sessionCh: make(chan struct{}), granted: t, minGrant: t, since: time.Now()}
+}
+
+// Grant reports the session's grant: Options.GrantedTimeout (or what
+// SetGranted set) and Options.TickTime.
+func (c *Client) Grant() zkstore.Grant {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := zkstore.Grant{Session: c.session, Requested: c.s.opts.SessionTimeout, Timeout: c.granted,
+		MinTimeout: c.minGrant, Since: c.since}
+	if t := c.s.opts.TickTime; t > 0 {
+		g.Tick, g.TickFrom = t, "declared"
+	} else {
+		g.TickErr = errors.New("conf is not allowed (memlog)")
+	}
+	return g
+}
+
+// SetGranted reconnects the session as to a server that grants timeout:
+// the connection starts anew, with that grant.
+func (c *Client) SetGranted(timeout time.Duration) {
+	c.mu.Lock()
+	c.granted, c.minGrant, c.since = timeout, min(c.minGrant, timeout), time.Now()
+	close(c.sessionCh)
+	c.sessionCh = make(chan struct{})
+	c.mu.Unlock()
 }
 
 // ExpireSession ends the client's session as ZooKeeper does when it
@@ -401,6 +445,7 @@ func (c *Client) ExpireSession() {
 	old := c.session
 	s.sessions++
 	c.session = s.sessions
+	c.granted, c.minGrant, c.since = s.opts.GrantedTimeout, s.opts.GrantedTimeout, time.Now()
 	s.dropSessionLocked(old)
 	if c.member != nil {
 		s.members[c.member.ID] = member{m: *c.member, session: c.session}
@@ -422,6 +467,9 @@ func (c *Client) ExpireSession() {
 func (c *Client) SetConnected(connected bool) {
 	c.mu.Lock()
 	c.connected = connected
+	if connected {
+		c.since = time.Now()
+	}
 	close(c.sessionCh)
 	c.sessionCh = make(chan struct{})
 	c.mu.Unlock()

@@ -22,6 +22,9 @@ import (
 type Set struct {
 	CAFile, ServerCert, ServerKey, ClientCert, ClientKey string
 	CA                                                   *x509.CertPool
+
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
 }
 
 // New writes a fresh set under t.TempDir().
@@ -42,7 +45,7 @@ func New(t testing.TB) *Set {
 		t.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	s := &Set{CA: x509.NewCertPool()}
+	s := &Set{CA: x509.NewCertPool(), caCert: ca, caKey: caKey}
 	s.CA.AddCert(ca)
 	s.CAFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)
 	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
@@ -101,4 +104,33 @@ func (s *Set) ClientTLS(t testing.TB, withCert bool) *tls.Config {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg
+}
+
+// ClientWithSubject returns a client certificate from the CA with the
+// given subject (a ZooKeeper x509 identity, a CN-based etcd user).
+func (s *Set) ClientWithSubject(t testing.TB, subject pkix.Name) tls.Certificate {
+	t.Helper()
+	der, key := s.issue(t, &x509.Certificate{
+		Subject: subject, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// issue signs tmpl for a new P-256 key with the CA, after filling in a
+// random serial number and a validity from an hour ago to a day ahead.
+func (s *Set) issue(t testing.TB, tmpl *x509.Certificate) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, big.NewInt(1<<62)); err != nil {
+		t.Fatal(err)
+	}
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.caCert, &key.PublicKey, s.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
 }

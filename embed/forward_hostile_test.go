@@ -1,0 +1,470 @@
+package embed_test
+
+// Attacks on the internal endpoint between instances: whoever reaches it,
+// even holding its token (the member znode advertises it), gets no more
+// than the credentials it forwards allow.
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"hash/crc64"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/embed"
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/forward"
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// forwardingLeader starts one forwarding instance (the leader of its
+// root) with quick password hashes, configured further by configure.
+func forwardingLeader(t *testing.T, zk string, configure func(*embed.Config)) *embedtest.Instance {
+	t.Helper()
+	in := embedtest.Start(t, []string{zk}, embedtest.Options{ForwardWrites: true, SessionTimeout: 4 * time.Second,
+		Configure: func(c *embed.Config) {
+			c.GRPC.Auth.BcryptCost = bcrypt.MinCost
+			if configure != nil {
+				configure(c)
+			}
+		}})
+	waitLeader(t, in)
+	return in
+}
+
+func waitLeader(t *testing.T, in *embedtest.Instance) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if leader, _ := in.Engine().Leader(); leader {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the instance did not lead")
+}
+
+// login returns a client of user at endpoint and its token.
+func login(t *testing.T, ctx context.Context, endpoint, user, password string) (*clientv3.Client, string) {
+	t.Helper()
+	c, err := userClient(t, endpoint, user, password)
+	if err != nil {
+		t.Fatalf("%s's login: %v", user, err)
+	}
+	resp, err := c.Authenticate(ctx, user, password)
+	if err != nil {
+		t.Fatalf("%s's token: %v", user, err)
+	}
+	return c, resp.Token
+}
+
+// attacker forwards requests to in's internal endpoint as another instance
+// would, holding its token.
+type attacker struct {
+	c    *forward.Client
+	peer engine.Peer
+	in   *embedtest.Instance
+}
+
+func newAttacker(t *testing.T, in *embedtest.Instance, scheme string, tlsCfg *tls.Config) *attacker {
+	c := forward.NewClient()
+	c.TLS = tlsCfg
+	t.Cleanup(c.Close)
+	return &attacker{c: c, in: in, peer: engine.Peer{ID: in.Engine().MemberID(), URL: scheme + in.Zketcd().InternalAddr(), Token: in.Engine().InternalToken()}}
+}
+
+// send forwards req on behalf of caller, with the fingerprint of the
+// leader's auth state (which read access to ZooKeeper gives) and entropy.
+func (a *attacker) send(ctx context.Context, caller auth.Caller, req proto.Message, entropy []byte) error {
+	k, ok := engine.WriteKindOf(req)
+	if !ok {
+		return errors.New("not forwardable")
+	}
+	state, _ := a.in.Engine().AuthState()
+	var fp uint64
+	if len(state) > 0 {
+		fp = crc64.Checksum(state, crc64.MakeTable(crc64.ECMA)) | 1
+	}
+	_, err := a.c.Forward(auth.WithCaller(ctx, caller), a.peer, engine.ForwardCall{
+		Origin: revision.WriterTag{Nonce: rand.Uint64(), Seq: 1}, AuthFP: fp, Req: req, Resp: k.NewResponse(), Entropy: entropy, Fresh: true,
+	})
+	return err
+}
+
+// TestForwardedWritesWithoutTheirCallersCredentialAreRefused: with auth
+// on, a holder of the internal endpoint's token forwards AuthDisable, a
+// UserAdd with a hash of its choosing and a Put: with no caller, a forged
+// token, a common name its plaintext connection cannot vouch for, or a
+// user without the permission, the leader refuses each and nothing is
+// applied; root's own token is what it takes.
+func TestForwardedWritesWithoutTheirCallersCredentialAreRefused(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	in := forwardingLeader(t, zk, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	enableAuth(t, in.Client(t))
+	rootC, rootTok := login(t, ctx, in.Endpoint(), "root", "rootpw")
+	_, aliceTok := login(t, ctx, in.Endpoint(), "alice", "alicepw")
+	a := newAttacker(t, in, "http://", nil)
+
+	hash, _ := bcrypt.GenerateFromPassword([]byte("mallory"), bcrypt.MinCost)
+	requests := map[string]proto.Message{
+		"AuthDisable": &pb.AuthDisableRequest{},
+		"UserAdd":     &pb.AuthUserAddRequest{Name: "mallory", HashedPassword: base64.StdEncoding.EncodeToString(hash)},
+		"Put":         &pb.PutRequest{Key: []byte("owned"), Value: []byte("by mallory")},
+	}
+	callers := map[string]auth.Caller{
+		"no caller":               {},
+		"a forged token":          {Token: base64.RawURLEncoding.EncodeToString([]byte("root")) + ".1.AAAAAAAAAAAAAAAAAAAAAA"},
+		"root's name, unverified": {CertCN: "root"},
+		"alice, not root nor a writer of the key": {Token: aliceTok},
+	}
+	for rname, req := range requests {
+		for cname, caller := range callers {
+			err := a.send(ctx, caller, req, bytes.Repeat([]byte{7}, 32))
+			switch {
+			case err == nil:
+				t.Errorf("%s with %s: accepted", rname, cname)
+			case caller.Empty() && !errors.Is(err, engine.ErrNotSent):
+				// What an instance of an older build, which forwards no
+				// credentials, relies on to commit the write itself.
+				t.Errorf("%s with %s: %v, want it refused as not sent", rname, cname, err)
+			}
+		}
+	}
+	if st, err := rootC.AuthStatus(ctx); err != nil || !st.Enabled {
+		t.Fatalf("auth status after the attempts: %v %v (want enabled)", st, err)
+	}
+	if _, err := rootC.UserGet(ctx, "mallory"); !errors.Is(err, rpctypes.ErrUserNotFound) {
+		t.Fatalf("mallory after the attempts: %v, want no such user", err)
+	}
+	if resp, err := rootC.Get(ctx, "owned"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the attacker's key: %v %v", resp, err)
+	}
+	// The path itself works for a caller with the permission.
+	if err := a.send(ctx, auth.Caller{Token: rootTok}, requests["Put"], nil); err != nil {
+		t.Fatalf("a Put forwarded with root's token: %v", err)
+	}
+	if resp, err := rootC.Get(ctx, "owned"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the Put forwarded with root's token: %v %v", resp, err)
+	}
+}
+
+// TestForwardedAuthEnableDoesNotTakeTheCallersEntropy: AuthEnable's
+// entropy is the simple tokens' secret; a caller forwarding AuthEnable
+// with bytes of its choosing cannot then mint root's token from them (and
+// the password hash that read access to ZooKeeper shows).
+func TestForwardedAuthEnableDoesNotTakeTheCallersEntropy(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	in := forwardingLeader(t, zk, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := in.Client(t)
+	for _, step := range []func() error{
+		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chosen := bytes.Repeat([]byte("mallory!"), 4)
+	if err := newAttacker(t, in, "http://", nil).send(ctx, auth.Caller{}, &pb.AuthEnableRequest{}, chosen); err != nil {
+		t.Fatalf("forwarded AuthEnable (auth off: anyone may): %v", err)
+	}
+	raw, _ := in.Engine().AuthState()
+	st, err := auth.Decode(raw)
+	if err != nil || !st.Enabled {
+		t.Fatalf("auth after the forwarded AuthEnable: %v (enabled %v)", err, st != nil && st.Enabled)
+	}
+	issued := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	m := hmac.New(sha256.New, chosen)
+	for _, part := range [][]byte{[]byte("zketcd simple token"), []byte("root"), []byte(issued), st.User("root").Password} {
+		var n [binary.MaxVarintLen64]byte
+		m.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		m.Write(part)
+	}
+	minted := base64.RawURLEncoding.EncodeToString([]byte("root")) + "." + issued + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+	kv := pb.NewKVClient(rawConn(t, in.Endpoint()))
+	_, err = kv.Put(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, minted), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	if !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+		t.Fatalf("a Put with root's token minted from the chosen entropy: %v, want %v", err, rpctypes.ErrInvalidAuthToken)
+	}
+}
+
+// TestInternalEndpointRefusesPeersWithoutAVerifiedCertificate: under
+// --peer-client-cert-auth and --peer-cert-allowed-cn, a caller holding the
+// token gets nothing without a certificate from the peer CA, with one from
+// another CA, with one of a common name not allowed, or in plaintext; an
+// allowed peer is served.
+func TestInternalEndpointRefusesPeersWithoutAVerifiedCertificate(t *testing.T) {
+	certs := testcerts.New(t)
+	cert, key := certs.Peer(t, "zketcd-a", "127.0.0.1")
+	in := forwardingLeader(t, zkservertest.Standalone(t).Addr(), func(c *embed.Config) {
+		c.Peer = embed.PeerTLS{CertFile: cert, KeyFile: key, TrustedCAFile: certs.CAFile, ClientCertAuth: true,
+			AllowedCNs: []string{"zketcd-a", "zketcd-b"}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clientWith := func(certFile, keyFile string) *tls.Config {
+		cfg := &tls.Config{RootCAs: certs.CA, MinVersion: tls.VersionTLS12}
+		if certFile != "" {
+			c, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{c}
+		}
+		return cfg
+	}
+	other := testcerts.New(t)
+	otherCert, otherKey := other.Peer(t, "zketcd-b", "127.0.0.1")
+	malCert, malKey := certs.Peer(t, "mallory", "127.0.0.1")
+	goodCert, goodKey := certs.Peer(t, "zketcd-b", "127.0.0.1")
+	for name, tc := range map[string]struct {
+		scheme string
+		tls    *tls.Config
+		ok     bool
+	}{
+		"no certificate":              {"https://", clientWith("", ""), false},
+		"a certificate of another CA": {"https://", clientWith(otherCert, otherKey), false},
+		"a common name not allowed":   {"https://", clientWith(malCert, malKey), false},
+		"plaintext":                   {"http://", nil, false},
+		"an allowed peer":             {"https://", clientWith(goodCert, goodKey), true},
+	} {
+		a := newAttacker(t, in, tc.scheme, tc.tls)
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := a.c.ReadIndex(rctx, a.peer)
+		rcancel()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: read index answered %v, want ok %v", name, err, tc.ok)
+		}
+	}
+}
+
+// recorder is a TCP proxy that keeps every byte it carries.
+type recorder struct {
+	lis    net.Listener
+	target atomic.Value // string
+	mu     sync.Mutex
+	seen   bytes.Buffer
+}
+
+func newRecorder(t *testing.T) *recorder {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{lis: lis}
+	t.Cleanup(func() { lis.Close() })
+	go r.serve()
+	return r
+}
+
+func (r *recorder) serve() {
+	for {
+		c, err := r.lis.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			t, _ := r.target.Load().(string)
+			up, err := net.Dial("tcp", t)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{}, 2)
+			pipe := func(dst io.Writer, src io.Reader) {
+				_, _ = io.Copy(io.MultiWriter(dst, r), src)
+				done <- struct{}{}
+			}
+			go pipe(up, c)
+			go pipe(c, up)
+			<-done
+		}()
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen.Write(p)
+}
+
+func (r *recorder) bytes() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.seen.Bytes())
+}
+
+// TestForwardedTrafficIsNotInClear: with peer TLS (mutual, or
+// --peer-auto-tls), a write forwarded by a follower crosses the wire
+// encrypted: neither the endpoint's token, nor the client's token, nor the
+// key and value appear in the bytes between the instances.
+func TestForwardedTrafficIsNotInClear(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	certs := testcerts.New(t)
+	for name, peerTLS := range map[string]func(cn string) embed.PeerTLS{
+		"mutual TLS": func(cn string) embed.PeerTLS {
+			cert, key := certs.Peer(t, cn, "127.0.0.1")
+			return embed.PeerTLS{CertFile: cert, KeyFile: key, TrustedCAFile: certs.CAFile, ClientCertAuth: true}
+		},
+		"auto TLS": func(string) embed.PeerTLS { return embed.PeerTLS{AutoTLS: true} },
+	} {
+		rec := newRecorder(t)
+		leader := forwardingLeader(t, zk, func(c *embed.Config) {
+			c.Peer = peerTLS("zketcd-a")
+			c.InternalURL = "https://" + rec.lis.Addr().String()
+		})
+		rec.target.Store(leader.Zketcd().InternalAddr())
+		follower := embedtest.Start(t, []string{zk}, embedtest.Options{Root: leader.Root(), ForwardWrites: true, SessionTimeout: 4 * time.Second,
+			Configure: func(c *embed.Config) {
+				c.GRPC.Auth.BcryptCost = bcrypt.MinCost
+				c.Peer = peerTLS("zketcd-b")
+			}})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		enableAuth(t, follower.Client(t))
+		rootC, rootTok := login(t, ctx, follower.Endpoint(), "root", "rootpw")
+		forwarded := map[string]string{"method": "put", "outcome": "ok"}
+		before := counter(t, follower, "zketcd_forward_requests_total", forwarded)
+		if _, err := rootC.Put(ctx, "secret-key-4711", "secret-value-0815"); err != nil {
+			t.Fatal(err)
+		}
+		if n := counter(t, follower, "zketcd_forward_requests_total", forwarded) - before; n != 1 {
+			t.Fatalf("%s: the follower forwarded %v puts, want 1", name, n)
+		}
+		seen := rec.bytes()
+		if len(seen) == 0 || seen[0] != 0x16 {
+			t.Fatalf("%s: %d bytes between the instances, first %x: want a TLS session", name, len(seen), seen[:min(1, len(seen))])
+		}
+		for what, secret := range map[string]string{
+			"the endpoint's token": leader.Engine().InternalToken(), "root's token": rootTok,
+			"the key": "secret-key-4711", "the value": "secret-value-0815", "the password": "rootpw",
+		} {
+			if bytes.Contains(seen, []byte(secret)) {
+				t.Errorf("%s: %s crossed the wire in clear", name, what)
+			}
+		}
+	}
+}
+
+// counter reads a counter of in's registry (0 if absent).
+func counter(t *testing.T, in *embedtest.Instance, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := in.Zketcd().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestClientCertificateIdentityIsForwardedOnlyOverMutualTLS: under
+// --client-cert-auth a user known by its certificate's common name writes
+// through a follower; with mutual TLS between the instances the leader
+// takes that name from the follower and commits the forwarded write;
+// without it, the name is not taken, and the follower commits the write
+// itself after checking it (nothing is forwarded on a claim the leader
+// cannot verify).
+func TestClientCertificateIdentityIsForwardedOnlyOverMutualTLS(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	for _, mutual := range []bool{true, false} {
+		certs := testcerts.New(t)
+		configure := func(cn string) func(*embed.Config) {
+			return func(c *embed.Config) {
+				c.GRPC.Auth.BcryptCost = bcrypt.MinCost
+				if mutual {
+					cert, key := certs.Peer(t, cn, "127.0.0.1")
+					c.Peer = embed.PeerTLS{CertFile: cert, KeyFile: key, TrustedCAFile: certs.CAFile, ClientCertAuth: true}
+				}
+			}
+		}
+		leader := embedtest.Start(t, []string{zk}, embedtest.Options{ForwardWrites: true, TLS: certs.ServerTLS(t), SessionTimeout: 4 * time.Second,
+			Configure: configure("zketcd-a")})
+		waitLeader(t, leader)
+		follower := embedtest.Start(t, []string{zk}, embedtest.Options{Root: leader.Root(), ForwardWrites: true, TLS: certs.ServerTLS(t),
+			SessionTimeout: 4 * time.Second, Configure: configure("zketcd-b")})
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{follower.Endpoint()}, TLS: certs.ClientTLS(t, true), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// testcerts' client certificate has the common name "client".
+		for _, step := range []func() error{
+			func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+			func() error { _, err := c.RoleAdd(ctx, "root"); return err },
+			func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+			func() error { _, err := c.UserAdd(ctx, "client", "clientpw"); return err },
+			func() error { _, err := c.UserGrantRole(ctx, "client", "root"); return err },
+			func() error { _, err := c.AuthEnable(ctx); return err },
+		} {
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		labels := map[string]string{"method": "put"}
+		ok := func() float64 {
+			labels["outcome"] = "ok"
+			return counter(t, follower, "zketcd_forward_requests_total", labels)
+		}
+		local := func() float64 {
+			labels["outcome"] = "local"
+			return counter(t, follower, "zketcd_forward_requests_total", labels)
+		}
+		ok0, local0 := ok(), local()
+		if _, err := c.Put(ctx, "by-certificate", "v"); err != nil {
+			t.Fatalf("mutual TLS %v: the certificate's user writes through the follower: %v", mutual, err)
+		}
+		forwarded, committedHere := ok()-ok0, local()-local0
+		t.Logf("mutual TLS %v: forwarded %v, committed by the follower %v", mutual, forwarded, committedHere)
+		if mutual && (forwarded != 1 || committedHere != 0) {
+			t.Errorf("with mutual TLS: forwarded %v, committed by the follower %v; want it forwarded", forwarded, committedHere)
+		}
+		if !mutual && (forwarded != 0 || committedHere != 1) {
+			t.Errorf("without mutual TLS: forwarded %v, committed by the follower %v; want the follower to commit it", forwarded, committedHere)
+		}
+	}
+}

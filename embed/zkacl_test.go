@@ -1,0 +1,188 @@
+package embed_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// TestWorldReadableRootIsWarnedAndRefusesAuthEnable: outside zketcd dev,
+// a root anyone may read is reported in Status and /health, and
+// authentication is not enabled on it (its tokens could be minted from
+// ZooKeeper's data), with the flag that fixes it named.
+func TestWorldReadableRootIsWarnedAndRefusesAuthEnable(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{StrictZooKeeper: true})
+	c := in.Client(t)
+	ctx := ctx30s(t)
+	st, err := c.Status(ctx, in.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(st.Errors, "\n"), "world-readable") || !strings.Contains(strings.Join(st.Errors, "\n"), "--zk-auth") {
+		t.Fatalf("Status errors %q: want the world-readable root and --zk-auth", st.Errors)
+	}
+	resp, err := http.Get("http://" + in.Endpoint() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var h struct {
+		Health   string   `json:"health"`
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.Unmarshal(body, &h); err != nil || h.Health != "true" || len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], "--zk-auth") {
+		t.Fatalf("/health %d %s (%v): want healthy with the warning", resp.StatusCode, body, err)
+	}
+	if _, err := c.UserAdd(ctx, "root", "rootpw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil && !strings.Contains(err.Error(), "role name not found") {
+		t.Fatal(err)
+	}
+	_, err = c.AuthEnable(ctx)
+	if err == nil || !strings.Contains(err.Error(), "--zk-auth") {
+		t.Fatalf("AuthEnable on a world-readable root: %v, want a refusal naming --zk-auth", err)
+	}
+	if s, err := c.AuthStatus(ctx); err != nil || s.Enabled {
+		t.Fatalf("auth status after the refusal: %+v %v", s, err)
+	}
+	if v := worldReadableGauge(t, in); v != 1 {
+		t.Fatalf("zketcd_zookeeper_world_readable %v, want 1", v)
+	}
+}
+
+// worldReadableGauge reads the instance's zketcd_zookeeper_world_readable.
+func worldReadableGauge(t *testing.T, in *embedtest.Instance) float64 {
+	t.Helper()
+	mfs, err := in.Zketcd().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "zketcd_zookeeper_world_readable" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no zketcd_zookeeper_world_readable metric")
+	return 0
+}
+
+// TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity: a root made
+// without --zk-auth, auth enabled on it (as zketcd dev allows), then the
+// instance restarted with an identity: every znode, the log entries that
+// hold the password hashes and the token secret included, is closed to a
+// ZooKeeper session without the identity, so no token can be minted from
+// ZooKeeper's data.
+func TestZooKeeperReadMintsNoTokenOnceTheRootHasAnIdentity(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	root := "/mint"
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{Root: root}))
+	enableAuth(t, in.Client(t))
+	in.Close()
+	anon, _, err := zk.Connect([]string{zkSrv.Addr()}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	entries, _, err := anon.Children(root + "/log/0000000000")
+	if err != nil || len(entries) < 10 {
+		t.Fatalf("the open root's log: %v %v", entries, err)
+	}
+	readable := func() (n int) {
+		for _, e := range entries {
+			if _, _, err := anon.Get(root + "/log/0000000000/" + e); err == nil {
+				n++
+			} else if !errors.Is(err, zk.ErrNoAuth) {
+				t.Fatalf("read entry %s: %v", e, err)
+			}
+		}
+		return n
+	}
+	if n := readable(); n != len(entries) {
+		t.Fatalf("before the identity %d of %d entries are readable", n, len(entries))
+	}
+
+	secured := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{Root: root, StrictZooKeeper: true, ZKAuth: []string{"digest:zketcd:s3cret"}}))
+	if n := readable(); n != 0 {
+		t.Fatalf("after the identity, %d log entries (the auth state among them) are readable without it", n)
+	}
+	for _, p := range []string{root, root + "/meta", root + "/head", root + "/members", root + "/compact"} {
+		if _, _, err := anon.Get(p); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("read %s without the identity: %v", p, err)
+		}
+	}
+	rc, err := userClient(t, secured.Endpoint(), "root", "rootpw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rc.Status(ctx30s(t), secured.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Errors) != 0 {
+		t.Fatalf("Status errors on a closed root: %q", st.Errors)
+	}
+	if v := worldReadableGauge(t, secured); v != 0 {
+		t.Fatalf("zketcd_zookeeper_world_readable %v on a closed root", v)
+	}
+	checkAlice(t, secured.Endpoint())
+}
+
+// TestAuthenticateIsRateLimitedPerUser: password guessing against one
+// user is cut to a burst of failures, then one attempt a second, with
+// etcd's "too many requests"; another user is not affected.
+func TestAuthenticateIsRateLimitedPerUser(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{}))
+	enableAuth(t, in.Client(t))
+	ac := pb.NewAuthClient(in.Client(t).ActiveConnection())
+	ctx := ctx30s(t)
+	try := func(user, pw string) error {
+		_, err := ac.Authenticate(ctx, &pb.AuthenticateRequest{Name: user, Password: pw})
+		return err
+	}
+	var refused int
+	for i := range 20 {
+		err := try("alice", fmt.Sprintf("guess-%d", i))
+		switch {
+		case errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests):
+			refused++
+		case !errors.Is(err, rpctypes.ErrGRPCAuthFailed):
+			t.Fatalf("guess %d: %v", i, err)
+		}
+	}
+	if refused < 10 {
+		t.Fatalf("%d of 20 rapid guesses were refused unchecked, want most", refused)
+	}
+	if err := try("alice", "alicepw"); !errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) {
+		t.Fatalf("the right password right after the guesses: %v, want too many requests", err)
+	}
+	if err := try("root", "rootpw"); err != nil {
+		t.Fatalf("another user: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := try("alice", "alicepw")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) || time.Now().After(deadline) {
+			t.Fatalf("alice after the pause: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

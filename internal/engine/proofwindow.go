@@ -1,0 +1,168 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// The leader proof window: how long after a ZooKeeper transaction of its
+// session was sent, and landed, the leader instance may still take the
+// session for alive without asking ZooKeeper again. The read lease
+// (readlease.go) answers reads within it, and a keepalive at the leader
+// (lease.go) is answered from memory within it: both need the session —
+// which holds the leader's election znode and the read lease znode — to
+// outlive the moment they answer, so that no other instance can lead or
+// commit before then.
+//
+// What bounds it is how ZooKeeper 3.8 refreshes a session, read from its
+// server code:
+//
+//   - The ZooKeeper leader alone expires sessions. It keeps each session's
+//     expiry at the next tick boundary after the time of its last refresh
+//     plus the timeout that refresh carried (ExpiryQueue.update, called by
+//     SessionTrackerImpl.touchSession); a later refresh replaces the
+//     expiry, even with an earlier one.
+//   - A session attached to a ZooKeeper follower is refreshed at the leader
+//     only through that follower: the follower notes every packet of the
+//     session (requests, and go-zookeeper's ping, sent every third of the
+//     timeout granted to the connection) with the timeout it granted, and
+//     sends what it noted to the leader in its answer to the leader's ping
+//     (Learner.ping), which the leader sends to each follower every half
+//     tick. Requests the follower forwards refresh nothing at the leader
+//     (ZooKeeperServer.touch skips requests without a client connection);
+//     a follower cut off from the quorum keeps answering the client's
+//     pings until it notices (syncLimit ticks), so they prove nothing.
+//   - A connect (a new session, or the session moving to another server)
+//     refreshes it at the leader as it is established (createSession, or
+//     the revalidation a follower asks the leader for).
+//   - Each server clamps the timeout the client asks for to its own
+//     [minSessionTimeout, maxSessionTimeout] (ZooKeeperServer
+//     .processConnectRequest; by default 2 and 20 ticks, but either may be
+//     set to anything, so the tick cannot be inferred from a grant).
+//
+// Let a transaction X of the session be sent at s on its current
+// connection (granted Gc; the least any connection of the session was
+// granted is Gmin), and land. The follower F forwarded X to the leader
+// after X reached it (at or after s), on the same TCP stream as its ping
+// answers, so the leader had every answer F sent before X. F answers at
+// least every half tick, so one of them left F within tick/2 before X did;
+// it carried every packet of the session F had received, the newest of
+// which came at most Gc/3 before it. The leader therefore refreshed the
+// session at or after s − Gc/3 − tick/2, with a timeout of at least Gmin,
+// and cannot expire it before
+//
+//	s + Gmin − Gc/3 − tick/2    (s + 2G/3 − tick/2 when every server grants G)
+//
+// by its clock. (X landing also shows the leader took the session for
+// alive then; a session attached to the ZooKeeper leader itself is
+// refreshed at every packet, which only helps; a connect after s refreshes
+// it later still, but a proof sent before the current connection's
+// connect response is not used, so a server that granted less is taken
+// into account.) The window is half that bound: the other half is the
+// margin for what the derivation leaves out — this host's monotonic clock
+// running slower than the ZooKeeper leader's, and delays (scheduling,
+// network, ZooKeeper's request queues) between a packet and the refresh
+// that carries it. That is the assumption, beside etcd's
+// ReadOnlyLeaseBased (bounded clock drift, an election timeout): the
+// clocks run at rates within a factor of two of each other and such
+// delays stay below the margin; a suspended VM or a stopped process
+// breaks the clock assumption, as it breaks etcd's.
+//
+// The tick is ZooKeeper's tickTime, from the servers' conf four-letter
+// word where 4lw.commands.whitelist allows it, else as declared
+// (--zk-tick-time). Without it no window can be shown: reads take the
+// barrier, keepalives wait for a barrier round that started after them
+// (no clock needed), and the read lease is refused.
+
+// proofWindow returns the window the grant g allows (see above), at most
+// limit when limit is positive, or an error naming the values when it
+// allows none (limit negative: the clock-free proof was asked for).
+func proofWindow(g zkstore.Grant, limit time.Duration) (time.Duration, error) {
+	switch {
+	case limit < 0:
+		return 0, fmt.Errorf("the leader proof window is off (clock-free proofs only)")
+	case g.Session == 0 || g.Timeout <= 0:
+		return 0, fmt.Errorf("no session timeout granted yet (requested %v)", g.Requested)
+	case g.Tick <= 0:
+		return 0, fmt.Errorf("zookeeper's tickTime is unknown (%v): granted session timeout %v (requested %v); allow conf in zookeeper's 4lw.commands.whitelist, or declare the tick with --zk-tick-time",
+			g.TickErr, g.Timeout, g.Requested)
+	}
+	bound := g.MinTimeout - g.Timeout/3 - g.Tick/2
+	if bound <= 0 {
+		return 0, fmt.Errorf("granted session timeout %v (requested %v; the least granted to this session %v) at tickTime %v: the session can expire %v after a transaction of it, no time to answer from memory",
+			g.Timeout, g.Requested, g.MinTimeout, g.Tick, bound)
+	}
+	w := bound / 2
+	if limit > 0 && limit < w {
+		w = limit
+	}
+	return w, nil
+}
+
+// windowState is the window in force for one grant, as last logged.
+type windowState struct {
+	grant  zkstore.Grant
+	window time.Duration
+	err    error
+}
+
+// sessionWindow returns the proof window of session sid and the start of
+// its current connection (a proof sent before it does not count), or 0 if
+// sid is not the current session or its grant allows none.
+func (b *Engine) sessionWindow(sid int64) (time.Duration, time.Time) {
+	g := b.store.Grant()
+	if g.Session != sid {
+		return 0, time.Time{}
+	}
+	w, err := proofWindow(g, b.cfg.LeaderProofWindow)
+	if err != nil {
+		return 0, time.Time{}
+	}
+	return w, g.Since
+}
+
+// freshProof returns the newest proof that session sid was alive if it
+// still holds at now (see the proof window), else nil.
+func (b *Engine) freshProof(sid int64, now time.Time) *liveProof {
+	p := b.proof.Load()
+	if p == nil || p.session != sid {
+		return nil
+	}
+	w, since := b.sessionWindow(sid)
+	if w <= 0 || !p.sent.After(since) || !now.Before(p.sent.Add(w)) {
+		return nil
+	}
+	return p
+}
+
+// followWindow logs the proof window and sets its metrics whenever the
+// grant changes (a new session, or a connection granted another timeout, or
+// a tick learnt), and returns the new state.
+func (b *Engine) followWindow(last *windowState, lg *logrus.Entry) *windowState {
+	g := b.store.Grant()
+	if last != nil && last.grant.Session == g.Session && last.grant.Timeout == g.Timeout &&
+		last.grant.MinTimeout == g.MinTimeout && last.grant.Tick == g.Tick {
+		return last
+	}
+	w, err := proofWindow(g, b.cfg.LeaderProofWindow)
+	st := &windowState{grant: g, window: w, err: err}
+	b.metrics.proofWindow.Set(w.Seconds())
+	b.metrics.grantedTimeout.Set(g.Timeout.Seconds())
+	b.metrics.zkTick.Set(g.Tick.Seconds())
+	f := logrus.Fields{"session": fmt.Sprintf("%x", g.Session), "requested_timeout": g.Requested,
+		"granted_timeout": g.Timeout, "tick": g.Tick, "tick_from": g.TickFrom, "window": w}
+	switch {
+	case g.Session == 0:
+	case err != nil:
+		lg.WithFields(f).WithError(err).Warn("no leader proof window: reads and keepalives at the leader wait for a zookeeper round trip")
+	case g.Timeout < g.Requested:
+		lg.WithFields(f).Warn("zookeeper granted a shorter session timeout than requested: the leader proof window follows the grant")
+	default:
+		lg.WithFields(f).Info("leader proof window")
+	}
+	return st
+}
