@@ -9,14 +9,17 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/gctune"
 	"github.com/zketcd/zketcd/internal/grpcsrv"
 )
 
@@ -119,17 +122,21 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	}
 	cfg := embed.Config{
 		Engine: engine.Config{
-			Store:               storeCfg,
-			Name:                name,
-			ClientURLs:          advertise,
-			RelaxedReads:        f.relaxedReads,
-			ForwardWrites:       f.forwardWrites,
-			ReadLease:           f.readLease,
-			CommitPipeline:      f.commitPipeline,
-			AutoCompaction:      autoCompaction,
-			LossDir:             lossDir,
-			RollbackCheckAfter:  f.rollbackCheckAfter,
-			QuotaBackendBytes:   f.quotaBackendBytes,
+			Store:              storeCfg,
+			Name:               name,
+			ClientURLs:         advertise,
+			RelaxedReads:       f.relaxedReads,
+			ForwardWrites:      f.forwardWrites,
+			ReadLease:          f.readLease,
+			CommitPipeline:     f.commitPipeline,
+			AutoCompaction:     autoCompaction,
+			LossDir:            lossDir,
+			RollbackCheckAfter: f.rollbackCheckAfter,
+			QuotaBackendBytes:  f.quotaBackendBytes,
+			ZooKeeperHeapBytes: f.zkHeapBytes,
+			// What a compaction released goes back to the system at once
+			// rather than at the scavenger's pace.
+			AfterCompaction:     debug.FreeOSMemory,
 			CorruptCheckTime:    f.corruptCheckTime,
 			InitialCorruptCheck: initialCorruptCheck,
 			WorldReadableOK:     f.dev,
@@ -160,11 +167,24 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err := f.internalEndpoint(&cfg); err != nil {
 		return err
 	}
+	var gcGauge prometheus.Gauge
+	if gctune.Enabled() {
+		// Before the start: recovery builds the whole view.
+		gcGauge = gctune.NewGauge()
+		tuneCtx, stopTune := context.WithCancel(ctx)
+		defer stopTune()
+		go gctune.Run(tuneCtx, gctune.Config{Logger: lg.WithField("component", "gctune"), Gauge: gcGauge})
+	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	z, err := embed.Start(openCtx, cfg)
 	cancelOpen()
 	if err != nil {
 		return err
+	}
+	if gcGauge != nil {
+		if err := z.Registry().Register(gcGauge); err != nil {
+			lg.WithError(err).Warn("register zketcd_gc_percent")
+		}
 	}
 	lg.WithFields(logrus.Fields{
 		"name": name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),

@@ -24,6 +24,8 @@ type Engine struct {
 	memberID uint64
 	host     string // this instance's host (host.go), advertised in its member znode
 	metrics  *metrics
+	sizing   *sizing
+	pages    pageCounts // counts of paginated ranges (pagecount.go)
 	// maxEntryBytes is the log's entry budget: a batch is cut before it.
 	maxEntryBytes int
 

@@ -74,6 +74,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (*Engin
 		memberID:      memberID(st.Meta().ClusterID, cfg.Name),
 		maxEntryBytes: st.MaxEntryBytes(),
 		metrics:       newMetrics(cfg.Registerer),
+		sizing:        newSizing(cfg.Registerer),
 		nonce:         binary.BigEndian.Uint64(nb[:]),
 		proposals:     make(chan *proposal, 4*cfg.MaxBatchRequests),
 		renewals:      make(chan *renewal, 1024),

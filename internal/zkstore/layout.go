@@ -100,6 +100,11 @@ type Member struct {
 	// Builds without the check ignore both.
 	HashRequest *HashRequest `json:"hash_request,omitempty"`
 	HashAnswers []HashAnswer `json:"hash_answers,omitempty"`
+	// ReadsFormat is the newest root format the member's build reads
+	// (MetaFormat; set when the member is published). Builds before root
+	// format 2 leave it out (0): while such a member is live, the root's
+	// format is not raised.
+	ReadsFormat int `json:"reads_format,omitempty"`
 }
 
 // MaxHashAnswers bounds Member.HashAnswers.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -115,6 +116,9 @@ type Store struct {
 	acl  []zk.ACL
 	log  *logrus.Entry
 	meta Meta
+	// format is the root's meta format as last read (see RaiseFormat): what
+	// writers may use.
+	format atomic.Int32
 	// grants follows what ZooKeeper granted the session (grant.go).
 	grants *grants
 
@@ -417,6 +421,7 @@ func (s *Store) decodeMeta(data []byte) error {
 	if s.meta.Format > MetaFormat {
 		return &FormatError{What: "zketcd root " + s.l.root, Got: s.meta.Format, Known: MetaFormat}
 	}
+	s.format.Store(int32(s.meta.Format))
 	return nil
 }
 
