@@ -57,6 +57,10 @@ func TestCrossOriginPostAndWebSocketAreRefused(t *testing.T) {
 	if code := post("https://ui.example:443", "dWk="); code != http.StatusOK {
 		t.Fatalf("POST from the allowed origin: %d", code)
 	}
+	// As a browser sends that origin: without its scheme's default port.
+	if code := post("https://ui.example", "dWky"); code != http.StatusOK {
+		t.Fatalf("POST from the allowed origin as a browser names it: %d", code)
+	}
 	if code := post("", "Y3VybA=="); code != http.StatusOK {
 		t.Fatalf("POST without an Origin (curl, etcdctl): %d", code)
 	}
@@ -74,7 +78,7 @@ func TestCrossOriginPostAndWebSocketAreRefused(t *testing.T) {
 		}
 		t.Fatalf("WebSocket from another origin: %v %v, want 403", resp, err)
 	}
-	for _, origin := range []string{"https://ui.example:443", ""} {
+	for _, origin := range []string{"https://ui.example:443", "https://ui.example", ""} {
 		c, _, err := dial(origin)
 		if err != nil {
 			t.Fatalf("WebSocket from %q: %v", origin, err)
