@@ -169,7 +169,11 @@ func Start(ctx context.Context, cfg Config) (*Zketcd, error) {
 	}
 	z.gw.HandleHealth(mux)
 	for _, l := range z.metrics {
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// Bounded as the client addresses' HTTP side is (but for writes:
+		// a CPU profile or a trace writes after as long as it was asked
+		// to run).
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: or(cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout),
+			ReadTimeout: or(cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout), IdleTimeout: or(cfg.HTTPIdleTimeout, httpgw.DefaultIdleTimeout)}
 		z.http = append(z.http, hs)
 		go func() {
 			if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
@@ -257,4 +261,12 @@ func (z *Zketcd) Close(grace time.Duration) {
 			z.fwd.Close()
 		}
 	})
+}
+
+// or is d, or def when d is 0.
+func or(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }
