@@ -69,6 +69,20 @@ func waitLeader(t *testing.T, in *embedtest.Instance) {
 	t.Fatal("the instance did not lead")
 }
 
+// addRoot adds the root user with the root role, what AuthEnable needs.
+func addRoot(t *testing.T, ctx context.Context, c *clientv3.Client) {
+	t.Helper()
+	for _, step := range []func() error{
+		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // login returns a client of user at endpoint and its token.
 func login(t *testing.T, ctx context.Context, endpoint, user, password string) (*clientv3.Client, string) {
 	t.Helper()
@@ -185,15 +199,7 @@ func TestForwardedAuthEnableDoesNotTakeTheCallersEntropy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := in.Client(t)
-	for _, step := range []func() error{
-		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
-		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addRoot(t, ctx, c)
 	chosen := bytes.Repeat([]byte("mallory!"), 4)
 	if err := newAttacker(t, in, "http://", nil).send(ctx, auth.Caller{}, &pb.AuthEnableRequest{}, chosen); err != nil {
 		t.Fatalf("forwarded AuthEnable (auth off: anyone may): %v", err)
@@ -232,15 +238,7 @@ func TestForwardedAuthEnableIsRefusedWhileZooKeeperIsWorldReadable(t *testing.T)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := in.Client(t)
-	for _, step := range []func() error{
-		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
-		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addRoot(t, ctx, c)
 	err := newAttacker(t, in, "http://", nil).send(ctx, auth.Caller{}, &pb.AuthEnableRequest{}, nil)
 	var final *engine.FinalError
 	if !errors.As(err, &final) || errors.Is(err, engine.ErrNotSent) || !strings.Contains(err.Error(), "world-readable") {

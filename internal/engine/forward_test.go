@@ -216,6 +216,18 @@ func logEntries(t *testing.T, st *memlog.Store) []*revision.Entry {
 	return out
 }
 
+// entriesBy counts the store's log entries b committed.
+func entriesBy(t *testing.T, st *memlog.Store, b *Engine) int {
+	t.Helper()
+	n := 0
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce == b.nonce {
+			n++
+		}
+	}
+	return n
+}
+
 func keyVersion(t *testing.T, b *Engine, key string) int64 {
 	t.Helper()
 	resp := get(t, b, key, false)
@@ -406,13 +418,7 @@ func TestFollowerCommitsItselfWhenTheLeaderCannotBeReached(t *testing.T) {
 	delete(fw.peers, "mem://a")
 	fw.mu.Unlock()
 	put(t, b, "k", "v")
-	foreign := 0
-	for _, e := range logEntries(t, st) {
-		if e.Writer.Nonce == b.nonce {
-			foreign++
-		}
-	}
-	if foreign != 1 {
+	if foreign := entriesBy(t, st, b); foreign != 1 {
 		t.Fatalf("%d entries of the follower, want 1 (committed itself before sending anything)", foreign)
 	}
 	if got := get(t, a, "k", false); len(got.Kvs) != 1 {
@@ -529,13 +535,7 @@ func TestLeaderEndpointOnAnotherHostsLoopbackIsNeverDialed(t *testing.T) {
 		t.Fatalf("b sent the leader's loopback endpoint on another host %d writes, %d read indexes, %d lease reads and %d keepalives, want none",
 			served, readIndex, reads, keepAlives)
 	}
-	own := 0
-	for _, e := range logEntries(t, st) {
-		if e.Writer.Nonce == b.nonce {
-			own++
-		}
-	}
-	if own != 2 {
+	if own := entriesBy(t, st, b); own != 2 {
 		t.Fatalf("%d entries committed by b itself, want 2 (its put and its grant)", own)
 	}
 
