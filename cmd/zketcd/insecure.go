@@ -101,3 +101,16 @@ func isLoopbackHost(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// openGatewayWarning is the warning of a start where every origin may use
+// the HTTP gateway (--cors empty or *, etcd's default) and nothing else
+// keeps a browser's page out: authentication off, no client certificate
+// required. "" otherwise.
+func openGatewayWarning(cors []string, clientCertAuth, authEnabled bool) string {
+	all := len(cors) == 0 || slices.Contains(cors, "*")
+	if !all || clientCertAuth || authEnabled {
+		return ""
+	}
+	return "every origin may use the HTTP gateway (--cors *) and authentication is off: a web page opened in a browser " +
+		"that reaches a client URL can read and write every key; list the origins you serve with --cors, or enable authentication"
+}

@@ -2,8 +2,12 @@ package main
 
 import (
 	"flag"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 // TestServeWarnsOfEveryInsecureChoice: a credential on the command line,
@@ -65,5 +69,34 @@ func TestServeWarnsOfEveryInsecureChoice(t *testing.T) {
 	}
 	if got := f.insecureChoices("digest:zketcd:s3cret"); len(got) != 1 || !strings.Contains(got[0], "the --zk-auth password") {
 		t.Fatalf("a digest identity from a file, ZooKeeper in clear: %q", got)
+	}
+}
+
+// TestServeWarnsWhileAnyPageMayUseTheGateway: with etcd's default --cors
+// (every origin) and authentication off, any web page a browser that
+// reaches a client URL opens can read and write every key through the
+// HTTP gateway: serve warns at start; with the origins listed it does not.
+func TestServeWarnsWhileAnyPageMayUseTheGateway(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	const warning = "every origin may use the HTTP gateway"
+	for _, tc := range []struct {
+		cors string
+		want bool
+	}{{"", true}, {"https://ui.example:443", false}} {
+		args := []string{"--zk", zkSrv.Addr(), "--zk-root", "/gateway-warning-" + strconv.FormatBool(tc.want), "--zk-auth", "digest:zketcd:gw",
+			"--listen-client-urls", "http://" + embedtest.FreeAddr(t), "--log-level", "warn"}
+		if tc.cors != "" {
+			args = append(args, "--cors", tc.cors)
+		}
+		f := parseServeFlags(t, args...)
+		log := &embedtest.SyncBuffer{}
+		f.logOutput = log
+		serveUntilDone(t, f)
+		if got := strings.Contains(log.String(), warning); got != tc.want {
+			t.Errorf("--cors %q: warned %v, want %v:\n%s", tc.cors, got, tc.want, log.String())
+		}
+	}
+	if openGatewayWarning(nil, true, false) != "" || openGatewayWarning([]string{"*"}, false, true) != "" {
+		t.Error("warned with client certificates required, or with authentication on")
 	}
 }

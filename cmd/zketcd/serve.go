@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/embed"
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/gctune"
 	"github.com/zketcd/zketcd/internal/grpcsrv"
@@ -184,6 +186,14 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if gcGauge != nil {
 		if err := z.Registry().Register(gcGauge); err != nil {
 			lg.WithError(err).Warn("register zketcd_gc_percent")
+		}
+	}
+	if !f.dev {
+		raw, _ := z.Engine().AuthState()
+		st, err := auth.Decode(raw)
+		enabled := err == nil && st != nil && st.Enabled
+		if w := openGatewayWarning(cors, tlsCfg != nil && tlsCfg.ClientAuth == tls.RequireAndVerifyClientCert, enabled); w != "" {
+			lg.Warn(w)
 		}
 	}
 	lg.WithFields(logrus.Fields{
