@@ -208,7 +208,7 @@ func base(r *rand.Rand, ns, name, manager string, fields string) metav1.ObjectMe
 		ts := metav1.NewTime(created)
 		m.ManagedFields = []metav1.ManagedFieldsEntry{{
 			Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-			Time: &ts, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+			Time: &ts, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields),
 		}}
 	}
 	return m
