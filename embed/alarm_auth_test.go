@@ -34,12 +34,12 @@ func TestAlarmsAndTheCorruptionCheckWithAuthenticationOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Random bytes: log entries are compressed, and the quota counts the
-	// bytes ZooKeeper holds.
-	value := rand.Text() + rand.Text()
-	for len(value) < 4<<10 {
-		value += rand.Text()
+	// Incompressible: the root compresses log entries.
+	raw := make([]byte, 4<<10)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
 	}
+	value := string(raw)
 	var refused error
 	for i := 0; i < 100 && refused == nil; i++ {
 		_, refused = alice.Put(ctx, "/bar", value)

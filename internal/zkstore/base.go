@@ -213,7 +213,11 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 	// read sent meanwhile waits behind at most one chunk, not behind
 	// megabytes of base (with 8 chunks of 512 KiB in flight, write and read
 	// p99 were 7× their usual during a compaction).
-	cw := &chunkWriter{ctx: ctx, size: min(s.cfg.MaxEntryBytes, baseChunkBytes), sem: make(chan struct{}, baseChunksInFlight), pace: true, put: func(i int, c []byte) error {
+	size := min(s.cfg.MaxEntryBytes, baseChunkBytes)
+	if s.cfg.BaseChunkBytes > 0 {
+		size = s.cfg.BaseChunkBytes
+	}
+	cw := &chunkWriter{ctx: ctx, size: size, sem: make(chan struct{}, baseChunksInFlight), pace: true, put: func(i int, c []byte) error {
 		_, err := s.conn.Create(baseChunk(nb.Path, i), c, 0, s.acl)
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return s.wrap("write base chunk", err)

@@ -61,6 +61,10 @@ type Config struct {
 	FormerAuth []string
 	// MaxEntryBytes bounds one encoded log entry (the byte budget B).
 	MaxEntryBytes int
+	// BaseChunkBytes is the size of the chunks a base generation is
+	// written in (0: 256 KiB, or MaxEntryBytes if smaller; see
+	// PrepareBase).
+	BaseChunkBytes int
 	// TLS, if set, is used for every connection to ZooKeeper (its
 	// secureClientPort).
 	TLS *tls.Config
