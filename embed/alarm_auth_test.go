@@ -1,8 +1,8 @@
 package embed_test
 
 import (
+	"crypto/rand"
 	"errors"
-	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -34,7 +34,12 @@ func TestAlarmsAndTheCorruptionCheckWithAuthenticationOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	value := strings.Repeat("v", 4<<10)
+	// Incompressible: the root compresses log entries.
+	raw := make([]byte, 4<<10)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	value := string(raw)
 	var refused error
 	for i := 0; i < 100 && refused == nil; i++ {
 		_, refused = alice.Put(ctx, "/bar", value)

@@ -43,7 +43,9 @@ type Config struct {
 	// less 150, as etcd's; negative: unbounded).
 	HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
 	MaxClientConnections                               int
-	// MetricsAddrs are host:port addresses to serve /metrics and /health on.
+	// MetricsAddrs are host:port addresses to serve /metrics and /health on
+	// (and /debug/ with EnablePprof), their requests and idle connections
+	// bounded by HTTPReadTimeout and HTTPIdleTimeout.
 	MetricsAddrs []string
 	// EnablePprof serves net/http/pprof's handlers under /debug/pprof/ on
 	// the client and metrics addresses (etcd's --enable-pprof).

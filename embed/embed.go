@@ -108,7 +108,7 @@ func Start(ctx context.Context, cfg Config) (_ *Zketcd, err error) {
 	if z.gw, err = httpgw.New(gwCfg); err != nil {
 		return nil, err
 	}
-	z.serve(metrics, gwCfg.Debug)
+	z.serve(cfg, metrics, gwCfg.Debug)
 	return z, nil
 }
 
@@ -167,8 +167,8 @@ func (z *Zketcd) forwarding(cfg *Config) (*tls.Config, error) {
 
 // serve starts serving the etcd API on the client listeners and /metrics
 // (with the health endpoints and, if debug is set, /debug/) on the metrics
-// ones.
-func (z *Zketcd) serve(metrics, debug http.Handler) {
+// ones, with cfg's HTTP timeouts.
+func (z *Zketcd) serve(cfg Config, metrics, debug http.Handler) {
 	for _, l := range z.clients {
 		go func() { z.report(z.gw.Serve(l)) }()
 	}
@@ -179,7 +179,11 @@ func (z *Zketcd) serve(metrics, debug http.Handler) {
 	}
 	z.gw.HandleHealth(mux)
 	for _, l := range z.metrics {
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// Bounded as the client addresses' HTTP side is (but for writes:
+		// a CPU profile or a trace writes after as long as it was asked
+		// to run).
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: or(cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout),
+			ReadTimeout: or(cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout), IdleTimeout: or(cfg.HTTPIdleTimeout, httpgw.DefaultIdleTimeout)}
 		z.http = append(z.http, hs)
 		go func() {
 			if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
@@ -295,4 +299,12 @@ func (z *Zketcd) Close(grace time.Duration) {
 			z.fwd.Close()
 		}
 	})
+}
+
+// or is d, or def when d is 0.
+func or(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }

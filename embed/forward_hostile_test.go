@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,6 +61,20 @@ func forwardingLeader(t *testing.T, zk string, configure func(*embed.Config)) *e
 func waitLeader(t *testing.T, in *embedtest.Instance) {
 	t.Helper()
 	testutil.Eventually(t, 20*time.Second, "the instance leads", func() bool { l, _ := in.Engine().Leader(); return l })
+}
+
+// addRoot adds the root user with the root role, what AuthEnable needs.
+func addRoot(t *testing.T, ctx context.Context, c *clientv3.Client) {
+	t.Helper()
+	for _, step := range []func() error{
+		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // login returns a client of user at endpoint and its token.
@@ -178,15 +193,7 @@ func TestForwardedAuthEnableDoesNotTakeTheCallersEntropy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := in.Client(t)
-	for _, step := range []func() error{
-		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
-		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addRoot(t, ctx, c)
 	chosen := bytes.Repeat([]byte("mallory!"), 4)
 	if err := newAttacker(t, in, "http://", nil).send(ctx, auth.Caller{}, &pb.AuthEnableRequest{}, chosen); err != nil {
 		t.Fatalf("forwarded AuthEnable (auth off: anyone may): %v", err)
@@ -208,6 +215,31 @@ func TestForwardedAuthEnableDoesNotTakeTheCallersEntropy(t *testing.T) {
 	_, err = kv.Put(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, minted), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
 	if !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
 		t.Fatalf("a Put with root's token minted from the chosen entropy: %v, want %v", err, rpctypes.ErrInvalidAuthToken)
+	}
+}
+
+// TestForwardedAuthEnableIsRefusedWhileZooKeeperIsWorldReadable: the
+// leader refuses a forwarded AuthEnable on a world-readable root as the
+// client API does, and as the request's final failure: while auth is off
+// it carries no caller's credential, and a refusal of a request without
+// one tells its origin that nothing ran and that it may commit it itself,
+// past the leader's check.
+func TestForwardedAuthEnableIsRefusedWhileZooKeeperIsWorldReadable(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	in := embedtest.Start(t, []string{zk}, embedtest.Options{ForwardWrites: true, StrictZooKeeper: true, SessionTimeout: 4 * time.Second,
+		Configure: func(c *embed.Config) { c.GRPC.Auth.BcryptCost = bcrypt.MinCost }})
+	waitLeader(t, in)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := in.Client(t)
+	addRoot(t, ctx, c)
+	err := newAttacker(t, in, "http://", nil).send(ctx, auth.Caller{}, &pb.AuthEnableRequest{}, nil)
+	var final *engine.FinalError
+	if !errors.As(err, &final) || errors.Is(err, engine.ErrNotSent) || !strings.Contains(err.Error(), "world-readable") {
+		t.Fatalf("a forwarded AuthEnable on a world-readable root: %v, want the final refusal naming the world-readable root", err)
+	}
+	if st, err := c.AuthStatus(ctx); err != nil || st.Enabled {
+		t.Fatalf("auth status after the refusal: %v %v", st, err)
 	}
 }
 

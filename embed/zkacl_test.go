@@ -1,20 +1,27 @@
 package embed_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"golang.org/x/crypto/bcrypt"
 
+	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -182,4 +189,46 @@ func TestAuthenticateIsRateLimitedPerUser(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// TestSimpleTokensKeyedInZooKeeperAreWarnedAtEveryStart: with
+// authentication enabled and simple tokens signed by the auth store's
+// secret alone (which a reader of ZooKeeper's data, or of a backup, has),
+// every start warns; with a secret file it does not.
+func TestSimpleTokensKeyedInZooKeeperAreWarnedAtEveryStart(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	secret := filepath.Join(t.TempDir(), "token.secret")
+	if err := os.WriteFile(secret, bytes.Repeat([]byte("s"), 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out *embedtest.SyncBuffer
+	withFile := false
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, embedtest.Options{Configure: func(c *embed.Config) {
+		c.GRPC.Auth.BcryptCost = bcrypt.MinCost
+		out = &embedtest.SyncBuffer{}
+		lg := logrus.New()
+		lg.SetOutput(out)
+		c.Logger = logrus.NewEntry(lg)
+		if withFile {
+			tokens, err := auth.NewTokenProvider("simple,secret-file="+secret, 5*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.GRPC.Auth.Tokens = tokens
+		}
+	}})
+	const warning = "simple tokens signed by a secret kept in ZooKeeper"
+	if strings.Contains(out.String(), warning) {
+		t.Fatal("warned with authentication off")
+	}
+	enableAuth(t, in.Client(t))
+	in.Restart()
+	if !strings.Contains(out.String(), warning) {
+		t.Fatalf("a start with authentication on and simple tokens keyed in ZooKeeper did not warn:\n%s", out.String())
+	}
+	withFile = true
+	in.Restart()
+	if strings.Contains(out.String(), warning) {
+		t.Fatalf("warned with a secret file:\n%s", out.String())
+	}
 }

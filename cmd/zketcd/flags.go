@@ -91,11 +91,16 @@ type serveFlags struct {
 	dev bool
 
 	quotaBackendBytes int64
+	zkHeapBytes       int64
 	corruptCheckTime  time.Duration
 	featureGates      string
 
 	// logOutput, if set, receives the log instead of stderr (tests).
 	logOutput io.Writer
+
+	// argvCredentials are the credential flags given with a password on
+	// the command line (argvCredentials), for a warning.
+	argvCredentials []string
 }
 
 // defaultLossDir is where loss files go without --rollback-loss-dir and
@@ -185,7 +190,8 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.IntVar(&f.commitPipeline, "commit-pipeline", engine.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")
-	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "most bytes the root may hold in ZooKeeper (base generations and log entries) before writes raise the NOSPACE alarm and are refused (0: etcd's default 2 GiB; negative: no quota)")
+	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "most bytes the root may hold in ZooKeeper (base generations and log entries) before writes raise the NOSPACE alarm and are refused (0: half of --zk-heap-bytes if given, else etcd's default 2 GiB; negative: no quota)")
+	fs.Int64Var(&f.zkHeapBytes, "zk-heap-bytes", 0, "the JVM heap (-Xmx) of each ZooKeeper server, in bytes: zketcd warns when ZooKeeper's data nears half of it and derives the quota's default from it (0: not given)")
 	fs.StringVar(&f.featureGates, "feature-gates", "", "etcd's feature gates, e.g. InitialCorruptCheck=true (the only one zketcd has; others are ignored with a warning)")
 	fs.DurationVar(&f.corruptCheckTime, "corrupt-check-time", 0, "period of the leader instance's check that every instance's HashKV agrees at one revision; a mismatch raises the CORRUPT alarm (0: off)")
 	fs.IntVar(&f.maxWatchersPerStream, "max-watchers-per-stream", 100000, "most watchers on one watch stream (0: no bound); a create beyond it is canceled with a reason")
@@ -209,6 +215,7 @@ func (f *serveFlags) parse(fs *flag.FlagSet, args []string) error {
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
+	f.argvCredentials = argvCredentials(args)
 	if f.configFile == "" {
 		return nil
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,14 +10,18 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/embed"
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/gctune"
 	"github.com/zketcd/zketcd/internal/grpcsrv"
 )
 
@@ -46,7 +51,7 @@ func serve(ctx context.Context, f serveFlags, ready func()) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	return run(ctx, cfg, ready)
+	return run(ctx, cfg, !f.dev, ready)
 }
 
 // config builds the instance's configuration from the flags (and logs the
@@ -128,6 +133,15 @@ func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.C
 	if err != nil {
 		return engine.Config{}, err
 	}
+	if !f.dev {
+		var id string
+		if len(storeCfg.Auth) > 0 {
+			id = storeCfg.Auth[0]
+		}
+		for _, w := range f.insecureChoices(id) {
+			lg.Warn(w)
+		}
+	}
 	autoCompaction, err := f.autoCompaction()
 	if err != nil {
 		return engine.Config{}, err
@@ -145,17 +159,21 @@ func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.C
 			"set --rollback-loss-dir to a durable directory this user may write (the system's temporary directory is used meanwhile)")
 	}
 	return engine.Config{
-		Store:               storeCfg,
-		Name:                name,
-		ClientURLs:          advertise,
-		RelaxedReads:        f.relaxedReads,
-		ForwardWrites:       f.forwardWrites,
-		ReadLease:           f.readLease,
-		CommitPipeline:      f.commitPipeline,
-		AutoCompaction:      autoCompaction,
-		LossDir:             lossDir,
-		RollbackCheckAfter:  f.rollbackCheckAfter,
-		QuotaBackendBytes:   f.quotaBackendBytes,
+		Store:              storeCfg,
+		Name:               name,
+		ClientURLs:         advertise,
+		RelaxedReads:       f.relaxedReads,
+		ForwardWrites:      f.forwardWrites,
+		ReadLease:          f.readLease,
+		CommitPipeline:     f.commitPipeline,
+		AutoCompaction:     autoCompaction,
+		LossDir:            lossDir,
+		RollbackCheckAfter: f.rollbackCheckAfter,
+		QuotaBackendBytes:  f.quotaBackendBytes,
+		ZooKeeperHeapBytes: f.zkHeapBytes,
+		// What a compaction released goes back to the system at once
+		// rather than at the scavenger's pace.
+		AfterCompaction:     debug.FreeOSMemory,
 		CorruptCheckTime:    f.corruptCheckTime,
 		InitialCorruptCheck: initialCorruptCheck,
 		WorldReadableOK:     f.dev,
@@ -188,16 +206,41 @@ func (f serveFlags) grpcConfig() (grpcsrv.Config, error) {
 }
 
 // run starts the instance of cfg (giving it a minute to connect to
-// ZooKeeper and recover) and serves until ctx ends or serving fails.
-func run(ctx context.Context, cfg embed.Config, ready func()) error {
+// ZooKeeper and recover) and serves until ctx ends or serving fails; the
+// Go heap is tuned (gctune) while it runs. warnOpenGateway (every start
+// but zketcd dev's) warns once started if every origin may use the HTTP
+// gateway of an instance without authentication or client certificates.
+func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func()) error {
 	lg := cfg.Logger
 	zk := logrus.Fields{"zk": cfg.Engine.Store.Servers, "zk_root": cfg.Engine.Store.Root}
 	lg.WithFields(zk).Info("connecting to zookeeper")
+	var gcGauge prometheus.Gauge
+	if gctune.Enabled() {
+		// Before the start: recovery builds the whole view.
+		gcGauge = gctune.NewGauge()
+		tuneCtx, stopTune := context.WithCancel(ctx)
+		defer stopTune()
+		go gctune.Run(tuneCtx, gctune.Config{Logger: lg.WithField("component", "gctune"), Gauge: gcGauge})
+	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	z, err := embed.Start(openCtx, cfg)
 	cancelOpen()
 	if err != nil {
 		return err
+	}
+	if gcGauge != nil {
+		if err := z.Registry().Register(gcGauge); err != nil {
+			lg.WithError(err).Warn("register zketcd_gc_percent")
+		}
+	}
+	if warnOpenGateway {
+		raw, _ := z.Engine().AuthState()
+		st, err := auth.Decode(raw)
+		enabled := err == nil && st != nil && st.Enabled
+		clientCertAuth := cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		if w := openGatewayWarning(cfg.CORS, clientCertAuth, enabled); w != "" {
+			lg.Warn(w)
+		}
 	}
 	lg.WithFields(zk).WithFields(logrus.Fields{
 		"name": cfg.Engine.Name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),

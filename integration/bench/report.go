@@ -344,7 +344,13 @@ func (r *Report) WriteFiles(md, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(md, []byte(r.Markdown(rel, plots, analysis)), 0o644)
+	// The scale benchmark's section (zkbench -scale) is kept in the data
+	// directory and carried over by every run and re-render.
+	out := r.Markdown(rel, plots, analysis)
+	if sc := embedScale(dataDir); sc != "" {
+		out = strings.TrimRight(out, "\n") + "\n\n" + sc
+	}
+	return os.WriteFile(md, []byte(out), 0o644)
 }
 
 // AnalysisFile is the hand-written analysis (profiles, latency budgets) in

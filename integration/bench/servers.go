@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -264,6 +265,12 @@ type Env struct {
 	SelfBin    string
 	PprofChild bool
 	ZKHeap     string // JVM -Xmx for each ZooKeeper server, e.g. "1g"
+	// ZKHeapMin is the JVM's -Xms (empty: ZKHeap, the heap committed from
+	// the start).
+	ZKHeapMin string
+	// EtcdExtraArgs and ZketcdExtraArgs are appended to every etcd
+	// member's and zketcd instance's flags.
+	EtcdExtraArgs, ZketcdExtraArgs []string
 	// PGBinDir holds PostgreSQL's initdb, postgres and pg_isready;
 	// empty: the newest /usr/lib/postgresql/*/bin.
 	PGBinDir string
@@ -328,6 +335,7 @@ func (e *Env) StartEtcdCluster(ctx context.Context, name string, members int) (*
 		if members > 1 {
 			args = append(args, "--initial-cluster-token", name)
 		}
+		args = append(args, e.EtcdExtraArgs...)
 		p, err := startProcess("etcd "+m.name, dir, m.log, e.EtcdBin, args, nil)
 		if err != nil {
 			stopAll()
@@ -437,7 +445,7 @@ func (e *Env) StartZooKeeper(ctx context.Context, name string, members int) (*zk
 	opts := zkserver.Options{
 		Dir:               dir,
 		NoDefaultJVMFlags: true,
-		JVMFlags:          []string{"-Xmx" + e.ZKHeap, "-Xms" + e.ZKHeap, "-XX:-UsePerfData"},
+		JVMFlags:          []string{"-Xmx" + e.ZKHeap, "-Xms" + cmp.Or(e.ZKHeapMin, e.ZKHeap), "-XX:-UsePerfData"},
 		Logger:            logrus.NewEntry(lg),
 		StartTimeout:      2 * time.Minute,
 	}
@@ -485,6 +493,7 @@ func (e *Env) StartZketcd(ctx context.Context, name, dirName string, zk *zkClust
 		if readLeaseServer(name) {
 			args = append(args, "--read-lease")
 		}
+		args = append(args, e.ZketcdExtraArgs...)
 	}
 	p, err := startProcess(name, dir, filepath.Join(dir, "zketcd.log"), bin, args, nil)
 	if err != nil {

@@ -129,6 +129,9 @@ func TestInstancesOnSeveralHostsForwardOverMutualTLS(t *testing.T) {
 		if !strings.Contains(in.log.String(), "https://"+in.addr+":2380") {
 			t.Fatalf("%s does not advertise its https internal endpoint:\n%s", in.name, tail(in.log.String(), 20))
 		}
+		if strings.Contains(in.log.String(), "given on the command line") {
+			t.Fatalf("%s, started as documented, has a credential on its command line:\n%s", in.name, tail(in.log.String(), 20))
+		}
 	}
 	// A client on one follower's host writes through the other's.
 	from, through := followers[0], followers[1]
@@ -194,13 +197,15 @@ func TestInstancesOnSeveralHostsForwardOverMutualTLS(t *testing.T) {
 
 // TestInstancesOnSeveralHostsWithTheDefaultInternalEndpoint: the
 // documented command without the peer flags. With the default internal
-// endpoint (127.0.0.1) the instances cannot reach the leader's, and each
-// commits its own writes: every write through every host is acknowledged
-// once and read on all. Given the host's address without TLS, the
+// endpoint (127.0.0.1) the instances cannot reach the leader's: each sees
+// from the leader's member znode that its loopback is another host's,
+// never dials it (a local user could listen there), warns, and commits
+// its own writes: every write through every host is acknowledged once and
+// read on all. Given the host's address without TLS, the
 // endpoint is refused at start with a message naming what to set.
 func TestInstancesOnSeveralHostsWithTheDefaultInternalEndpoint(t *testing.T) {
 	l := newLab(t, 3)
-	serve := `zketcd serve --zk "$ZK" --zk-auth "digest:zketcd:$ZK_SECRET" --name "$NAME" --listen-client-urls "http://127.0.0.1:2379,http://$ADDR:2379"`
+	serve := `ZKETCD_ZK_AUTH="digest:zketcd:$ZK_SECRET" zketcd serve --zk "$ZK" --name "$NAME" --listen-client-urls "http://127.0.0.1:2379,http://$ADDR:2379"`
 	root := newRoot()
 	dir := t.TempDir()
 	var ins []*instance
@@ -220,6 +225,15 @@ func TestInstancesOnSeveralHostsWithTheDefaultInternalEndpoint(t *testing.T) {
 	}
 	for _, in := range ins {
 		checkAll(t, in.client(t, in.addr+":"+clientPort), want)
+	}
+	warned := 0
+	for _, in := range ins {
+		if strings.Contains(in.log.String(), "on the loopback of another host") {
+			warned++
+		}
+	}
+	if warned < len(ins)-1 {
+		t.Errorf("%d followers warned that the leader's loopback endpoint is on another host, want %d", warned, len(ins)-1)
 	}
 
 	refused := l.hosts[0].start(t, dir, serve+` --internal-listen-url "http://$ADDR:2380"`,

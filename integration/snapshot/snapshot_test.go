@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -246,9 +247,14 @@ func TestSnapshotUnderWritesIsOfOneRevision(t *testing.T) {
 func TestRestoreThatFailsWritingLeavesNothing(t *testing.T) {
 	src := etcdoracle.Start(t)
 	c := src.Client(t)
-	big := strings.Repeat("v", 100<<10)
 	for i := 0; i < 15; i++ {
-		if _, err := c.Put(context.Background(), fmt.Sprintf("big/%d", i), big); err != nil {
+		// Incompressible, and each its own: base generations are
+		// compressed, with a window that would find a repeated value.
+		raw := make([]byte, 100<<10)
+		if _, err := rand.Read(raw); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Put(context.Background(), fmt.Sprintf("big/%d", i), string(raw)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -256,7 +262,7 @@ func TestRestoreThatFailsWritingLeavesNothing(t *testing.T) {
 	saveSnapshot(t, src.Endpoint(), path)
 	root := freshRoot(t)
 	cfg := storeConfig(t, root)
-	cfg.MaxEntryBytes = 4 << 20 // one 1.5 MiB chunk: above ZooKeeper's 1 MiB request limit
+	cfg.BaseChunkBytes = 4 << 20 // one 1.5 MiB chunk: above ZooKeeper's 1 MiB request limit
 	_, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: path, Store: cfg})
 	if err == nil {
 		t.Fatal("restore with chunks ZooKeeper refuses succeeded")

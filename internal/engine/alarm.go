@@ -59,10 +59,6 @@ func (b *Engine) Alarms() []*pb.AlarmMember {
 	return out
 }
 
-// QuotaBytes is the space quota this instance enforces (etcd's
-// --quota-backend-bytes resolved: negative means none).
-func (b *Engine) QuotaBytes() int64 { return translate.QuotaBytes(b.cfg.QuotaBackendBytes) }
-
 // checkQuota is etcd's quota check before a Put, Txn or LeaseGrant enters
 // the log: if the request's cost does not fit beside DBSize, it raises the
 // NOSPACE alarm for this member (once: a raise of an active alarm stages

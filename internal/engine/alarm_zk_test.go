@@ -3,6 +3,7 @@ package engine_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,7 +40,13 @@ func TestNoSpaceAlarmIsSharedByInstancesAndSurvivesRestarts(t *testing.T) {
 	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Configure: func(c *embed.Config) { c.Engine.QuotaBackendBytes = 64 << 10 }})
 	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root(), Configure: func(c *embed.Config) { c.Engine.QuotaBackendBytes = -1 }})
 	ca, cb := a.Client(t), b.Client(t)
-	value := strings.Repeat("v", 4<<10)
+	// Incompressible: the root compresses log entries.
+	raw := make([]byte, 4<<10)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range raw {
+		raw[i] = byte(r.Uint32())
+	}
+	value := string(raw)
 	n := 0
 	for ; n < 100; n++ {
 		if _, err := ca.Put(ctxT(t), fmt.Sprintf("k%d", n%4), value); err != nil {

@@ -22,7 +22,10 @@ type Engine struct {
 	store    Log
 	view     *revision.View
 	memberID uint64
+	host     string // this instance's host (host.go), advertised in its member znode
 	metrics  *metrics
+	sizing   *sizing
+	pages    pageCounts // counts of paginated ranges (pagecount.go)
 	// maxEntryBytes is the log's entry budget: a batch is cut before it.
 	maxEntryBytes int
 

@@ -50,6 +50,11 @@ type Config struct {
 	// take DBSize past it raise the NOSPACE alarm and are refused (0:
 	// translate.DefaultQuotaBytes, 2 GiB; negative: no quota).
 	QuotaBackendBytes int64
+	// ZooKeeperHeapBytes is each ZooKeeper server's JVM heap (-Xmx),
+	// --zk-heap-bytes (0: not given). With it the quota's default is
+	// ZKHeapDataShare of it and zketcd warns when ZooKeeper's data nears
+	// that (sizing.go).
+	ZooKeeperHeapBytes int64
 	// CorruptCheckTime is etcd's --corrupt-check-time: the period of the
 	// leader instance's check that every instance's HashKV agrees at one
 	// revision (0: off). See corrupt.go.
@@ -66,6 +71,12 @@ type Config struct {
 	// error stops the compaction there, as a crash would. For fault
 	// injection in tests.
 	CompactionHook func(step string) error
+	// AfterCompaction, if set, is called (from the compaction loop) once
+	// the view has dropped what a compaction released, and again once a
+	// base generation was written: the zketcd command returns the freed
+	// memory to the operating system there (debug.FreeOSMemory), which a
+	// library must not do for its host.
+	AfterCompaction func()
 	// RollbackCheckAfter is how long the instance may be without a
 	// ZooKeeper session before it checks, through a fresh session, whether
 	// ZooKeeper's data went back to an older state (which makes ZooKeeper
@@ -90,6 +101,11 @@ type Config struct {
 	// member znode ("": none; another instance then commits its own writes
 	// while this one leads).
 	InternalURL string
+	// Host identifies the host and network namespace this instance runs
+	// on, advertised beside InternalURL: an internal endpoint on loopback
+	// is dialed only by instances of the same host (host.go). Empty: this
+	// host's, as the kernel tells it (tests give each engine its own).
+	Host string
 	// LeaderProofWindow bounds how long after a ZooKeeper transaction of
 	// its session was sent, and landed (a commit, a quorum barrier), the
 	// leader still answers read-lease reads and keepalives from memory

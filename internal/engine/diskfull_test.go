@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,7 +57,13 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 	in := embedtest.Start(t, []string{srv.Addr()}, embedtest.Options{SessionTimeout: 4 * time.Second})
 	c := in.Client(t)
 
-	value := strings.Repeat("x", 64<<10)
+	// Incompressible: the root compresses log entries.
+	raw := make([]byte, 64<<10)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range raw {
+		raw[i] = byte(r.Uint32())
+	}
+	value := string(raw)
 	var mu sync.Mutex
 	acked := map[string]int64{} // key -> revision of its acknowledged put
 	failures := 0
@@ -90,7 +97,10 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 					return
 				}
 				if time.Since(start) > 3*time.Minute {
-					t.Errorf("the 30 MB disk is not full after %d puts", len(acked))
+					mu.Lock()
+					n := len(acked)
+					mu.Unlock()
+					t.Errorf("the 30 MB disk is not full after %d puts", n)
 					once.Do(func() { close(stop) })
 					return
 				}

@@ -88,24 +88,24 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	root := in.Root()
 	raw := rawZK(t)
 
-	// A newer zketcd appends entry 3 in a format this build does not read.
+	// A newer zketcd appends an entry in a format this build does not read.
 	lsn := in.Engine().State().LSN + 1
 	head, _ := json.Marshal(map[string]int64{"lsn": lsn, "rev": put.Header.Revision + 1})
 	if _, err := raw.Multi(
-		&zk.CreateRequest{Path: fmt.Sprintf("%s/log/%010d/%020d", root, lsn>>14, lsn), Data: newerEntry(3), Acl: zk.WorldACL(zk.PermAll)},
+		&zk.CreateRequest{Path: fmt.Sprintf("%s/log/%010d/%020d", root, lsn>>14, lsn), Data: newerEntry(4), Acl: zk.WorldACL(zk.PermAll)},
 		&zk.SetDataRequest{Path: root + "/head", Data: head, Version: -1},
 	); err != nil {
 		t.Fatal(err)
 	}
 	written := time.Now()
 	testutil.Eventually(t, 20*time.Second, "halted by a newer entry", func() bool { return errors.Is(in.Engine().Health(), engine.ErrHalted) })
-	t.Logf("halted %v after a format-3 entry appeared: %v", time.Since(written).Round(time.Millisecond), in.Engine().Health())
-	wantNewerFormat(t, in.Engine().Health(), "log entry has format 3, newer than this zketcd reads (up to 2)", "upgrade this instance")
+	t.Logf("halted %v after a format-4 entry appeared: %v", time.Since(written).Round(time.Millisecond), in.Engine().Health())
+	wantNewerFormat(t, in.Engine().Health(), "log entry has format 4, newer than this zketcd reads (up to 3)", "upgrade this instance")
 	if v := haltedGauge(t, in); v != 1 {
 		t.Fatalf("zketcd_halted %v, want 1", v)
 	}
 	st, err := c.Status(ctx, in.Endpoint())
-	if err != nil || !strings.Contains(strings.Join(st.Errors, " "), "format 3") {
+	if err != nil || !strings.Contains(strings.Join(st.Errors, " "), "format 4") {
 		t.Fatalf("Status: %v %v", st, err)
 	}
 	if _, err := c.Get(ctx, "a", clientv3.WithSerializable()); !errors.Is(err, rpctypes.ErrCorrupt) {
@@ -116,7 +116,7 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	}
 	in.Close()
 	_, err = openBackend(t, root)
-	wantNewerFormat(t, err, "log entry has format 3")
+	wantNewerFormat(t, err, "log entry has format 4")
 
 	// A base description of a newer format.
 	if _, err := raw.Set(root+"/compact", []byte(`{"gen":0,"format":2}`), -1); err != nil {
@@ -140,7 +140,7 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = openBackend(t, root)
-	wantNewerFormat(t, err, "zketcd root "+root+" has format 2, newer than this zketcd reads (up to 1)")
+	wantNewerFormat(t, err, "zketcd root "+root+" has format 3, newer than this zketcd reads (up to 2)")
 }
 
 // haltedGauge returns the instance's zketcd_halted.

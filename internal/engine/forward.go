@@ -124,6 +124,10 @@ type forwarding struct {
 	mu   sync.Mutex
 	seq  uint64
 	peer Peer // the leader's endpoint, cached by leader ID
+	// peerAt is when peer was read; peerForeign that the leader's
+	// endpoint was on another host's loopback (host.go), so not dialed.
+	peerAt      time.Time
+	peerForeign bool
 	// calls are the forwarded requests this instance serves as leader, by
 	// tag, and those answered in the last callKeep (a re-send after a lost
 	// answer gets the same answer).
@@ -208,9 +212,12 @@ func (b *Engine) leaderPeer() (p Peer, ok, self bool) {
 	}
 	f := &b.fwd
 	f.mu.Lock()
-	p = f.peer
+	p, at, wasForeign := f.peer, f.peerAt, f.peerForeign
 	f.mu.Unlock()
-	if p.ID == id {
+	wasForeign = wasForeign && p.ID == id
+	if p.ID == id && (p.URL != "" || time.Since(at) < peerRecheck) {
+		// A leader with no endpoint to dial is read again now and then:
+		// it may have restarted with one, under the same member ID.
 		return p, p.URL != "", false
 	}
 	members, err := b.store.Members()
@@ -220,14 +227,28 @@ func (b *Engine) leaderPeer() (p Peer, ok, self bool) {
 	for _, m := range members {
 		if m.ID == id {
 			p = Peer{ID: id, URL: m.InternalURL, Token: m.InternalToken}
+			foreign := b.foreignLoopback(m.InternalURL, m.Host)
+			if foreign {
+				// Not the leader's: never dialed (host.go).
+				if !wasForeign {
+					b.log.WithFields(logrus.Fields{"leader": fmt.Sprintf("%x", id), "leader_name": m.Name, "internal_url": m.InternalURL}).
+						Warn("the leader instance advertises an internal endpoint on the loopback of another host: this instance does not dial it and commits its own writes; " +
+							"give every instance an --internal-listen-url the others reach, over peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file)")
+				}
+				p.URL, p.Token = "", ""
+			}
 			f.mu.Lock()
-			f.peer = p
+			f.peer, f.peerAt, f.peerForeign = p, time.Now(), foreign
 			f.mu.Unlock()
 			return p, p.URL != "", false
 		}
 	}
 	return Peer{}, false, false
 }
+
+// peerRecheck is how often the member znode of a leader whose endpoint
+// cannot be dialed (none, or another host's loopback) is read again.
+const peerRecheck = 5 * time.Second
 
 // forgetPeer drops the cached endpoint of leader id.
 func (b *Engine) forgetPeer(id uint64) {

@@ -29,8 +29,8 @@ type memForwarder struct {
 	peers       map[string]*Engine
 	loseAnswers int
 	// served counts ServeForward calls, readIndex ReadIndex calls, reads
-	// lease reads answered by the peer.
-	served, readIndex, reads int
+	// lease reads answered by the peer, keepAlives keepalives.
+	served, readIndex, reads, keepAlives int
 	// unsupported makes the lease reads answer as a peer without them.
 	unsupported bool
 	// afterLoss runs once an answer was lost, before Forward returns.
@@ -114,6 +114,9 @@ func (f *memForwarder) KeepAlive(ctx context.Context, to Peer, id int64) (int64,
 	if err != nil {
 		return 0, err
 	}
+	f.mu.Lock()
+	f.keepAlives++
+	f.mu.Unlock()
 	return b.ServeKeepAlive(ctx, id)
 }
 
@@ -212,6 +215,18 @@ func logEntries(t *testing.T, st *memlog.Store) []*revision.Entry {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// entriesBy counts the store's log entries b committed.
+func entriesBy(t *testing.T, st *memlog.Store, b *Engine) int {
+	t.Helper()
+	n := 0
+	for _, e := range logEntries(t, st) {
+		if e.Writer.Nonce == b.nonce {
+			n++
+		}
+	}
+	return n
 }
 
 func keyVersion(t *testing.T, b *Engine, key string) int64 {
@@ -404,13 +419,7 @@ func TestFollowerCommitsItselfWhenTheLeaderCannotBeReached(t *testing.T) {
 	delete(fw.peers, "mem://a")
 	fw.mu.Unlock()
 	put(t, b, "k", "v")
-	foreign := 0
-	for _, e := range logEntries(t, st) {
-		if e.Writer.Nonce == b.nonce {
-			foreign++
-		}
-	}
-	if foreign != 1 {
+	if foreign := entriesBy(t, st, b); foreign != 1 {
 		t.Fatalf("%d entries of the follower, want 1 (committed itself before sending anything)", foreign)
 	}
 	if got := get(t, a, "k", false); len(got.Kvs) != 1 {
@@ -477,5 +486,81 @@ func TestConcurrentWritesThroughBothInstancesArePipelinedByTheLeaderOnce(t *test
 		if e.Writer.Nonce != a.nonce {
 			t.Fatalf("entry %d written by %x, want only the leader", e.LSN, e.Writer.Nonce)
 		}
+	}
+}
+
+// TestLeaderEndpointOnAnotherHostsLoopbackIsNeverDialed: instances on
+// several hosts left with the default loopback internal endpoint. What
+// answers at the leader's loopback address on another host is not the
+// leader (here it would be, to show the dial), so the follower never
+// sends anything there: not a write (with its client's token), a read
+// index, a keepalive or a lease read; it commits and reads on its own.
+// An instance of the leader's host forwards to it as before.
+func TestLeaderEndpointOnAnotherHostsLoopbackIsNeverDialed(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	fw := &memForwarder{peers: map[string]*Engine{}}
+	start := func(name, host, url string) *Engine {
+		b, _ := engine(t, st, name, func(cfg *Config) {
+			cfg.ForwardWrites, cfg.Forwarder, cfg.InternalURL, cfg.Host = true, fw, url, host
+		})
+		fw.mu.Lock()
+		fw.peers[url] = b
+		fw.mu.Unlock()
+		return b
+	}
+	a := start("a", "host-a", "http://127.0.0.1:2380")
+	testutil.Eventually(t, 5*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	b := start("b", "host-b", "http://127.0.0.1:2381")
+	testutil.Eventually(t, 5*time.Second, "b knows the leader", func() bool { _, id := b.Leader(); return id == a.MemberID() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	put(t, b, "k", "v")
+	lease, err := b.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.LeaseRenew(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	put(t, a, "from-a", "1")
+	if got := get(t, b, "from-a", false); len(got.Kvs) != 1 {
+		t.Fatal("a linearizable read on b missed a's write")
+	}
+	fw.mu.Lock()
+	served, readIndex, reads, keepAlives := fw.served, fw.readIndex, fw.reads, fw.keepAlives
+	fw.mu.Unlock()
+	if served != 0 || readIndex != 0 || reads != 0 || keepAlives != 0 {
+		t.Fatalf("b sent the leader's loopback endpoint on another host %d writes, %d read indexes, %d lease reads and %d keepalives, want none",
+			served, readIndex, reads, keepAlives)
+	}
+	if own := entriesBy(t, st, b); own != 2 {
+		t.Fatalf("%d entries committed by b itself, want 2 (its put and its grant)", own)
+	}
+
+	c := start("c", "host-a", "http://127.0.0.1:2382")
+	testutil.Eventually(t, 5*time.Second, "c knows the leader", func() bool { _, id := c.Leader(); return id == a.MemberID() })
+	put(t, c, "from-c", "1")
+	fw.mu.Lock()
+	served = fw.served
+	fw.mu.Unlock()
+	if served != 1 {
+		t.Fatalf("the leader served %d forwards from an instance of its own host, want 1", served)
+	}
+}
+
+func TestLoopbackInternalURLs(t *testing.T) {
+	for url, want := range map[string]bool{
+		"http://127.0.0.1:2380": true, "https://localhost:2380": true, "http://[::1]:2380": true, "http://127.1.2.3:1": true,
+		"https://10.0.0.1:2380": false, "https://zketcd-1.example:2380": false, "http://0.0.0.0:2380": false, "": false,
+	} {
+		if got := loopbackURL(url); got != want {
+			t.Errorf("loopbackURL(%q) = %v, want %v", url, got, want)
+		}
+	}
+	if localHost() == "" {
+		t.Error("this host has no identity")
 	}
 }

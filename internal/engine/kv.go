@@ -24,11 +24,23 @@ func (b *Engine) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResp
 		}
 	}
 	var resp *pb.RangeResponse
+	var rev int64
 	err := b.view.Read(func(r revision.Reader) error {
 		var err error
-		resp, err = translate.Range(r, req)
+		rev = req.Revision
+		if rev <= 0 {
+			rev = r.Rev()
+		}
+		if n, ok := b.pages.lookup(req); ok {
+			resp, err = translate.RangeCounted(r, req, n)
+		} else {
+			resp, err = translate.Range(r, req)
+		}
 		return err
 	})
+	if err == nil {
+		b.pages.record(req, resp, rev)
+	}
 	return resp, err
 }
 

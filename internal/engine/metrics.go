@@ -42,6 +42,9 @@ type metrics struct {
 	// corruptChecks counts the corruption check's rounds (on the leader),
 	// corruptMismatches the members found with another hash.
 	corruptChecks, corruptMismatches prometheus.Counter
+	// rootFormat is the root's format as this instance last read it
+	// (2: entries and base generations compressed).
+	rootFormat prometheus.Gauge
 	// proofWindow is the leader proof window in force (proofwindow.go; 0:
 	// none), grantedTimeout and zkTick what it derives from; readLease is
 	// the read lease's state (1 held, 0 not held, -1 refused: no window).
@@ -133,6 +136,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
 			Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
 		}),
+		rootFormat: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "root_format",
+			Help: "The root's format (<root>/meta) as this instance last read it: what it writes (2: log entries and base generations compressed).",
+		}),
 		proofWindow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "leader_proof_window_seconds",
 			Help: "How long after a ZooKeeper transaction of its session the leader answers read-lease reads and keepalives from memory, derived from the granted session timeout and ZooKeeper's tick (0: none, each waits for a round trip).",
@@ -151,7 +158,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proofWindow, m.grantedTimeout, m.zkTick, m.readLease)
+		reg.MustRegister(m.proofWindow, m.grantedTimeout, m.zkTick, m.readLease, m.rootFormat)
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
 			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
 			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)

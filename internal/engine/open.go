@@ -93,8 +93,12 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 		"took": time.Since(began).Round(time.Millisecond),
 	}).Info("recovered view from the zookeeper log")
 	b.hub = watchbridge.NewHub(b.view)
+	b.host = cfg.Host
+	if b.host == "" {
+		b.host = localHost()
+	}
 	b.check.self = zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
-		InternalURL: cfg.InternalURL, InternalToken: b.internalToken}
+		InternalURL: cfg.InternalURL, InternalToken: b.internalToken, Host: b.host}
 	if err := st.RegisterMember(b.check.self); err != nil {
 		return nil, fmt.Errorf("register member: %w", err)
 	}
@@ -133,6 +137,7 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 		memberID:      memberID(st.Meta().ClusterID, cfg.Name),
 		maxEntryBytes: st.MaxEntryBytes(),
 		metrics:       newMetrics(cfg.Registerer),
+		sizing:        newSizing(cfg.Registerer),
 		nonce:         binary.BigEndian.Uint64(nb[:]),
 		proposals:     make(chan *proposal, 4*cfg.MaxBatchRequests),
 		renewals:      make(chan *renewal, 1024),

@@ -46,7 +46,10 @@ import (
 //
 // Let a transaction X of the session be sent at s on its current
 // connection (granted Gc; the least any connection of the session was
-// granted is Gmin), and land. The follower F forwarded X to the leader
+// granted is Gmin — as far as this client knows: a connection whose
+// connect response never arrived was granted too, so Gmin also counts the
+// least the servers that answered conf grant, the request clamped by their
+// lowest maxSessionTimeout), and land. The follower F forwarded X to the leader
 // after X reached it (at or after s), on the same TCP stream as its ping
 // answers, so the leader had every answer F sent before X. F answers at
 // least every half tick, so one of them left F within tick/2 before X did;
@@ -91,10 +94,18 @@ func proofWindow(g zkstore.Grant, limit time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("zookeeper's tickTime is unknown (%v): granted session timeout %v (requested %v); allow conf in zookeeper's 4lw.commands.whitelist, or declare the tick with --zk-tick-time",
 			g.TickErr, g.Timeout, g.Requested)
 	}
-	bound := g.MinTimeout - g.Timeout/3 - g.Tick/2
+	least := g.MinTimeout
+	if g.MaxSessionTimeout > 0 && g.Requested > 0 {
+		// A connection whose connect response never arrived (its handshake
+		// timed out) was granted, and refreshed the session at the
+		// ZooKeeper leader with, what its server grants: at least the
+		// request clamped by the lowest maxSessionTimeout conf told.
+		least = min(least, g.Requested, g.MaxSessionTimeout)
+	}
+	bound := least - g.Timeout/3 - g.Tick/2
 	if bound <= 0 {
-		return 0, fmt.Errorf("granted session timeout %v (requested %v; the least granted to this session %v) at tickTime %v: the session can expire %v after a transaction of it, no time to answer from memory",
-			g.Timeout, g.Requested, g.MinTimeout, g.Tick, bound)
+		return 0, fmt.Errorf("granted session timeout %v (requested %v; the least granted to this session %v, the least a server grants %v) at tickTime %v: the session can expire %v after a transaction of it, no time to answer from memory",
+			g.Timeout, g.Requested, g.MinTimeout, least, g.Tick, bound)
 	}
 	w := bound / 2
 	if limit > 0 && limit < w {

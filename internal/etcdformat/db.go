@@ -96,11 +96,12 @@ func WriteDB(path string, s *revision.Snapshot, info DBInfo) (st DBStats, err er
 		return st, fmt.Errorf("write snapshot database: %w", err)
 	}
 	recs := Records(s, 0)
-	for _, kh := range s.Keys {
+	s.Each(func(kh revision.KeyHistory) bool {
 		if len(kh.Versions) > 0 {
 			st.Keys++
 		}
-	}
+		return true
+	})
 	var kbuf []byte
 	for start := 0; start < len(recs); start += writeBatch {
 		batch := recs[start:min(start+writeBatch, len(recs))]

@@ -79,13 +79,14 @@ func TestSnapshotFileRoundTripsTheView(t *testing.T) {
 	}
 	strip := func(s *revision.Snapshot) []revision.KeyValue {
 		var out []revision.KeyValue
-		for _, kh := range s.Keys {
+		s.Each(func(kh revision.KeyHistory) bool {
 			for _, kv := range kh.Versions {
 				c := *kv
 				c.CreateZxid, c.ModZxid = 0, 0
 				out = append(out, c)
 			}
-		}
+			return true
+		})
 		return out
 	}
 	if g, w := strip(got), strip(want); !reflect.DeepEqual(g, w) {

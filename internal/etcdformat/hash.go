@@ -46,11 +46,12 @@ func HashKV(s *revision.Snapshot, rev int64) (KVHash, error) {
 	// keep: the revision of each key's version live at rev (etcd's
 	// index.Keep(rev)).
 	keep := make(map[Rev]struct{})
-	for _, kh := range s.Keys {
+	s.Each(func(kh revision.KeyHistory) bool {
 		if vis := visibleAt(kh.Versions, rev); vis != nil && vis.Version != 0 {
 			keep[RevOf(vis)] = struct{}{}
 		}
-	}
+		return true
+	})
 	return hashRecords(s, rev, compacted, keep)
 }
 
@@ -65,12 +66,13 @@ func HashKV(s *revision.Snapshot, rev int64) (KVHash, error) {
 // compact_revision is the previous compacted revision.
 func CompactionHash(before *revision.Snapshot, rev int64) (KVHash, error) {
 	keep := make(map[Rev]struct{})
-	for _, kh := range before.Keys {
+	before.Each(func(kh revision.KeyHistory) bool {
 		vis := visibleAt(kh.Versions, rev)
 		if vis != nil && (vis.Version != 0 || vis.ModRevision == rev) {
 			keep[Rev{Main: vis.ModRevision, Sub: vis.Sub}] = struct{}{}
 		}
-	}
+		return true
+	})
 	return hashRecords(before, rev, before.State.CompactRev, keep)
 }
 

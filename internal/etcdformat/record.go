@@ -94,18 +94,17 @@ func Value(kv *revision.KeyValue) ([]byte, error) {
 // records share the snapshot's KeyValues. Memory: one Record per version.
 func Records(s *revision.Snapshot, upTo int64) []Record {
 	n := 0
-	for _, kh := range s.Keys {
-		n += len(kh.Versions)
-	}
+	s.Each(func(kh revision.KeyHistory) bool { n += len(kh.Versions); return true })
 	out := make([]Record, 0, n)
-	for _, kh := range s.Keys {
+	s.Each(func(kh revision.KeyHistory) bool {
 		for _, kv := range kh.Versions {
 			if upTo > 0 && kv.ModRevision > upTo {
 				break
 			}
 			out = append(out, Record{Rev: RevOf(kv), KV: kv})
 		}
-	}
+		return true
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Rev.Less(out[j].Rev) })
 	return out
 }

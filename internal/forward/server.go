@@ -44,11 +44,13 @@ var _ Leader = (*engine.Engine)(nil)
 
 // Authorizer checks a forwarded request against the serving instance's
 // own auth state (a *grpcsrv.ForwardAuthorizer): Authorize returns the
-// context to serve req with, or etcd's error refusing it. rpc is the etcd
-// client API method of the request (engine.WriteKind.RPC); caller is the
-// credential the client presented where the request entered, a CertCN
-// only if the forwarding peer proved its own identity with a verified
-// certificate.
+// context to serve req with, or etcd's error refusing it: one of code
+// FailedPrecondition when the request cannot run here whoever its caller
+// (AuthEnable on a world-readable root), any other a refusal of the
+// caller's credential. rpc is the etcd client API method of the request
+// (engine.WriteKind.RPC); caller is the credential the client presented
+// where the request entered, a CertCN only if the forwarding peer proved
+// its own identity with a verified certificate.
 type Authorizer interface {
 	Authorize(ctx context.Context, rpc string, req proto.Message, caller auth.Caller) (context.Context, error)
 }
@@ -158,10 +160,12 @@ func (s *server) admit(ctx context.Context, info *tap.Info) (context.Context, er
 
 // authorize checks req for the caller its metadata names (see
 // Authorizer) and returns the context to serve it with. A refusal of a
-// request without a caller's credential answers outcomeBadToken (nothing
-// ran: its origin, which checked its own client, may commit it itself, as
-// an instance of an older build that forwards no credentials does); any
-// other refusal is the request's final failure, with etcd's error.
+// request for want of its caller's credential answers outcomeBadToken
+// (nothing ran: its origin, which checked its own client, may commit it
+// itself, as an instance of an older build that forwards no credentials
+// does); any other refusal — of the credential it carries, or of the
+// request whoever sends it (FailedPrecondition) — is the request's final
+// failure, with etcd's error.
 func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (context.Context, error) {
 	if s.authz == nil {
 		return ctx, nil
@@ -175,7 +179,7 @@ func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (
 	switch {
 	case err == nil:
 		return actx, nil
-	case caller.Empty():
+	case caller.Empty() && status.Code(err) != codes.FailedPrecondition:
 		s.refused.WithLabelValues("no_caller").Inc()
 		return nil, s.fail(ctx, outcomeBadToken, status.Error(codes.PermissionDenied,
 			"zketcd: internal endpoint: auth is enabled and the request carries no credential of its caller"))

@@ -145,8 +145,7 @@ func (s *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*
 		return nil, err
 	}
 	if !s.localSecret {
-		s.lg.Warn("authentication enabled with simple tokens signed by a secret kept in ZooKeeper: whoever reads ZooKeeper's data " +
-			"(its ACL identity, a copy of its data directory, a backup) can mint tokens; give every instance the same --auth-token simple,secret-file=<file> or use jwt")
+		s.lg.Warn(simpleSecretWarning)
 	}
 	return m.(*pb.AuthEnableResponse), nil
 }

@@ -469,9 +469,17 @@ type AuthConfig struct {
 	BcryptCost int
 }
 
+// simpleSecretWarning is logged when authentication is enabled (at
+// AuthEnable, and at every start while it is) with simple tokens signed by
+// the auth store's secret alone.
+const simpleSecretWarning = "authentication is enabled with simple tokens signed by a secret kept in ZooKeeper: whoever reads ZooKeeper's data " +
+	"(its ACL identity, a copy of its data directory, a backup) can mint tokens; give every instance the same --auth-token simple,secret-file=<file> or use jwt"
+
 // newAuthorizer builds the auth store on be's view and its authorizer. The
 // common name of a verified client certificate authenticates when the
-// server requires client certificates (etcd's --client-cert-auth).
+// server requires client certificates (etcd's --client-cert-auth); a start
+// with authentication enabled and simple tokens without a secret file
+// logs simpleSecretWarning.
 func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 	clientCert := cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 	st := auth.NewStore(be.AuthState, auth.Config{
@@ -481,9 +489,13 @@ func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 		<-ctx.Done()
 		st.Close()
 	}()
+	localSecret := cfg.Auth.Tokens != nil && auth.LocalSecret(cfg.Auth.Tokens)
+	if !localSecret && st.Checker().Enabled() && cfg.Logger != nil {
+		cfg.Logger.Warn(simpleSecretWarning)
+	}
 	return &authorizer{
 		st:          st,
-		localSecret: cfg.Auth.Tokens != nil && auth.LocalSecret(cfg.Auth.Tokens),
+		localSecret: localSecret,
 		canEnable:   be.CanEnableAuth,
 		linearize:   be.Linearize,
 		leaseKeys:   be.LeaseKeys,

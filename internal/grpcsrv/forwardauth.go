@@ -30,11 +30,14 @@ type ForwardAuthorizer struct{ a *authorizer }
 // is accepted: all a holder of the endpoint can do without a credential
 // is stop writes until an administrator disarms the alarm. Errors: etcd's
 // (ErrGRPCUserEmpty, ErrGRPCPermissionDenied, ErrGRPCInvalidAuthToken,
-// ...), or the barrier's.
+// ...), or the barrier's; an AuthEnable refused while ZooKeeper's data is
+// world-readable has code FailedPrecondition (refused whoever the caller).
 func (f *ForwardAuthorizer) Authorize(ctx context.Context, rpc string, req proto.Message, caller auth.Caller) (context.Context, error) {
 	if _, ok := req.(*pb.AuthEnableRequest); ok && f.a.canEnable != nil {
 		// Refused here too while ZooKeeper's data is world-readable
-		// (whoever forwards it).
+		// (whoever forwards it; FailedPrecondition: the request's final
+		// failure, not a refusal of its caller's credential, which its
+		// origin may answer by committing it itself).
 		if err := f.a.canEnable(); err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,27 @@ func (l allowList) allows(v string) bool {
 	return ok
 }
 
+// allowsOrigin is allows for an Origin header. --cors lists origins as
+// scheme://host:port (etcd's form), while a browser leaves the port out
+// when it is its scheme's default (https://ui.example, never
+// https://ui.example:443): such an origin is also looked up with that port.
+func (l allowList) allowsOrigin(origin string) bool {
+	if l.allows(origin) {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.Port() != "" || u.Path != "" {
+		return false
+	}
+	switch u.Scheme {
+	case "http":
+		return l.allows(origin + ":80")
+	case "https":
+		return l.allows(origin + ":443")
+	}
+	return false
+}
+
 // accessControl is the first handler of every HTTP request on the client
 // URLs, as etcd's: /v3beta/ is served as /v3/; on a connection without TLS
 // the Host header must be in the host allow list (--host-whitelist; a
@@ -68,7 +90,7 @@ func (a *accessControl) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		addCORS(w, "*")
 	case origin == "":
 		// Not a browser's cross-origin request (etcdctl, curl).
-	case a.cors.allows(origin):
+	case a.cors.allowsOrigin(origin):
 		addCORS(w, origin)
 	default:
 		a.lg.WithField("origin", origin).Warn("HTTP request refused: its Origin is not in --cors")

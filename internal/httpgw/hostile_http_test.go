@@ -57,6 +57,10 @@ func TestCrossOriginPostAndWebSocketAreRefused(t *testing.T) {
 	if code := post("https://ui.example:443", "dWk="); code != http.StatusOK {
 		t.Fatalf("POST from the allowed origin: %d", code)
 	}
+	// As a browser sends that origin: without its scheme's default port.
+	if code := post("https://ui.example", "dWky"); code != http.StatusOK {
+		t.Fatalf("POST from the allowed origin as a browser names it: %d", code)
+	}
 	if code := post("", "Y3VybA=="); code != http.StatusOK {
 		t.Fatalf("POST without an Origin (curl, etcdctl): %d", code)
 	}
@@ -74,7 +78,7 @@ func TestCrossOriginPostAndWebSocketAreRefused(t *testing.T) {
 		}
 		t.Fatalf("WebSocket from another origin: %v %v, want 403", resp, err)
 	}
-	for _, origin := range []string{"https://ui.example:443", ""} {
+	for _, origin := range []string{"https://ui.example:443", "https://ui.example", ""} {
 		c, _, err := dial(origin)
 		if err != nil {
 			t.Fatalf("WebSocket from %q: %v", origin, err)
@@ -113,6 +117,28 @@ func TestWebSocketMessagesAreBoundedLikeBodies(t *testing.T) {
 // in is cut at the read timeout, a keep-alive connection left idle is
 // closed at the idle timeout, and a client that reads nothing of a stream
 // is dropped at the write timeout.
+// TestMetricsAddressesCloseSlowAndIdleConnections: the metrics addresses
+// (/metrics, /health, /debug/ with --enable-pprof) bound a request's
+// reading and an idle keep-alive connection as the client addresses do.
+func TestMetricsAddressesCloseSlowAndIdleConnections(t *testing.T) {
+	zk := zkservertest.Standalone(t)
+	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{Configure: func(c *embed.Config) {
+		c.MetricsAddrs = []string{"127.0.0.1:0"}
+		c.HTTPReadTimeout, c.HTTPIdleTimeout = time.Second, time.Second
+	}})
+	addr := in.Zketcd().MetricsAddrs()[0]
+	slow := rawConn(t, addr)
+	fmt.Fprintf(slow, "GET /metrics HTTP/1.1\r\nHost: x\r\n") // the headers never end
+	if !closedWithin(slow, 8*time.Second) {
+		t.Fatal("a request whose headers never end kept its connection on a metrics address")
+	}
+	idle := rawConn(t, addr)
+	fmt.Fprintf(idle, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	if !closedWithin(idle, 8*time.Second) {
+		t.Fatal("an idle keep-alive connection stayed open on a metrics address")
+	}
+}
+
 func TestSlowBodyAndIdleConnectionsAreClosed(t *testing.T) {
 	zk := zkservertest.Standalone(t)
 	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{Configure: func(c *embed.Config) {

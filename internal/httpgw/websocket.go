@@ -39,7 +39,7 @@ type wsProxy struct {
 // origin --cors allows.
 func (p *wsProxy) checkOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
-	return o == "" || p.origins.allows(o)
+	return o == "" || p.origins.allowsOrigin(o)
 }
 
 func (p *wsProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {

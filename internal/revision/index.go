@@ -10,6 +10,11 @@ import (
 // keyIndex is the history of one key: its versions in ascending
 // ModRevision order. A tombstone (the key deleted at ModRevision) is a
 // KeyValue with Version 0 and no value; it ends a generation.
+//
+// A keyIndex in the view's tree is never modified: a change replaces it
+// with a new one (whose versions may share the old array, appending past
+// the old length), so a snapshot holding a clone of the tree reads the
+// keyIndexes it holds without the view's lock.
 type keyIndex struct {
 	key      []byte
 	versions []*KeyValue
@@ -46,24 +51,40 @@ func (ki *keyIndex) at(rev int64) *KeyValue {
 	return ki.versions[i]
 }
 
-// compact drops every version that no read at a revision >= rev can see.
-// It reports whether the key has no history left.
-func (ki *keyIndex) compact(rev int64) (empty bool) {
-	i := sort.Search(len(ki.versions), func(i int) bool { return ki.versions[i].ModRevision > rev }) - 1
+// with returns a keyIndex holding ki's versions and then kv.
+func (ki *keyIndex) with(kv *KeyValue) *keyIndex {
+	return &keyIndex{key: ki.key, versions: append(ki.versions, kv)}
+}
+
+// retainedFrom returns the index of the oldest version a read at a
+// revision >= rev can see (or a watch from rev needs): the versions before
+// it are compacted away. len(versions) means none is left.
+func retainedFrom(versions []*KeyValue, rev int64) int {
+	i := sort.Search(len(versions), func(i int) bool { return versions[i].ModRevision > rev }) - 1
 	if i < 0 {
-		return len(ki.versions) == 0
+		return 0
 	}
-	if ki.versions[i].Version == 0 && ki.versions[i].ModRevision < rev {
+	if versions[i].Version == 0 && versions[i].ModRevision < rev {
 		// The deletion is invisible at every revision >= rev. A deletion at
 		// exactly rev stays: etcd still delivers it to a watch from rev.
 		i++
 	}
-	if i > 0 {
-		rest := make([]*KeyValue, len(ki.versions)-i)
-		copy(rest, ki.versions[i:])
-		ki.versions = rest
+	return i
+}
+
+// compacted returns ki without the versions no read at a revision >= rev
+// can see: ki itself if it has none such, nil if nothing is left.
+func (ki *keyIndex) compacted(rev int64) *keyIndex {
+	i := retainedFrom(ki.versions, rev)
+	switch {
+	case i == 0:
+		return ki
+	case i == len(ki.versions):
+		return nil
 	}
-	return len(ki.versions) == 0
+	rest := make([]*KeyValue, len(ki.versions)-i)
+	copy(rest, ki.versions[i:])
+	return &keyIndex{key: ki.key, versions: rest}
 }
 
 // isSingleKey reports whether end selects just key (etcd: range_end unset).

@@ -4,18 +4,26 @@ import (
 	"bytes"
 	"fmt"
 	"sort"
+
+	"github.com/google/btree"
 )
 
 // Snapshot is a view's complete state at one log position: every retained
 // version of every key (history since the compacted revision, plus the
 // newest version at or below it), and the leases. Loading it gives a view
 // that answers every read and watch the original could.
+//
+// A snapshot either lists its keys in Keys (one decoded or built by a
+// caller) or, when View.Snapshot made it, holds a copy-on-write clone of
+// the view's key index and leaves Keys nil; Each and Len read both kinds.
 type Snapshot struct {
 	State  State
-	Keys   []KeyHistory // ascending by key
+	Keys   []KeyHistory // ascending by key; nil in a view's snapshot (use Each)
 	Leases []Lease      // ascending by ID; Lease.keys is not set (derived from the keys)
 	Auth   []byte       // the encoded auth state (see OpAuth); nil if never set
 	Alarms []Alarm      // the active alarms, sorted (see OpAlarm)
+
+	tree *btree.BTreeG[*keyIndex] // a view's snapshot: its clone of the key index
 }
 
 // KeyHistory is one key's retained versions, oldest first; a version with
@@ -25,27 +33,61 @@ type KeyHistory struct {
 	Versions []*KeyValue
 }
 
-// Snapshot copies the view's state. It holds the read lock while it copies
-// one slice header per key (versions and values are shared, never copied),
-// so it is O(keys) with one allocation for them. The shared versions must
-// not be modified (appending to them is safe: it reallocates).
+// Each calls fn with every key's retained versions in ascending key order
+// until fn returns false. The versions are shared with the view and must
+// not be modified. It may run concurrently with the view's applies.
+func (s *Snapshot) Each(fn func(KeyHistory) bool) {
+	if s.tree == nil {
+		for _, kh := range s.Keys {
+			if !fn(kh) {
+				return
+			}
+		}
+		return
+	}
+	rev := s.State.CompactRev
+	s.tree.Ascend(func(ki *keyIndex) bool {
+		// The view drops compacted versions in the background
+		// (TrimCompacted): skip those it has not dropped yet.
+		vs := ki.versions
+		if rev > 0 {
+			vs = vs[retainedFrom(vs, rev):]
+		}
+		if len(vs) == 0 {
+			return true
+		}
+		return fn(KeyHistory{Key: ki.key, Versions: vs[:len(vs):len(vs)]})
+	})
+}
+
+// Len returns the number of keys Each visits (O(keys) for a view's
+// snapshot, which counts them).
+func (s *Snapshot) Len() int {
+	if s.tree == nil {
+		return len(s.Keys)
+	}
+	n := 0
+	s.Each(func(KeyHistory) bool { n++; return true })
+	return n
+}
+
+// Snapshot returns the view's state. It holds the read lock only to clone
+// the key index (copy-on-write: O(1)) and copy the leases, so it does not
+// stall applies for O(keys); versions and values are shared, never copied.
 func (v *View) Snapshot() *Snapshot {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.snapshotLocked()
 }
 
-// snapshotLocked is Snapshot for a caller holding v.mu.
+// snapshotLocked is Snapshot for a caller holding v.mu (read or write).
+// Cloning needs exclusive use of the tree: a read lock is shared with other
+// readers, so the clone is made under cloneMu as well.
 func (v *View) snapshotLocked() *Snapshot {
-	s := &Snapshot{State: v.state, Keys: make([]KeyHistory, 0, v.tree.Len()), Auth: v.auth, Alarms: v.alarms}
-	v.tree.Ascend(func(ki *keyIndex) bool {
-		// The view only ever appends to a key's versions or replaces the
-		// slice (compaction), so the snapshot can share the array; the
-		// capacity is capped so that an append to the copy reallocates.
-		n := len(ki.versions)
-		s.Keys = append(s.Keys, KeyHistory{Key: ki.key, Versions: ki.versions[:n:n]})
-		return true
-	})
+	v.cloneMu.Lock()
+	tree := v.tree.Clone()
+	v.cloneMu.Unlock()
+	s := &Snapshot{State: v.state, tree: tree, Auth: v.auth, Alarms: v.alarms}
 	for _, l := range v.leases {
 		s.Leases = append(s.Leases, Lease{ID: l.ID, TTL: l.TTL, RemainingTTL: l.RemainingTTL})
 	}
@@ -67,24 +109,34 @@ func FromSnapshot(s *Snapshot) (*View, error) {
 		v.leases[l.ID] = &Lease{ID: l.ID, TTL: l.TTL, RemainingTTL: l.RemainingTTL, keys: map[string]struct{}{}}
 	}
 	var prevKey []byte
-	for i, kh := range s.Keys {
-		if i > 0 && bytes.Compare(prevKey, kh.Key) >= 0 {
-			return nil, fmt.Errorf("snapshot: keys out of order at %q", kh.Key)
+	var err error
+	first := true
+	s.Each(func(kh KeyHistory) bool {
+		if !first && bytes.Compare(prevKey, kh.Key) >= 0 {
+			err = fmt.Errorf("snapshot: keys out of order at %q", kh.Key)
+			return false
 		}
-		prevKey = kh.Key
+		first, prevKey = false, kh.Key
 		if len(kh.Versions) == 0 {
-			return nil, fmt.Errorf("snapshot: key %q without versions", kh.Key)
+			err = fmt.Errorf("snapshot: key %q without versions", kh.Key)
+			return false
 		}
 		ki := &keyIndex{key: kh.Key, versions: kh.Versions}
 		var prev *KeyValue
 		for _, kv := range kh.Versions {
 			if prev != nil && kv.ModRevision <= prev.ModRevision {
-				return nil, fmt.Errorf("snapshot: key %q versions out of order", kh.Key)
+				err = fmt.Errorf("snapshot: key %q versions out of order", kh.Key)
+				return false
 			}
 			if kv.ModRevision > s.State.Rev {
-				return nil, fmt.Errorf("snapshot: key %q has a version after the snapshot's revision", kh.Key)
+				err = fmt.Errorf("snapshot: key %q has a version after the snapshot's revision", kh.Key)
+				return false
 			}
-			kv.Key = ki.key
+			if len(kv.Key) == 0 || &kv.Key[0] != &ki.key[0] {
+				// One key's bytes for all its versions. (A view's
+				// snapshot shares them already: never written then.)
+				kv.Key = ki.key
+			}
 			if kv.ModRevision >= s.State.CompactRev {
 				ev := Event{Type: EventPut, KV: kv, PrevKV: prev}
 				if kv.Version == 0 {
@@ -100,11 +152,16 @@ func FromSnapshot(s *Snapshot) (*View, error) {
 		if last := ki.latest(); last != nil && last.Lease != 0 {
 			l := v.leases[last.Lease]
 			if l == nil {
-				return nil, fmt.Errorf("snapshot: key %q attached to missing lease %x", kh.Key, last.Lease)
+				err = fmt.Errorf("snapshot: key %q attached to missing lease %x", kh.Key, last.Lease)
+				return false
 			}
 			l.keys[string(kh.Key)] = struct{}{}
 		}
 		v.tree.ReplaceOrInsert(ki)
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.SliceStable(v.history, func(i, j int) bool {
 		a, b := v.history[i].KV, v.history[j].KV
@@ -124,7 +181,7 @@ func (v *View) Reset(other *View) {
 	defer v.mu.Unlock()
 	other.mu.Lock()
 	defer other.mu.Unlock()
-	v.tree, v.state, v.leases, v.history, v.auth, v.alarms = other.tree, other.state, other.leases, other.history, other.auth, other.alarms
+	v.tree, v.state, v.leases, v.history, v.auth, v.alarms, v.trim = other.tree, other.state, other.leases, other.history, other.auth, other.alarms, other.trim
 	close(v.applied)
 	v.applied = make(chan struct{})
 }

@@ -49,6 +49,7 @@ type State struct {
 // Apply returns).
 type View struct {
 	mu      sync.RWMutex
+	cloneMu sync.Mutex // serializes tree.Clone among holders of the read lock
 	tree    *btree.BTreeG[*keyIndex]
 	state   State
 	leases  map[int64]*Lease
@@ -57,6 +58,7 @@ type View struct {
 	alarms  []Alarm       // active alarms, sorted; replaced, never modified, by OpAlarm
 	applied chan struct{} // closed and replaced after every Apply
 	broken  error         // set when an entry could not be applied
+	trim    *trimCursor   // compacted versions still to drop (nil: none)
 	// onCompact, if set, sees the state right before each compaction.
 	onCompact func(before *Snapshot, rev int64)
 }
@@ -267,7 +269,6 @@ func (v *View) applyTxn(op *Op, zxid int64, events []Event) []Event {
 		ki, ok := v.tree.Get(&keyIndex{key: c.Key})
 		if !ok {
 			ki = &keyIndex{key: c.Key}
-			v.tree.ReplaceOrInsert(ki)
 		}
 		prev := ki.latest()
 		if prev != nil && prev.Lease != 0 {
@@ -275,25 +276,29 @@ func (v *View) applyTxn(op *Op, zxid int64, events []Event) []Event {
 				delete(l.keys, string(c.Key))
 			}
 		}
+		var kv *KeyValue
+		ev := Event{PrevKV: prev}
 		if c.Delete {
-			kv := &KeyValue{Key: ki.key, ModRevision: rev, ModZxid: zxid, Sub: int64(sub)}
-			ki.versions = append(ki.versions, kv)
-			events = append(events, Event{Type: EventDelete, KV: kv, PrevKV: prev})
-			v.history = append(v.history, events[len(events)-1])
-			continue
-		}
-		kv := &KeyValue{Key: ki.key, Value: c.Value, ModRevision: rev, Lease: c.Lease, ModZxid: zxid, Sub: int64(sub)}
-		if prev != nil {
-			kv.CreateRevision, kv.CreateZxid, kv.Version = prev.CreateRevision, prev.CreateZxid, prev.Version+1
+			kv = &KeyValue{Key: ki.key, ModRevision: rev, ModZxid: zxid, Sub: int64(sub)}
+			ev.Type = EventDelete
 		} else {
-			kv.CreateRevision, kv.CreateZxid, kv.Version = rev, zxid, 1
+			kv = &KeyValue{Key: ki.key, Value: c.Value, ModRevision: rev, Lease: c.Lease, ModZxid: zxid, Sub: int64(sub)}
+			if prev != nil {
+				kv.CreateRevision, kv.CreateZxid, kv.Version = prev.CreateRevision, prev.CreateZxid, prev.Version+1
+			} else {
+				kv.CreateRevision, kv.CreateZxid, kv.Version = rev, zxid, 1
+			}
+			if c.Lease != 0 {
+				v.leases[c.Lease].keys[string(c.Key)] = struct{}{}
+			}
+			ev.Type = EventPut
 		}
-		if c.Lease != 0 {
-			v.leases[c.Lease].keys[string(c.Key)] = struct{}{}
-		}
-		ki.versions = append(ki.versions, kv)
-		events = append(events, Event{Type: EventPut, KV: kv, PrevKV: prev})
-		v.history = append(v.history, events[len(events)-1])
+		// Replace, never modify, the key's index: snapshots share the
+		// old one (see keyIndex).
+		v.tree.ReplaceOrInsert(ki.with(kv))
+		ev.KV = kv
+		events = append(events, ev)
+		v.history = append(v.history, ev)
 	}
 	v.state.Rev = rev
 	return events
@@ -311,19 +316,14 @@ func (v *View) OnCompact(f func(before *Snapshot, rev int64)) {
 	v.onCompact = f
 }
 
+// compact applies a compaction to rev: from now on reads below rev fail,
+// and the change history before rev is dropped. The versions of the key
+// index that no read at rev or later can see are dropped afterwards, a
+// batch of keys at a time, by TrimCompacted: walking every key here would
+// hold the write lock (and so every read and apply) for O(keys).
 func (v *View) compact(rev int64) {
 	if v.onCompact != nil {
 		v.onCompact(v.snapshotLocked(), rev)
-	}
-	var empty []*keyIndex
-	v.tree.Ascend(func(ki *keyIndex) bool {
-		if ki.compact(rev) {
-			empty = append(empty, ki)
-		}
-		return true
-	})
-	for _, ki := range empty {
-		v.tree.Delete(ki)
 	}
 	i := sort.Search(len(v.history), func(i int) bool { return v.history[i].KV.ModRevision >= rev })
 	kept := make([]Event, 0, len(v.history)-i)
@@ -337,6 +337,63 @@ func (v *View) compact(rev int64) {
 	}
 	v.history = kept
 	v.state.CompactRev = rev
+	v.trim = &trimCursor{rev: rev}
+}
+
+// trimCursor is the progress of dropping compacted versions: every key
+// below next has been trimmed to rev.
+type trimCursor struct {
+	rev  int64
+	next []byte // nil: from the first key
+}
+
+// TrimCompacted drops, for up to batch keys, the versions that the last
+// compaction made invisible (see compact), under the write lock, and
+// reports whether keys remain to be trimmed. Call it until it returns
+// false; between calls reads and applies go on. Safe for concurrent use
+// with every other method (it is the one caller that may run beside Apply).
+func (v *View) TrimCompacted(batch int) (more bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	t := v.trim
+	if t == nil {
+		return false
+	}
+	var changed []*keyIndex
+	var gone []*keyIndex
+	var last []byte
+	n := 0
+	visit := func(ki *keyIndex) bool {
+		if n == batch {
+			last = ki.key
+			return false
+		}
+		n++
+		switch c := ki.compacted(t.rev); {
+		case c == nil:
+			gone = append(gone, ki)
+		case c != ki:
+			changed = append(changed, c)
+		}
+		return true
+	}
+	if t.next == nil {
+		v.tree.Ascend(visit)
+	} else {
+		v.tree.AscendGreaterOrEqual(&keyIndex{key: t.next}, visit)
+	}
+	for _, ki := range changed {
+		v.tree.ReplaceOrInsert(ki)
+	}
+	for _, ki := range gone {
+		v.tree.Delete(ki)
+	}
+	if last == nil {
+		v.trim = nil
+		return false
+	}
+	t.next = last
+	return true
 }
 
 // Changes calls visit with every change of revision fromRev or later, in

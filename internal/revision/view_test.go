@@ -122,12 +122,83 @@ func TestCompactKeepsWhatReadsAtOrAboveCanSee(t *testing.T) {
 		}
 		return nil
 	})
+	trimAll(t, v)
 	if n := v.tree.Len(); n != 3 {
 		t.Errorf("tree keeps %d keys, want 3 (b's deletion at the compacted revision stays)", n)
 	}
 	mustApply(t, v, 4, Op{Kind: OpCompact, Rev: 6})
+	// Before the trim, a snapshot already leaves b out.
+	if n := v.Snapshot().Len(); n != 2 {
+		t.Errorf("snapshot before the trim holds %d keys, want 2", n)
+	}
+	trimAll(t, v)
 	if n := v.tree.Len(); n != 2 {
 		t.Errorf("tree keeps %d keys, want 2 (b's history is gone)", n)
+	}
+	if ki, _ := v.tree.Get(&keyIndex{key: []byte("a")}); len(ki.versions) != 1 {
+		t.Errorf("a keeps %d versions after compacting to 6, want 1", len(ki.versions))
+	}
+}
+
+// trimAll drops what the last compaction made invisible, one key per call.
+func trimAll(t *testing.T, v *View) {
+	t.Helper()
+	for i := 0; v.TrimCompacted(1); i++ {
+		if i > 1000 {
+			t.Fatal("TrimCompacted never finishes")
+		}
+	}
+}
+
+// A snapshot is O(1) to take and stays the state it was taken at while
+// the view goes on applying and trimming, with no lock held while it is
+// read.
+func TestSnapshotStaysItsStateWhileTheViewChanges(t *testing.T) {
+	v := NewView(1, 1)
+	var ops []Op
+	for i := 0; i < 100; i++ {
+		ops = append(ops, txn(int64(2+i), put(fmt.Sprintf("k%03d", i), "1")))
+	}
+	mustApply(t, v, 2, ops...)
+	snap := v.Snapshot()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lsn := int64(3)
+		apply := func(op Op) {
+			if _, err := v.Apply(&Entry{LSN: lsn, Ops: []Op{op}}); err != nil {
+				t.Errorf("apply entry %d: %v", lsn, err)
+			}
+			lsn++
+		}
+		for i := 0; i < 100; i++ {
+			rev := int64(102 + i)
+			apply(txn(rev, put(fmt.Sprintf("k%03d", i), "2")))
+			if i%10 == 9 {
+				apply(Op{Kind: OpCompact, Rev: rev})
+				for v.TrimCompacted(7) {
+				}
+			}
+		}
+	}()
+	for round := 0; round < 20; round++ {
+		n := 0
+		snap.Each(func(kh KeyHistory) bool {
+			if len(kh.Versions) != 1 || string(kh.Versions[0].Value) != "1" || kh.Versions[0].ModRevision > 101 {
+				t.Errorf("snapshot changed under it: %s has %d versions", kh.Key, len(kh.Versions))
+				return false
+			}
+			n++
+			return true
+		})
+		if n != 100 {
+			t.Fatalf("snapshot holds %d keys, want 100", n)
+		}
+	}
+	<-done
+	again, err := FromSnapshot(snap)
+	if err != nil || again.State().Rev != 101 || again.KeyCount() != 100 {
+		t.Fatalf("view from the old snapshot: %v", err)
 	}
 }
 

@@ -38,6 +38,18 @@ func Count(r revision.Reader, key, rangeEnd []byte, rev int64) (int64, error) {
 	return n, err
 }
 
+// RangeCounted is Range for a caller that knows the request's total count
+// (see engine's page counts): it visits at most limit+1 keys and answers
+// count as the response's Count.
+func RangeCounted(r revision.Reader, req *pb.RangeRequest, count int64) (*pb.RangeResponse, error) {
+	resp, err := rangeAt(r, r.Rev(), req, false)
+	if err != nil {
+		return nil, err
+	}
+	resp.Count = count
+	return resp, nil
+}
+
 // RangeChunk is Range without the total count: Count is only the number of
 // keys visited (at most limit+1), as etcd's streaming range computes its
 // own count.

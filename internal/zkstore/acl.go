@@ -256,9 +256,18 @@ func (s *Store) CheckACL(ctx context.Context) (checked, wrong int64, err error) 
 // ReACL sets the identity's ACL on every znode of the root, the root last,
 // after proving the session holds the identity (probeIdentity). progress,
 // if not nil, is called every few seconds with the znodes done. Znodes
-// deleted meanwhile are skipped. Errors: ErrACL (wrapped) for a znode this
-// session may not change (ACLed to an identity it does not hold), the
-// store's unavailability, ctx's.
+// deleted meanwhile are skipped. It returns the znodes of the root and
+// those created during the walk that it also had to set.
+//
+// The walk lists a znode's children before it sets the znode's ACL, so a
+// child that an instance without the identity (still running on the open
+// root) creates in between keeps its open ACL. A second walk, which only
+// reads ACLs and sets those that differ, catches them: by then every
+// znode but the root is closed, and a session without the identity can
+// create nothing below them.
+//
+// Errors: ErrACL (wrapped) for a znode this session may not change (ACLed
+// to an identity it does not hold), the store's unavailability, ctx's.
 func (s *Store) ReACL(ctx context.Context, progress func(done int64)) (int64, error) {
 	if s.id == nil {
 		return 0, fmt.Errorf("%w: no identity to ACL the root to (--zk-auth)", ErrACL)
@@ -276,6 +285,26 @@ func (s *Store) ReACL(ctx context.Context, progress func(done int64)) (int64, er
 	if err != nil {
 		return n, err
 	}
+	var late atomic.Int64
+	var again func(int64)
+	if progress != nil {
+		again = func(done int64) { progress(n + done) }
+	}
+	if _, err := s.walk(ctx, func(p string) error {
+		if p == s.l.root {
+			return nil
+		}
+		acl, _, err := s.conn.GetACL(p)
+		if err != nil || sameACL(acl, s.acl) {
+			return err
+		}
+		late.Add(1)
+		_, err = s.conn.SetACL(p, s.acl, -1)
+		return err
+	}, again); err != nil {
+		return n + late.Load(), err
+	}
+	n += late.Load()
 	if _, err := s.conn.SetACL(s.l.root, s.acl, -1); err != nil {
 		return n, s.aclErr(s.l.root, err)
 	}
@@ -325,6 +354,9 @@ func (s *Store) walk(ctx context.Context, fn func(p string) error, progress func
 		children, _, err := s.conn.Children(p)
 		if errors.Is(err, zk.ErrNoAuth) {
 			children, err = nil, nil // fn decides: a leaf to it
+		}
+		if s.listed != nil {
+			s.listed(p)
 		}
 		if err == nil {
 			err = fn(p)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +124,49 @@ func TestAddingAnIdentityReACLsEveryZnodeOfAnOpenRoot(t *testing.T) {
 	if _, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root}); !errors.Is(err, ErrACL) || !strings.Contains(err.Error(), "--zk-auth") {
 		t.Fatalf("open without the identity: %v", err)
 	}
+}
+
+// TestReACLClosesZnodesCreatedDuringTheWalk: an instance still running
+// without the identity creates a log entry in a bucket after the walk
+// listed the bucket and before it closed it; the re-ACL closes that entry
+// too, so that no open znode is left once every instance restarted with
+// the identity (the start check reads only the fixed znodes' ACLs).
+func TestReACLClosesZnodesCreatedDuringTheWalk(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	root := "/acl-race"
+	open, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := root + "/log/0000000001"
+	if _, err := open.conn.Create(bucket, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openRaw(context.Background(), Config{Servers: []string{srv.Addr()}, Root: root, Auth: []string{"digest:zketcd:s3cret"}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	late := bucket + "/0000000000000042"
+	var once sync.Once
+	s.listed = func(p string) {
+		if p != bucket {
+			return
+		}
+		once.Do(func() {
+			if _, err := open.conn.Create(late, []byte("secret"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+				t.Errorf("the open instance's entry: %v", err)
+			}
+		})
+	}
+	if _, err := s.ReACL(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	anon := anonymous(t, srv.Addr())
+	if _, _, err := anon.Get(late); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("the entry created while the walk ran is readable without the identity: %v", err)
+	}
+	assertClosed(t, s, anon)
 }
 
 func TestChangingTheIdentityNeedsTheFormerOne(t *testing.T) {

@@ -34,8 +34,9 @@ var ErrCorruptEntry = errors.New("corrupt log entry")
 
 const flagDelete = 1
 
-// EncodeEntry returns the stored form of e (LSN and Zxid are not stored:
-// they are the znode's name and czxid).
+// EncodeEntry returns the stored form of e in format 1 (LSN and Zxid are
+// not stored: they are the znode's name and czxid). EncodeEntryFormat
+// chooses the form by the root's format.
 func EncodeEntry(e *revision.Entry) []byte {
 	size := 1 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64 + 4
 	for _, op := range e.Ops {
@@ -84,6 +85,17 @@ func EncodeEntry(e *revision.Entry) []byte {
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+// EncodeEntryFormat returns the stored form of e that a root of meta
+// format metaFormat allows: compressed (format 3) from meta format 2 on
+// when that is smaller, format 1 otherwise.
+func EncodeEntryFormat(e *revision.Entry, metaFormat int) []byte {
+	record := EncodeEntry(e)
+	if metaFormat >= compressionMetaFormat {
+		return compressEntry(record)
+	}
+	return record
 }
 
 func appendAlarmChange(b []byte, c revision.AlarmChange) []byte {
@@ -137,6 +149,16 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 		// Every form keeps the format byte first and the checksum last,
 		// so an intact record of a higher format is a newer zketcd's.
 		return nil, &FormatError{What: "log entry", Got: int(data[0]), Known: maxEntryFormat}
+	}
+	if data[0] == compressedEntryFormat {
+		record, err := decompressEntry(body)
+		if err != nil {
+			return nil, err
+		}
+		if len(record) > 0 && (record[0] == compressedEntryFormat || record[0] == indirectFormat) {
+			return nil, fmt.Errorf("%w: compressed entry holds format %d", ErrCorruptEntry, record[0])
+		}
+		return DecodeEntry(record) // format 1, or a newer one refused as such
 	}
 	d := decoder{b: body}
 	if f := d.byte(); f != entryFormat {

@@ -149,7 +149,7 @@ func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, er
 	if req.Entry.LSN != lsn {
 		return CommitResult{}, fmt.Errorf("commit: entry LSN %d does not follow %d", req.Entry.LSN, req.Prev)
 	}
-	data := EncodeEntry(req.Entry)
+	data := EncodeEntryFormat(req.Entry, s.Format())
 	var tokenGone bool
 	out, zxid, err := s.commit(ctx, req, data, &tokenGone)
 	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data), PrevTokenGone: tokenGone}, err

@@ -1,8 +1,12 @@
 package zkstore
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
 )
 
 // Format versions.
@@ -25,13 +29,23 @@ import (
 // MetaFormat. A future build that adds a form must keep writing the old one
 // while meta says so, and raise meta only once every instance on the root
 // runs a build that reads the new form (see docs/operations.md, "Rolling upgrades of zketcd").
+//
+// Root formats: 1, every form of format 1 (entries 1 and 2, snapshots 1);
+// 2, compression: entries may be compressedEntryFormat (3) and base
+// snapshots compressedSnapshotFormat (2). A build of root format 2 reads
+// every form, writes the format-1 forms while <root>/meta says 1, and the
+// leader instance raises meta to 2 once every live instance's member
+// znode says it reads format 2 (RaiseFormat).
 const (
 	// MetaFormat is the newest root format this build knows (and writes
 	// into a new root's meta).
-	MetaFormat = 1
+	MetaFormat = 2
+	// compressionMetaFormat is the root format from which writers
+	// compress entries and base snapshots.
+	compressionMetaFormat = 2
 	// maxEntryFormat is the highest first byte of a log entry this build
 	// reads.
-	maxEntryFormat = indirectFormat
+	maxEntryFormat = compressedEntryFormat
 	// baseFormat is the base description format this build writes and the
 	// newest it reads (0, absent, is the same as 1).
 	baseFormat = 1
@@ -55,3 +69,70 @@ func (e *FormatError) Error() string {
 }
 
 func (e *FormatError) Unwrap() error { return ErrNewerFormat }
+
+// Format returns the root's format as this store last read it: the
+// newest forms it writes. Safe for concurrent use.
+func (s *Store) Format() int { return int(s.format.Load()) }
+
+// RefreshFormat reads <root>/meta again and returns the root's format
+// (raised by another instance's RaiseFormat since). A root raised past
+// what this build reads is a *FormatError.
+func (s *Store) RefreshFormat() (int, error) {
+	data, _, err := s.conn.Get(s.l.meta())
+	if err != nil {
+		return s.Format(), s.wrap("read meta", err)
+	}
+	var m Meta
+	if err := decodeJSON(s.l.meta(), data, &m); err != nil {
+		return s.Format(), err
+	}
+	if m.Format > MetaFormat {
+		return s.Format(), &FormatError{What: "zketcd root " + s.l.root, Got: m.Format, Known: MetaFormat}
+	}
+	s.format.Store(int32(m.Format))
+	return m.Format, nil
+}
+
+// RaiseFormat raises the root's format to MetaFormat once every live
+// member reads it (Member.ReadsFormat), and returns the root's format. A
+// member of an older build that starts afterwards refuses the root at
+// start, naming both versions; one that was not live and is still running
+// (its session lost meanwhile) halts at the first entry of the new form.
+// The meta znode is replaced with a version check, so two instances
+// raising at once raise once. Any instance may call it.
+func (s *Store) RaiseFormat() (int, error) {
+	data, st, err := s.conn.Get(s.l.meta())
+	if err != nil {
+		return s.Format(), s.wrap("read meta", err)
+	}
+	var m Meta
+	if err := decodeJSON(s.l.meta(), data, &m); err != nil {
+		return s.Format(), err
+	}
+	if m.Format >= MetaFormat {
+		s.format.Store(int32(m.Format))
+		return m.Format, nil
+	}
+	members, err := s.Members()
+	if err != nil {
+		return m.Format, err
+	}
+	for _, mb := range members {
+		if mb.ReadsFormat < MetaFormat {
+			s.format.Store(int32(m.Format))
+			return m.Format, nil
+		}
+	}
+	m.Format = MetaFormat
+	next, _ := json.Marshal(m)
+	if _, err := s.conn.Set(s.l.meta(), next, st.Version); err != nil {
+		if errors.Is(err, zk.ErrBadVersion) {
+			return s.RefreshFormat()
+		}
+		return s.Format(), s.wrap("raise root format", err)
+	}
+	s.format.Store(int32(MetaFormat))
+	s.log.WithFields(logrus.Fields{"root": s.l.root, "format": MetaFormat, "members": len(members)}).
+		Info("raised the root's format: every live instance reads it; entries and base generations are compressed from now on")
+	return MetaFormat, nil
+}

@@ -72,7 +72,7 @@ func wantNewer(t *testing.T, err error, what string, got, known int) {
 
 func TestDecodeRefusesANewerEntryFormatNamingTheVersions(t *testing.T) {
 	good := EncodeEntry(sampleEntry())
-	for _, f := range []byte{3, 4, 200} {
+	for _, f := range []byte{maxEntryFormat + 1, maxEntryFormat + 2, 200} {
 		_, err := DecodeEntry(reseal(good, f))
 		wantNewer(t, err, fmt.Sprintf("log entry has format %d", f), int(f), maxEntryFormat)
 		// A damaged one is corrupt, whatever its first byte says.
@@ -97,6 +97,6 @@ func TestDecodeRefusesAnUnknownOpKindAsANewerFormat(t *testing.T) {
 
 func TestDecodeRefusesANewerSnapshotFormat(t *testing.T) {
 	good := EncodeSnapshot(goldenSnapshotValue())
-	_, err := DecodeSnapshot(reseal(good, snapshotFormat+1))
-	wantNewer(t, err, "base snapshot has format 2", snapshotFormat+1, snapshotFormat)
+	_, err := DecodeSnapshot(reseal(good, maxSnapshotFormat+1))
+	wantNewer(t, err, fmt.Sprintf("base snapshot has format %d", maxSnapshotFormat+1), maxSnapshotFormat+1, maxSnapshotFormat)
 }

@@ -176,3 +176,44 @@ func TestGrantReportsWhatZooKeeperGranted(t *testing.T) {
 		t.Fatalf("conf refused, tick declared: %+v", g)
 	}
 }
+
+// TestTickIsAskedAgainAfterAReconnect: a rolling restart of the ensemble
+// can change its tickTime under a session that survives it; the tick is
+// asked for again at every restored connection, not only for a new
+// session, so the proof window follows the servers the session moved to.
+func TestTickIsAskedAgainAfterAReconnect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper (Java)")
+	}
+	srv := zkservertest.Standalone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := Open(ctx, Config{Servers: []string{srv.Addr()}, Root: "/tick-again", SessionTimeout: 20 * time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	sid, _ := st.Session()
+	asked := st.grants.askedAt()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if now, ok := st.Session(); ok && now == sid && st.grants.askedAt().After(asked) && !st.grants.learning.Load() {
+			break
+		}
+		select {
+		case <-st.SessionChanged():
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			now, ok := st.Session()
+			t.Fatalf("after the reconnect (session %x, connected %v, was %x) the tick was not asked for again", now, ok, sid)
+		}
+	}
+	if g := st.Grant(); g.Tick != 2*time.Second || g.TickFrom != "conf" {
+		t.Fatalf("grant after the reconnect: %+v", g)
+	}
+}

@@ -89,6 +89,10 @@ type Member struct {
 	// it; both empty in member znodes of instances that serve none.
 	InternalURL   string `json:"internal_url,omitempty"`
 	InternalToken string `json:"internal_token,omitempty"`
+	// Host identifies the host (and network namespace) the instance runs
+	// on, so that an InternalURL on loopback is dialed only from there
+	// ("": not told, by builds before it).
+	Host string `json:"host,omitempty"`
 	// HashRequest asks every other member for its HashKV at a revision
 	// (the corruption check: the leader's periodic one, or a starting
 	// instance's initial one); HashAnswers are this member's answers to
@@ -96,6 +100,11 @@ type Member struct {
 	// Builds without the check ignore both.
 	HashRequest *HashRequest `json:"hash_request,omitempty"`
 	HashAnswers []HashAnswer `json:"hash_answers,omitempty"`
+	// ReadsFormat is the newest root format the member's build reads
+	// (MetaFormat; set when the member is published). Builds before root
+	// format 2 leave it out (0): while such a member is live, the root's
+	// format is not raised.
+	ReadsFormat int `json:"reads_format,omitempty"`
 }
 
 // MaxHashAnswers bounds Member.HashAnswers.

@@ -21,6 +21,7 @@ func (s *Store) RegisterMember(m Member) error {
 }
 
 func (s *Store) publishMember(m Member) error {
+	m.ReadsFormat = MetaFormat
 	p := s.l.member(m.ID)
 	data, err := json.Marshal(m)
 	if err != nil {

@@ -1,9 +1,14 @@
 package zkstore
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
+	"io"
 
 	"github.com/zketcd/zketcd/internal/revision"
 )
@@ -11,7 +16,8 @@ import (
 // Snapshots (base generations) are stored in this binary form, then split
 // into chunks within the byte budget:
 //
-//	byte    format (snapshotFormat)
+//	byte    format (snapshotFormat, or compressedSnapshotFormat)
+//	body:
 //	varint  lsn, rev, compacted rev, zxid
 //	uvarint leases; per lease: varint id, ttl, remaining ttl
 //	uvarint keys; per key: bytes key, uvarint versions; per version:
@@ -21,98 +27,219 @@ import (
 //	        without it has none; empty means none)]
 //	[uvarint alarms; per alarm: uvarint member, varint type — only if an
 //	        alarm is active]
-//	uint32  CRC-32C of everything before it
-const snapshotFormat = 1
+//	uint32  CRC-32C of everything before it (the stored bytes)
+//
+// In the compressed form (format 2) the body is one zstd stream; the
+// format byte and the CRC (of the stored, compressed bytes) stay outside
+// it. Both forms are written and read as streams: a base generation is
+// never held in memory whole, encoded or decoded.
+const (
+	snapshotFormat           = 1
+	compressedSnapshotFormat = 2
+	// maxSnapshotFormat is the newest snapshot format this build reads.
+	maxSnapshotFormat = compressedSnapshotFormat
+)
 
-// EncodeSnapshot returns the stored form of s.
-func EncodeSnapshot(s *revision.Snapshot) []byte {
-	size := 64
-	for _, kh := range s.Keys {
-		size += len(kh.Key) + 8
-		for _, kv := range kh.Versions {
-			size += len(kv.Value) + 48
+// writeSnapshot writes the stored form of s to w (compressed: format 2)
+// and returns its CRC-32C trailer's input checksum. w sees every stored
+// byte, trailer included.
+func writeSnapshot(w io.Writer, s *revision.Snapshot, compressed bool) error {
+	crc := crc32.New(crcTable)
+	out := io.MultiWriter(w, crc)
+	format := byte(snapshotFormat)
+	if compressed {
+		format = compressedSnapshotFormat
+	}
+	if _, err := out.Write([]byte{format}); err != nil {
+		return err
+	}
+	var body io.Writer = out
+	var zw io.WriteCloser
+	if compressed {
+		zw = newStreamCompressor(out)
+		body = zw
+	}
+	bw := bufio.NewWriterSize(body, 64<<10)
+	if err := writeSnapshotBody(bw, s); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			return fmt.Errorf("compress snapshot: %w", err)
 		}
 	}
-	b := make([]byte, 0, size)
-	b = append(b, snapshotFormat)
+	_, err := w.Write(binary.BigEndian.AppendUint32(nil, crc.Sum32()))
+	return err
+}
+
+func writeSnapshotBody(w *bufio.Writer, s *revision.Snapshot) error {
+	var scratch []byte
+	put := func(b []byte) {
+		_, _ = w.Write(b) // bufio.Writer keeps the first error for Flush
+	}
+	varint := func(v int64) { scratch = binary.AppendVarint(scratch[:0], v); put(scratch) }
+	uvarint := func(v uint64) { scratch = binary.AppendUvarint(scratch[:0], v); put(scratch) }
+	bytesField := func(b []byte) { uvarint(uint64(len(b))); put(b) }
 	st := s.State
 	for _, v := range []int64{st.LSN, st.Rev, st.CompactRev, st.Zxid} {
-		b = binary.AppendVarint(b, v)
+		varint(v)
 	}
-	b = binary.AppendUvarint(b, uint64(len(s.Leases)))
+	uvarint(uint64(len(s.Leases)))
 	for _, l := range s.Leases {
-		b = binary.AppendVarint(b, l.ID)
-		b = binary.AppendVarint(b, l.TTL)
-		b = binary.AppendVarint(b, l.RemainingTTL)
+		varint(l.ID)
+		varint(l.TTL)
+		varint(l.RemainingTTL)
 	}
-	b = binary.AppendUvarint(b, uint64(len(s.Keys)))
-	for _, kh := range s.Keys {
-		b = appendBytes(b, kh.Key)
-		b = binary.AppendUvarint(b, uint64(len(kh.Versions)))
+	uvarint(uint64(s.Len()))
+	s.Each(func(kh revision.KeyHistory) bool {
+		bytesField(kh.Key)
+		uvarint(uint64(len(kh.Versions)))
 		for _, kv := range kh.Versions {
 			deleted := kv.Version == 0
 			if deleted {
-				b = append(b, 1)
+				put([]byte{1})
 			} else {
-				b = append(b, 0)
+				put([]byte{0})
 			}
-			b = binary.AppendVarint(b, kv.ModRevision)
-			b = binary.AppendVarint(b, kv.Sub)
-			b = binary.AppendVarint(b, kv.ModZxid)
+			varint(kv.ModRevision)
+			varint(kv.Sub)
+			varint(kv.ModZxid)
 			if deleted {
 				continue
 			}
-			b = binary.AppendVarint(b, kv.CreateRevision)
-			b = binary.AppendVarint(b, kv.Version)
-			b = binary.AppendVarint(b, kv.Lease)
-			b = binary.AppendVarint(b, kv.CreateZxid)
-			b = appendBytes(b, kv.Value)
+			varint(kv.CreateRevision)
+			varint(kv.Version)
+			varint(kv.Lease)
+			varint(kv.CreateZxid)
+			bytesField(kv.Value)
 		}
-	}
+		return true
+	})
 	if s.Auth != nil || len(s.Alarms) > 0 {
-		b = appendBytes(b, s.Auth)
+		bytesField(s.Auth)
 	}
 	if len(s.Alarms) > 0 {
-		b = binary.AppendUvarint(b, uint64(len(s.Alarms)))
+		uvarint(uint64(len(s.Alarms)))
 		for _, a := range s.Alarms {
-			b = binary.AppendUvarint(b, a.Member)
-			b = binary.AppendVarint(b, int64(a.Type))
+			uvarint(a.Member)
+			varint(int64(a.Type))
 		}
 	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	return w.Flush()
 }
 
-// DecodeSnapshot parses data written by EncodeSnapshot; malformed input
-// returns an error wrapping ErrCorruptEntry, never a panic.
+// EncodeSnapshot returns the stored form of s in format 1 (what every
+// build writes on a root whose meta format is 1).
+func EncodeSnapshot(s *revision.Snapshot) []byte {
+	var buf bytes.Buffer
+	_ = writeSnapshot(&buf, s, false) // a bytes.Buffer does not fail
+	return buf.Bytes()
+}
+
+// encodeSnapshotCompressed returns the stored form of s in format 2.
+func encodeSnapshotCompressed(s *revision.Snapshot) []byte {
+	var buf bytes.Buffer
+	_ = writeSnapshot(&buf, s, true)
+	return buf.Bytes()
+}
+
+// DecodeSnapshot parses data written by writeSnapshot (either format);
+// malformed input returns an error wrapping ErrCorruptEntry, never a panic.
 func DecodeSnapshot(data []byte) (*revision.Snapshot, error) {
-	if len(data) < 5 {
-		return nil, fmt.Errorf("%w: snapshot of %d bytes", ErrCorruptEntry, len(data))
+	return readSnapshot(bytes.NewReader(data), int64(len(data)))
+}
+
+// readSnapshot decodes a stored snapshot of size bytes from r, reading it
+// once, front to back. Errors wrap ErrCorruptEntry for data that is not a
+// valid snapshot (checksum included), a *FormatError for an intact one of
+// a newer format, or are r's.
+func readSnapshot(r io.Reader, size int64) (*revision.Snapshot, error) {
+	if size < 5 {
+		return nil, fmt.Errorf("%w: snapshot of %d bytes", ErrCorruptEntry, size)
 	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.Checksum(body, crcTable) != sum {
+	crc := crc32.New(crcTable)
+	body := io.TeeReader(io.LimitReader(r, size-4), crc)
+	var fb [1]byte
+	if _, err := io.ReadFull(body, fb[:]); err != nil {
+		return nil, readErr(err)
+	}
+	format := fb[0]
+	sealed := func() (bool, error) {
+		// Whatever the body held, the rest up to the trailer counts.
+		if _, err := io.Copy(io.Discard, body); err != nil {
+			return false, readErr(err)
+		}
+		var tb [4]byte
+		if _, err := io.ReadFull(r, tb[:]); err != nil {
+			return false, readErr(err)
+		}
+		return binary.BigEndian.Uint32(tb[:]) == crc.Sum32(), nil
+	}
+	var src io.Reader
+	switch format {
+	case snapshotFormat:
+		src = body
+	case compressedSnapshotFormat:
+		zr, err := newStreamDecompressor(body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: snapshot: %v", ErrCorruptEntry, err)
+		}
+		defer zr.Close()
+		src = zr
+	default:
+		ok, err := sealed()
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorruptEntry)
+		case format > maxSnapshotFormat:
+			// Every form keeps the format byte first and the checksum
+			// last: an intact record of a higher format is a newer
+			// zketcd's.
+			return nil, &FormatError{What: "base snapshot", Got: int(format), Known: maxSnapshotFormat}
+		}
+		return nil, fmt.Errorf("%w: unknown snapshot format %d", ErrCorruptEntry, format)
+	}
+	d := &streamDecoder{r: bufio.NewReaderSize(src, 64<<10)}
+	s := readSnapshotBody(d)
+	if d.err == nil && !d.atEOF() {
+		d.fail("trailing bytes")
+	}
+	ok, err := sealed()
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
 		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorruptEntry)
+	case d.err != nil:
+		return nil, d.err
 	}
-	if data[0] > snapshotFormat {
-		return nil, &FormatError{What: "base snapshot", Got: int(data[0]), Known: snapshotFormat}
+	return s, nil
+}
+
+func readErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: snapshot truncated", ErrCorruptEntry)
 	}
-	d := decoder{b: body}
-	if f := d.byte(); f != snapshotFormat {
-		return nil, fmt.Errorf("%w: unknown snapshot format %d", ErrCorruptEntry, f)
-	}
+	return err
+}
+
+func readSnapshotBody(d *streamDecoder) *revision.Snapshot {
 	s := &revision.Snapshot{}
 	s.State.LSN, s.State.Rev, s.State.CompactRev, s.State.Zxid = d.varint(), d.varint(), d.varint(), d.varint()
-	nl := d.count(3)
-	for i := 0; i < nl && d.err == nil; i++ {
+	nl := d.uvarint()
+	for i := uint64(0); i < nl && d.err == nil; i++ {
 		s.Leases = append(s.Leases, revision.Lease{ID: d.varint(), TTL: d.varint(), RemainingTTL: d.varint()})
 	}
-	nk := d.count(2)
-	if d.err == nil {
-		s.Keys = make([]revision.KeyHistory, 0, nk)
-	}
-	for i := 0; i < nk && d.err == nil; i++ {
+	nk := d.uvarint()
+	for i := uint64(0); i < nk && d.err == nil; i++ {
 		kh := revision.KeyHistory{Key: d.bytes()}
-		nv := d.count(4)
-		for j := 0; j < nv && d.err == nil; j++ {
+		nv := d.uvarint()
+		for j := uint64(0); j < nv && d.err == nil; j++ {
 			kv := &revision.KeyValue{Key: kh.Key}
 			deleted := d.byte()
 			kv.ModRevision, kv.Sub, kv.ModZxid = d.varint(), d.varint(), d.varint()
@@ -122,32 +249,135 @@ func DecodeSnapshot(data []byte) (*revision.Snapshot, error) {
 				kv.CreateRevision, kv.Version, kv.Lease, kv.CreateZxid = d.varint(), d.varint(), d.varint(), d.varint()
 				kv.Value = d.bytes()
 				if d.err == nil && kv.Version < 1 {
-					d.fail("key %q: live version %d", kh.Key, kv.Version)
+					d.fail(fmt.Sprintf("key %q: live version %d", kh.Key, kv.Version))
 				}
 			default:
-				d.fail("bad deletion flag %d", deleted)
+				d.fail(fmt.Sprintf("bad deletion flag %d", deleted))
 			}
 			kh.Versions = append(kh.Versions, kv)
 		}
 		s.Keys = append(s.Keys, kh)
 	}
-	if d.err == nil && len(d.b) != 0 {
+	if d.err == nil && !d.atEOF() {
 		if s.Auth = d.bytes(); len(s.Auth) == 0 {
 			s.Auth = nil
 		}
 	}
-	if d.err == nil && len(d.b) != 0 {
-		na := d.count(2)
-		for i := 0; i < na && d.err == nil; i++ {
-			a := revision.Alarm{Member: d.uvarint(), Type: d.int32()}
+	if d.err == nil && !d.atEOF() {
+		na := d.uvarint()
+		for i := uint64(0); i < na && d.err == nil; i++ {
+			member := d.uvarint()
+			typ := d.varint()
+			if d.err == nil && (typ < -1<<31 || typ >= 1<<31) {
+				d.fail(fmt.Sprintf("alarm type %d out of range", typ))
+			}
+			a := revision.Alarm{Member: member, Type: int32(typ)}
 			s.Alarms = revision.ApplyAlarm(s.Alarms, revision.AlarmChange{Alarm: a, Activate: true})
 		}
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
+	return s
+}
+
+// streamDecoder reads the varint fields of a snapshot from a stream. Once
+// it failed every read returns zero values; allocations are bounded by what
+// the stream really holds (a field's length is read in pieces, never
+// allocated up front from a corrupt count).
+type streamDecoder struct {
+	r   *bufio.Reader
+	err error
+}
+
+func (d *streamDecoder) fail(msg string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: snapshot: %s", ErrCorruptEntry, msg)
 	}
+}
+
+func (d *streamDecoder) ioFail(err error) {
 	if d.err != nil {
-		return nil, d.err
+		return
 	}
-	return s, nil
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		d.fail("truncated")
+		return
+	}
+	d.err = fmt.Errorf("%w: snapshot: %v", ErrCorruptEntry, err)
+}
+
+func (d *streamDecoder) atEOF() bool {
+	if d.err != nil {
+		return true
+	}
+	_, err := d.r.Peek(1)
+	return err != nil
+}
+
+func (d *streamDecoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	b, err := d.r.ReadByte()
+	if err != nil {
+		d.ioFail(err)
+	}
+	return b
+}
+
+func (d *streamDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(d.r)
+	if err != nil {
+		d.ioFail(err)
+	}
+	return v
+}
+
+func (d *streamDecoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadVarint(d.r)
+	if err != nil {
+		d.ioFail(err)
+	}
+	return v
+}
+
+// bytesPiece is the most one allocation of a field trusts a length for
+// before the bytes are there.
+const bytesPiece = 1 << 20
+
+func (d *streamDecoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n <= bytesPiece {
+		v := make([]byte, n)
+		if _, err := io.ReadFull(d.r, v); err != nil {
+			d.ioFail(err)
+			return nil
+		}
+		return v
+	}
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, d.r, int64(min(n, 1<<62))); err != nil {
+		d.ioFail(err)
+		return nil
+	}
+	return buf.Bytes()
+}
+
+// crcWriter counts and checksums what passes through it.
+type crcWriter struct {
+	h hash.Hash32
+	n int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	c.h.Write(p)
+	c.n += int64(len(p))
+	return len(p), nil
 }

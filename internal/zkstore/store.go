@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -60,6 +61,10 @@ type Config struct {
 	FormerAuth []string
 	// MaxEntryBytes bounds one encoded log entry (the byte budget B).
 	MaxEntryBytes int
+	// BaseChunkBytes is the size of the chunks a base generation is
+	// written in (0: 256 KiB, or MaxEntryBytes if smaller; see
+	// PrepareBase).
+	BaseChunkBytes int
 	// TLS, if set, is used for every connection to ZooKeeper (its
 	// secureClientPort).
 	TLS *tls.Config
@@ -115,6 +120,9 @@ type Store struct {
 	acl  []zk.ACL
 	log  *logrus.Entry
 	meta Meta
+	// format is the root's meta format as last read (see RaiseFormat): what
+	// writers may use.
+	format atomic.Int32
 	// grants follows what ZooKeeper granted the session (grant.go).
 	grants *grants
 
@@ -127,6 +135,9 @@ type Store struct {
 	sessionCh chan struct{}
 
 	sasl *saslState // nil: no SASL identity
+	// listed, if not nil, is called by walk once it listed p's children,
+	// before it acts on p (tests: a znode created meanwhile).
+	listed func(p string)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -335,8 +346,11 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 		default:
 			lg.Warn("zookeeper connection lost")
 		}
-		if newSession && prevID != 0 {
-			s.relearnTick() // the servers may have been restarted with another tick
+		if connected && prevID != 0 {
+			// A new session, or a connection restored (to a server perhaps
+			// restarted, in a rolling restart, with another tickTime): the
+			// servers may tick otherwise now.
+			s.relearnTick()
 		}
 		if newSession && prevID != 0 && member != nil {
 			s.wg.Add(1)
@@ -411,6 +425,7 @@ func (s *Store) decodeMeta(data []byte) error {
 	if s.meta.Format > MetaFormat {
 		return &FormatError{What: "zketcd root " + s.l.root, Got: s.meta.Format, Known: MetaFormat}
 	}
+	s.format.Store(int32(s.meta.Format))
 	return nil
 }
 

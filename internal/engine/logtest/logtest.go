@@ -622,11 +622,12 @@ func view(t *testing.T, l engine.Log) *revision.View {
 // keysOf lists a snapshot's key versions.
 func keysOf(s *revision.Snapshot) string {
 	out := ""
-	for _, k := range s.Keys {
+	s.Each(func(k revision.KeyHistory) bool {
 		for _, kv := range k.Versions {
 			out += fmt.Sprintf("%s=%s@%d/%d v%d; ", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version)
 		}
-	}
+		return true
+	})
 	return out
 }
 

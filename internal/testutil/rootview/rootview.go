@@ -41,11 +41,12 @@ func Recovered(t testing.TB, cfg zkstore.Config) *revision.Snapshot {
 func Dump(s *revision.Snapshot) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "rev %d\n", s.State.Rev)
-	for _, k := range s.Keys {
+	s.Each(func(k revision.KeyHistory) bool {
 		for _, kv := range k.Versions {
 			fmt.Fprintf(&b, "%s=%s c%d m%d v%d l%x\n", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
 		}
-	}
+		return true
+	})
 	for _, l := range s.Leases {
 		fmt.Fprintf(&b, "lease %x ttl %d\n", l.ID, l.TTL)
 	}

@@ -64,6 +64,12 @@ func run() error {
 	pgBin := flag.String("pg-bin", "", "directory of PostgreSQL's initdb, postgres and pg_isready (default: the newest /usr/lib/postgresql/*/bin)")
 	pprofDir := flag.String("pprof", "", "run zketcd in-process in a child with net/http/pprof and save a CPU profile of every cell here")
 	keep := flag.Bool("keep", false, "keep the work directory (server data and logs)")
+	scale := flag.Bool("scale", false, "run the scale benchmark instead (issue 22: etcd 3-member vs zketcd on a 3-member ensemble at -scale-sizes kube-like objects); writes scale.json, scale.md and its plots into -data and splices the section into -md")
+	scaleSizes := flag.String("scale-sizes", "100000,300000,1000000", "object counts of the scale benchmark")
+	scaleStacks := flag.String("scale-stacks", "", "stacks of the scale benchmark (default both): "+bench.ScaleEtcd+","+bench.ScaleZketcd)
+	scaleHeap := flag.String("scale-zk-heap", "3g", "each ZooKeeper JVM's -Xmx in the scale benchmark")
+	scaleRender := flag.Bool("scale-render", false, "measure nothing: re-render the scale section (-md, -data) from -data's scale.json")
+	scaleKubeAt := flag.Int("scale-kube-at", 300000, "size at which the scale benchmark runs kube-apiserver's 10,000-object load (0: never)")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json (with -baseline: against that one)")
 	flag.Parse()
 
@@ -89,6 +95,20 @@ func run() error {
 		return rep.WriteFiles(*md, dir)
 	}
 
+	if *scaleRender {
+		dir := *data
+		if dir == "" {
+			dir = filepath.Join(filepath.Dir(*md), "bench")
+		}
+		rep, err := bench.LoadScaleReport(filepath.Join(dir, "scale.json"))
+		if err != nil {
+			return err
+		}
+		return rep.WriteFiles(dir, *md)
+	}
+	if *scale {
+		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep)
+	}
 	p, ok := bench.Profiles[*profile]
 	if !ok {
 		return fmt.Errorf("unknown profile %q", *profile)
@@ -159,6 +179,38 @@ func run() error {
 					h.Zketcd, h.Peer, h.GeoMean, h.Rows, h.Faster, h.Even, h.Slower)
 			}
 		}
+	}
+	return err
+}
+
+func runScale(sizes, stacks, heap string, kubeAt int, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool) error {
+	ns, err := ints(sizes)
+	if err != nil {
+		return err
+	}
+	root, err := filepath.Abs(repo)
+	if err != nil {
+		return err
+	}
+	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, RepoRoot: root,
+		EtcdBin: etcdBin, ZketcdBin: zketcdBin, KubeAPIServerBin: kubeBin, KeepWorkDir: keep,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+		},
+	}
+	if md != "" {
+		opts.MarkdownPath = md
+		opts.DataDir = data
+		if opts.DataDir == "" {
+			opts.DataDir = filepath.Join(filepath.Dir(md), "bench")
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := bench.RunScale(ctx, opts)
+	if rep != nil {
+		opts.Logf("scale benchmark done in %s: %d rows", time.Since(start).Round(time.Second), len(rep.Rows))
 	}
 	return err
 }

@@ -1,0 +1,46 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The scale section is spliced into the markdown report once, replaced on
+// every write, carried by the main report's re-render, and names a missed
+// target.
+func TestScaleSectionIsSplicedOnceAndCarriedByTheMainReport(t *testing.T) {
+	dir := t.TempDir()
+	md, data := filepath.Join(dir, "benchmarks.md"), filepath.Join(dir, "bench")
+	if err := os.WriteFile(md, []byte("# Benchmarks\n\nhand-written\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := &ScaleReport{ZKHeap: "3g", Clients: 64, Rows: []ScaleRow{
+		{Stack: ScaleZketcd, Objects: 100000, DataBytes: 300 << 20, M: map[string]float64{"rss_load_api_mb": 420, "list_s": 2, "load_s": 30, "load_objects_per_s": 3000}},
+		{Stack: ScaleEtcd, Objects: 100000, DataBytes: 300 << 20, M: map[string]float64{"rss_load_api_mb": 480, "list_s": 8, "load_s": 80, "load_objects_per_s": 1200}},
+	}}
+	for i := 0; i < 2; i++ {
+		if err := rep.WriteFiles(data, md); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(md)
+	s := string(b)
+	if strings.Count(s, scaleBegin) != 1 || strings.Count(s, scaleEnd) != 1 || !strings.Contains(s, "hand-written") {
+		t.Fatalf("section not spliced once:\n%s", s)
+	}
+	if !strings.Contains(s, "| instance RSS ≤ 1.2× the data it holds, after load | 100,000 | 1.40× | **no** |") {
+		t.Fatalf("no missed target in:\n%s", s)
+	}
+	if !strings.Contains(s, "| LIST no slower than etcd | 100,000 | 0.25× etcd's | yes |") {
+		t.Fatalf("no LIST target in:\n%s", s)
+	}
+	if embedScale(data) == "" {
+		t.Fatal("the main report would not carry the section")
+	}
+	back, err := LoadScaleReport(filepath.Join(data, "scale.json"))
+	if err != nil || len(back.Rows) != 2 || back.row(ScaleEtcd, 100000).M["list_s"] != 8 {
+		t.Fatalf("scale.json: %+v %v", back, err)
+	}
+}

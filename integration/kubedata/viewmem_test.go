@@ -1,0 +1,77 @@
+package kubedata
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// TestViewMemoryPerByteOfKubeData measures what the view holds per byte
+// of data: n objects applied as the tailer applies them (entries of 64
+// objects, decoded from their stored form), the live heap after a
+// collection, before and after a compaction that leaves one version of
+// each. It only logs (KUBEDATA_VIEWMEM=n objects).
+func TestViewMemoryPerByteOfKubeData(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("KUBEDATA_VIEWMEM"))
+	if n == 0 {
+		t.Skip("a measurement: set KUBEDATA_VIEWMEM to a number of objects")
+	}
+	live := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	g := New(22)
+	base := live()
+	v := revision.NewView(1, 1)
+	var data int64
+	lsn, rev := int64(1), int64(1)
+	counting := true
+	apply := func(from, to int) {
+		var changes []revision.Change
+		e := &revision.Entry{}
+		for i := from; i < to; i++ {
+			o := g.Object(i)
+			if counting {
+				data += int64(len(o.Key) + len(o.Value))
+			}
+			rev++
+			e.Ops = append(e.Ops, revision.Op{Kind: revision.OpTxn, Rev: rev, Changes: append(changes[:0:0], revision.Change{Key: []byte(o.Key), Value: o.Value})})
+		}
+		lsn++
+		d, err := zkstore.DecodeEntry(zkstore.EncodeEntryFormat(e, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.LSN = lsn
+		if _, err := v.Apply(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i += 64 {
+		apply(i, min(i+64, n))
+	}
+	loaded := live() - base
+	t.Logf("%d objects, %d MB of keys and values: view heap %d MB = %.3f bytes per byte, %.0f bytes per object beyond the data",
+		n, data>>20, loaded>>20, float64(loaded)/float64(data), float64(int64(loaded)-data)/float64(n))
+	// Write a tenth again (the same bytes), compact to the head, trim.
+	counting = false
+	for i := 0; i < n/10; i += 64 {
+		apply(i, min(i+64, n/10))
+	}
+	lsn++
+	if _, err := v.Apply(&revision.Entry{LSN: lsn, Ops: []revision.Op{{Kind: revision.OpCompact, Rev: rev}}}); err != nil {
+		t.Fatal(err)
+	}
+	for v.TrimCompacted(2048) {
+	}
+	compacted := live() - base
+	t.Logf("after compaction: view heap %d MB = %.3f bytes per byte", compacted>>20, float64(compacted)/float64(data))
+	runtime.KeepAlive(v)
+}

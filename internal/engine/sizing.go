@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/translate"
+)
+
+// Sizing: ZooKeeper keeps every byte of its tree in the JVM heap of each
+// server. zketcd cannot read that heap's size (no four-letter word reports
+// the JVM's maximum), so the operator gives it (Config.ZooKeeperHeapBytes,
+// --zk-heap-bytes: each server's -Xmx). From it:
+//
+//   - the quota's default (--quota-backend-bytes 0) is ZKHeapDataShare of
+//     the heap, not etcd's 2 GiB: the root's bytes (DBSize, which counts a
+//     compaction's previous generation too) stop at what the heap holds
+//     with room for the JVM's collector;
+//   - zketcd warns (log, zketcd_zookeeper_heap_warning) when ZooKeeper's
+//     data nears that share: zk_approximate_data_size from mntr when the
+//     servers answer it (every tenant of the ensemble counted), else the
+//     root's own DBSize.
+const (
+	// ZKHeapDataShare is the share of a ZooKeeper server's heap its data
+	// may take (docs/operations.md: a stored byte costs the heap about
+	// 1.5–2 bytes with the JVM's collector running).
+	ZKHeapDataShare = 0.5
+	// zkHeapWarnShare of ZKHeapDataShare × heap starts the warning.
+	zkHeapWarnShare = 0.8
+	// mntrEvery is how often the servers are asked for their data size.
+	mntrEvery = 30 * time.Second
+	// warnEvery is how often the warning is logged while it holds.
+	warnEvery = 10 * time.Minute
+)
+
+// QuotaBytes returns the quota in force: --quota-backend-bytes resolved
+// as etcd does (0: the default; negative: none), where the default is
+// ZKHeapDataShare of --zk-heap-bytes when that is given.
+func (b *Engine) QuotaBytes() int64 {
+	if b.cfg.QuotaBackendBytes == 0 && b.cfg.ZooKeeperHeapBytes > 0 {
+		return int64(float64(b.cfg.ZooKeeperHeapBytes) * ZKHeapDataShare)
+	}
+	return translate.QuotaBytes(b.cfg.QuotaBackendBytes)
+}
+
+// sizing is the state of the heap warning. Used by the compaction loop's
+// goroutine only.
+type sizing struct {
+	dataBytes, heapBytes, warning prometheus.Gauge
+	lastMntr                      time.Time
+	mntrSize                      int64
+	mntrOK                        bool
+	lastWarn                      time.Time
+}
+
+func newSizing(reg prometheus.Registerer) *sizing {
+	s := &sizing{
+		dataBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zookeeper_data_bytes",
+			Help: "ZooKeeper's data: zk_approximate_data_size from mntr when the servers answer it, else the bytes this root holds (db_size_bytes).",
+		}),
+		heapBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zookeeper_heap_bytes",
+			Help: "The heap of each ZooKeeper server as --zk-heap-bytes gives it (0: not given).",
+		}),
+		warning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zookeeper_heap_warning",
+			Help: "1 while ZooKeeper's data is above 80% of what its heap holds (half of --zk-heap-bytes).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(s.dataBytes, s.heapBytes, s.warning)
+	}
+	return s
+}
+
+// dataSizer is what a Log offers for ZooKeeper's own data size
+// (*zkstore.Store: mntr).
+type dataSizer interface {
+	ApproximateDataSize(ctx context.Context, timeout time.Duration) (int64, bool)
+}
+
+// checkSizing updates the sizing metrics and warns when ZooKeeper's data
+// nears what its heap holds. Called from the compaction loop.
+func (b *Engine) checkSizing(lg *logrus.Entry) {
+	s := b.sizing
+	heap := b.cfg.ZooKeeperHeapBytes
+	s.heapBytes.Set(float64(heap))
+	if ds, ok := b.store.(dataSizer); ok && time.Since(s.lastMntr) >= mntrEvery {
+		s.lastMntr = time.Now()
+		s.mntrSize, s.mntrOK = ds.ApproximateDataSize(b.ctx, 2*time.Second)
+	}
+	data, source := b.DBSize(), "db_size"
+	if s.mntrOK {
+		data, source = s.mntrSize, "mntr zk_approximate_data_size"
+	}
+	s.dataBytes.Set(float64(data))
+	if heap <= 0 {
+		return
+	}
+	holds := int64(float64(heap) * ZKHeapDataShare)
+	if float64(data) < zkHeapWarnShare*float64(holds) {
+		s.warning.Set(0)
+		return
+	}
+	s.warning.Set(1)
+	if time.Since(s.lastWarn) >= warnEvery {
+		s.lastWarn = time.Now()
+		lg.WithFields(logrus.Fields{"zookeeper_data_bytes": data, "source": source, "zookeeper_heap_bytes": heap,
+			"heap_holds_bytes": holds, "quota_bytes": b.QuotaBytes()}).
+			Warn("ZooKeeper's data nears what its heap holds: compact and defragment, or give the ZooKeeper servers more heap (and --zk-heap-bytes)")
+	}
+}
