@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -817,9 +818,11 @@ func truncation(t *testing.T, connect func() engine.Log) {
 func largeEntries(t *testing.T, connect func() engine.Log) {
 	w, other := newWriter(connect()), newWriter(connect())
 	_, fence := leader(t, w)
+	// Incompressible (a log may compress entries), and the same every run.
 	value := make([]byte, w.MaxEntryBytes()+w.MaxEntryBytes()/2)
+	rnd := rand.New(rand.NewPCG(1, 2))
 	for i := range value {
-		value[i] = byte(i * 7)
+		value[i] = byte(rnd.Uint32())
 	}
 	big := func(rev int64) revision.Op {
 		return revision.Op{Kind: revision.OpTxn, Rev: rev, Changes: []revision.Change{{Key: []byte("big"), Value: value}}}
