@@ -36,25 +36,30 @@ type CheckOptions struct {
 
 // Result is what Check found.
 type Result struct {
-	Ops, OK, Failed    int
-	Compacted          int // reads refused as compacted (not failures)
-	Writes, Reads      int // successful
-	Resolved, Dropped  int // unknown-outcome writes found applied / not applied
-	External           int // revisions made outside the model (lease keys)
-	Revisions          int64
-	WatchEvents        int
-	Compactions        int
-	Linearizable       porcupine.CheckResult
-	PorcupineOps       int
-	PorcupineTook      time.Duration
-	Violations         []string
-	FaultStats         []FaultStats
-	LeasesChecked      int
-	LeasesExpired      int
-	MaxLeaseLateness   time.Duration // beyond the due time
-	MaxProbeAfterHeal  time.Duration // probe lease expiry after its fault's heal
-	MaxRecovery        time.Duration // last error after a heal
-	MaxErrorWindow     time.Duration
+	Ops, OK, Failed   int
+	Compacted         int // reads refused as compacted (not failures)
+	Writes, Reads     int // successful
+	Resolved, Dropped int // unknown-outcome writes found applied / not applied
+	External          int // revisions made outside the model (lease keys)
+	Revisions         int64
+	WatchEvents       int
+	Compactions       int
+	Linearizable      porcupine.CheckResult
+	PorcupineOps      int
+	PorcupineTook     time.Duration
+	Violations        []string
+	FaultStats        []FaultStats
+	LeasesChecked     int
+	LeasesExpired     int
+	MaxLeaseLateness  time.Duration // beyond the due time
+	MaxProbeAfterHeal time.Duration // probe lease expiry after its fault's heal
+	MaxRecovery       time.Duration // last error after a heal
+	MaxErrorWindow    time.Duration
+	// StaleNoOps counts the transactions that wrote nothing (a failed
+	// compare, a delete of nothing) answered at a revision below a write
+	// acknowledged before they were sent (each also a violation, the first
+	// 20 by name).
+	StaleNoOps         int
 	WatchReport        string
 	VisualizationPath  string
 	ErrorsByClassCount map[string]int
@@ -317,7 +322,7 @@ func (c *checker) replay() {
 		for _, v := range op.PutValues() {
 			unknownByValue[v] = op
 		}
-		if op.Kind == KindTxn && len(op.Then) == 1 && op.Then[0].Kind == "del" && len(op.Cmps) == 1 {
+		if isDeleteTxn(op) {
 			unknownDeletes = append(unknownDeletes, op)
 		}
 	}
@@ -408,7 +413,7 @@ func (c *checker) replay() {
 				key := string(evs[0].Kv.Key)
 				prev, _ := state.get(key)
 				for _, u := range unknownDeletes {
-					if _, done := resolvedOp[u]; done || u.Then[0].Key != key || u.Cmps[0].Value != prev.Mod || u.Call > info.seen {
+					if _, done := resolvedOp[u]; done || u.Then[0].Key != key || (len(u.Cmps) == 1 && u.Cmps[0].Value != prev.Mod) || u.Call > info.seen {
 						continue
 					}
 					op = u
@@ -472,6 +477,14 @@ func (c *checker) replay() {
 		}
 	}
 	sort.Slice(c.ext, func(i, j int) bool { return c.ext[i] < c.ext[j] })
+}
+
+// isDeleteTxn tells whether op is a Txn deleting one key, alone or on a
+// compare of its mod revision (a kube-like delete), and writing nothing
+// else: one of unknown outcome is resolved by the delete of its key.
+func isDeleteTxn(op *Op) bool {
+	return op.Kind == KindTxn && len(op.Then) == 1 && op.Then[0].Kind == "del" &&
+		(len(op.Cmps) == 0 && len(op.Else) == 0 || len(op.Cmps) == 1 && op.Cmps[0].Target == "mod")
 }
 
 func onlyDeletes(evs []*mvccpb.Event) bool {
@@ -559,8 +572,11 @@ func (c *checker) checkRead(state *store, op *Op) {
 		}
 		if !writes {
 			for i, sub := range op.Branch() {
-				if sub.Kind == "get" && !sameKVs(op.Results[i].KVs, s.rangeOf(sub.Key, "")) {
+				switch {
+				case sub.Kind == "get" && !sameKVs(op.Results[i].KVs, s.rangeOf(sub.Key, "")):
 					c.r.violation("transaction read does not match the store at revision %d:\n    %s\n    store: %v", op.Header, op, s.rangeOf(sub.Key, ""))
+				case sub.Kind == "del" && len(s.rangeOf(sub.Key, "")) > 0:
+					c.r.violation("transaction deleted nothing, but at revision %d the key exists:\n    %s\n    store: %v", op.Header, op, s.rangeOf(sub.Key, ""))
 				}
 			}
 		}
@@ -626,7 +642,9 @@ func (c *checker) linearizability() {
 // every check takes as external): its header revision is not below any of
 // theirs (a read that misses an acknowledged write is stale). Porcupine
 // checks this too for the model's requests; this covers the probes' reads,
-// which are outside the model, and names the stale read plainly.
+// which are outside the model, and names the stale read plainly, and a
+// stale transaction that wrote nothing (answered from the state of a
+// commit that landed before it arrived) as a stale no-op.
 func (c *checker) realTime() {
 	var writes, ops []*Op
 	for _, op := range c.h.Ops {
@@ -655,9 +673,19 @@ func (c *checker) realTime() {
 			}
 		}
 		if newest != nil && op.Header < newest.Header {
+			noOp := op.Kind == KindTxn && !writesSomething(op)
+			if noOp {
+				c.r.StaleNoOps++
+			}
 			if reported++; reported <= 20 {
-				c.r.violation("stale: %s (called at %.3fs) answered at revision %d, below the write acknowledged at %.3fs at revision %d: %s",
-					op, op.Call.Seconds(), op.Header, newest.Return.Seconds(), newest.Header, newest)
+				what := "stale"
+				if noOp {
+					// Answered without a write of its own: by the state of a
+					// commit that landed before it arrived.
+					what = "stale no-op (answered from a state older than its arrival)"
+				}
+				c.r.violation("%s: %s (called at %.3fs) answered at revision %d, below the write acknowledged at %.3fs at revision %d: %s",
+					what, op, op.Call.Seconds(), op.Header, newest.Return.Seconds(), newest.Header, newest)
 			}
 		}
 	}

@@ -298,3 +298,77 @@ func TestCheckFindsAStaleProbeRead(t *testing.T) {
 		t.Errorf("violations %q, want the stale read alone", r.Violations)
 	}
 }
+
+// TestCheckStaleNoOp: with two committing instances, a transaction that
+// writes nothing (a failed compare reading the key, a delete of nothing)
+// answered by the state of a commit that landed before it arrived misses a
+// write the other instance acknowledged meanwhile.
+func TestCheckStaleNoOp(t *testing.T) {
+	t.Run("failed compare with the old value", func(t *testing.T) {
+		s := newSim()
+		k := CASPrefix + "0-0"
+		s.put(0, k, "v1", 0, 10) // revision 2, through one instance
+		old := s.get(k)
+		// An update on mod 2 through the other instance, acknowledged.
+		rev := s.write(ms(25), 0, k, "v2")
+		s.op(&Op{Worker: 1, Client: "B", Kind: KindTxn, Cmps: []Cmp{{Key: k, Target: "mod", Op: "=", Value: 2}},
+			Then: []Sub{{Kind: "put", Key: k, Value: "v2"}}, Else: []Sub{{Kind: "get", Key: k}},
+			Header: rev, Succeeded: true, Results: []SubResult{{}}}, 20, 30)
+		// Sent after it, on its mod revision: it must succeed, but fails and
+		// reads v1 at revision 2.
+		s.op(&Op{Worker: 1, Client: "A", Kind: KindTxn, Cmps: []Cmp{{Key: k, Target: "mod", Op: "=", Value: rev}},
+			Then: []Sub{{Kind: "put", Key: k, Value: "v3"}}, Else: []Sub{{Kind: "get", Key: k}},
+			Header: 2, Succeeded: false, Results: []SubResult{{KVs: old}}}, 31, 40)
+		r := s.check(t, time.Second)
+		if r.Linearizable != porcupine.Illegal {
+			t.Errorf("porcupine: %s, want Illegal", r.Linearizable)
+		}
+		wantViolation(t, r, "stale no-op (answered from a state older than its arrival): #2")
+		if r.StaleNoOps != 1 {
+			t.Errorf("%d stale no-ops, want 1", r.StaleNoOps)
+		}
+	})
+	t.Run("deleted=0 after a create", func(t *testing.T) {
+		s := newSim()
+		k := CASPrefix + "0-0"
+		rev := s.write(ms(8), 0, k, "v1")
+		s.op(&Op{Worker: 0, Client: "B", Kind: KindTxn, Cmps: []Cmp{{Key: k, Target: "mod", Op: "=", Value: 0}},
+			Then: []Sub{{Kind: "put", Key: k, Value: "v1"}}, Else: []Sub{{Kind: "get", Key: k}},
+			Header: rev, Succeeded: true, Results: []SubResult{{}}}, 0, 10)
+		s.op(&Op{Worker: 0, Client: "A", Kind: KindTxn, Then: []Sub{{Kind: "del", Key: k}},
+			Header: 1, Succeeded: true, Results: []SubResult{{Deleted: 0}}}, 11, 20)
+		r := s.check(t, time.Second)
+		if r.Linearizable != porcupine.Illegal {
+			t.Errorf("porcupine: %s, want Illegal", r.Linearizable)
+		}
+		wantViolation(t, r, "stale no-op (answered from a state older than its arrival): #1")
+	})
+	t.Run("deleted=0 at a revision holding the key", func(t *testing.T) {
+		// The header is current, the answer is not: the replay finds it.
+		s := newSim()
+		k := CASPrefix + "0-0"
+		s.put(0, k, "v1", 0, 10)
+		s.op(&Op{Worker: 1, Kind: KindTxn, Then: []Sub{{Kind: "del", Key: k}},
+			Header: s.rev, Succeeded: true, Results: []SubResult{{Deleted: 0}}}, 11, 20)
+		r := s.check(t, time.Second)
+		wantViolation(t, r, "transaction deleted nothing, but at revision 2 the key exists")
+	})
+}
+
+// TestCheckResolvesAnUnknownDelete: a delete without a compare whose client
+// got an error is attributed to the deletion of its key the watch saw.
+func TestCheckResolvesAnUnknownDelete(t *testing.T) {
+	s := newSim()
+	k := CASPrefix + "0-0"
+	s.put(0, k, "v1", 0, 10)
+	s.write(ms(25), 0, k, "")
+	s.op(&Op{Worker: 0, Kind: KindTxn, Then: []Sub{{Kind: "del", Key: k}}, Err: errUnknown}, 11, 30)
+	// Of a key already gone: nothing to resolve it by, not applied.
+	s.op(&Op{Worker: 0, Kind: KindTxn, Then: []Sub{{Kind: "del", Key: k}}, Err: errUnknown}, 31, 40)
+	s.read(1, k, 41, 50)
+	r := s.check(t, time.Second)
+	wantClean(t, r)
+	if r.Resolved != 1 || r.Dropped != 1 {
+		t.Errorf("resolved %d, dropped %d; want 1, 1", r.Resolved, r.Dropped)
+	}
+}

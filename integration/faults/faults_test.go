@@ -97,14 +97,14 @@ func durationSetting() string {
 
 // cluster is a 3-member ensemble, zketcd A (reaching ZooKeeper through one
 // fault proxy per member) and zketcd B (direct, or with clusterOptions.links
-// through proxies of its own), and clients.
+// or proxyB through proxies of its own), and clients.
 type cluster struct {
 	t       *testing.T
 	dir     string
 	ens     *zkserver.Ensemble
 	proxies []*faultproxy.Proxy // A's, one per member in index order
-	// bProxies are B's, one per member, with clusterOptions.links (else
-	// nil: B reaches the members directly).
+	// bProxies are B's, one per member, with clusterOptions.links or
+	// proxyB (else nil: B reaches the members directly).
 	bProxies []*faultproxy.Proxy
 	// links are the fault proxies on the members' links to each other
 	// (key: the link without its address), with clusterOptions.links.
@@ -140,6 +140,11 @@ type clusterOptions struct {
 	sessionTimeout time.Duration
 	// env is added to both instances' environment.
 	env []string
+	// args are added to both instances' serve flags.
+	args []string
+	// proxyB puts zketcd B behind fault proxies of its own
+	// (cluster.bProxies), one per member, without the member links' ones.
+	proxyB bool
 }
 
 // newCluster starts the cluster.
@@ -188,7 +193,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	var viaProxy []string
 	cl.proxies, viaProxy = memberProxies()
 	bZK := cl.ens.Addrs()
-	if co.links {
+	if co.links || co.proxyB {
 		cl.bProxies, bZK = memberProxies()
 	}
 	root := "/faults-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
@@ -211,7 +216,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		t.Cleanup(func() { ip.Close() })
 		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
 			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
-			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease, Env: co.env,
+			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease, Env: co.env, Args: co.args,
 			SessionTimeout: st, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
 		cl.internal[z] = ip
 		t.Cleanup(func() {
@@ -293,6 +298,22 @@ type scenario struct {
 	// generation of the leader's tag index holds (the instances' fault
 	// hook ZKETCD_FAULT_TAG_GENERATION).
 	tagGeneration int
+	// args are added to both instances' serve flags (e.g. --commit-pipeline).
+	args []string
+	// proxyB: zketcd B reaches ZooKeeper through fault proxies of its own
+	// (clusterOptions.proxyB), so that a fault can slow B's links too.
+	proxyB bool
+	// etcdWorkers, if not 0, runs this many etcd-like workers, through A
+	// and B in turn, instead of one through each: more writes waiting on
+	// the committer at once.
+	etcdWorkers int
+	// casWorkers adds compare-and-swap workers that send each request to
+	// the other instance than the one before (Config.CASWorkers).
+	casWorkers int
+	// flights notes, for each instance, how many commits it had in flight
+	// on average before the first fault and during each hold
+	// (flightNote).
+	flights bool
 }
 
 // zketcdLeader returns the zketcd instance that is the leader (the one
@@ -515,6 +536,26 @@ var scenarios = []scenario{
 	// instance leads.
 	{name: "ReadLeaseGrantedTimeout", readLease: true, links: true, probe: true, probeOnly: true, sessionTimeout: 10 * time.Second,
 		hold: followerPartitionHold, zk: shortGrant, inject: quietFollowerPartition},
+	// The leader and ZooKeeper faults and a slow ZooKeeper link with every
+	// instance keeping up to 8 log entries in flight, under more writers
+	// (closed and open loop) than one commit at a time serves
+	// (pipeline_test.go).
+	{name: "PipelineLeaderKill", args: pipelineArgs, etcdWorkers: pipelineEtcdWorkers, putRate: pipelinePutRate, flights: true,
+		hold: time.Second, inject: killZketcdLeader},
+	{name: "PipelineLeaderSigstop", args: pipelineArgs, etcdWorkers: pipelineEtcdWorkers, putRate: pipelinePutRate, flights: true,
+		hold: 2*sessionTimeout + time.Second, inject: pauseZketcdLeader},
+	{name: "PipelineZKLeaderKill", args: pipelineArgs, etcdWorkers: pipelineEtcdWorkers, putRate: pipelinePutRate, flights: true,
+		hold: 3 * time.Second, inject: killZKMember(true)},
+	{name: "PipelineSlowLink", args: pipelineArgs, etcdWorkers: pipelineEtcdWorkers, putRate: pipelinePutRate, flights: true,
+		proxyB: true, hold: slowLinkHold, inject: slowZKLink(slowLinkDelay)},
+	// Both instances commit (--forward-writes=false) with 4 entries in
+	// flight while A's ZooKeeper link is slow, under compare-and-swap
+	// workers that send each request to the other instance than the one
+	// before: a request that writes nothing must not be answered by one of
+	// A's flights that landed before it arrived, missing what B committed
+	// since.
+	{name: "TwoCommittersSlowLink", args: twoCommittersArgs, casWorkers: casWorkers, flights: true,
+		hold: slowLinkHold, inject: slowALink},
 }
 
 func TestFaults(t *testing.T) {
@@ -538,7 +579,8 @@ func TestFaults(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
-	co := clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease, sessionTimeout: sc.sessionTimeout}
+	co := clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease, sessionTimeout: sc.sessionTimeout,
+		args: sc.args, proxyB: sc.proxyB}
 	if sc.tagGeneration > 0 {
 		co.env = []string{fmt.Sprintf("ZKETCD_FAULT_TAG_GENERATION=%d", sc.tagGeneration)}
 	}
@@ -561,6 +603,13 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	if sc.noDeadline {
 		wc.RequestTimeout = -1
 	}
+	if sc.etcdWorkers > 0 {
+		wc.EtcdWorkers = nil
+		for i := range sc.etcdWorkers {
+			wc.EtcdWorkers = append(wc.EtcdWorkers, []string{"A", "B"}[i%2])
+		}
+	}
+	wc.CASWorkers = sc.casWorkers
 	if sc.probeOnly {
 		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient, wc.CompactEvery = nil, nil, "", 0
 	}
@@ -571,7 +620,15 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	cl.w = w
 	began := time.Now()
 	const warmup, settle = 3 * time.Second, 3 * time.Second
-	time.Sleep(warmup)
+	var fl flightSample
+	if sc.flights {
+		time.Sleep(time.Second)
+		fl = sampleFlights(cl)
+		time.Sleep(warmup - time.Second)
+		cl.flightNote(fl, "in the 2 s before the first fault")
+	} else {
+		time.Sleep(warmup)
+	}
 	var whats []string
 	for n := 0; n == 0 || time.Since(began)+sc.hold+settle < duration; n++ {
 		i, err := w.Probe(sc.name, 3)
@@ -580,7 +637,13 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 		}
 		what, heal := sc.inject(t, cl)
 		t.Logf("%.1fs: fault %d: %s", w.Since().Seconds(), n+1, what)
+		if sc.flights {
+			fl = sampleFlights(cl)
+		}
 		time.Sleep(sc.hold)
+		if sc.flights {
+			cl.flightNote(fl, fmt.Sprintf("during fault %d", n+1))
+		}
 		heal()
 		w.Healed(i)
 		t.Logf("%.1fs: healed", w.Since().Seconds())

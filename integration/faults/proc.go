@@ -52,6 +52,9 @@ type ZketcdConfig struct {
 	// Env is added to the process's environment (KEY=value), e.g. a
 	// fault-injection hook.
 	Env []string
+	// Args are added to the serve command's flags (after the ones above,
+	// so that they override them), e.g. --commit-pipeline 8.
+	Args []string
 }
 
 // NewZketcd prepares (does not start) an instance.
@@ -77,6 +80,7 @@ func NewZketcd(c ZketcdConfig) *Zketcd {
 	if c.AdvertiseInternal != "" {
 		args = append(args, "--advertise-internal-url", "http://"+c.AdvertiseInternal)
 	}
+	args = append(args, c.Args...)
 	return &Zketcd{Name: c.Name, Addr: c.Addr, Metrics: c.Metrics, bin: c.Bin, args: args, env: c.Env,
 		logPath: filepath.Join(c.Dir, "zketcd-"+c.Name+".log")}
 }

@@ -212,9 +212,13 @@ func (o *Op) String() string {
 		}
 	case KindTxn:
 		fmt.Fprintf(&b, " succeeded=%v", o.Succeeded)
-		for _, r := range o.Results {
-			if r.KVs != nil {
+		branch := o.Branch()
+		for i, r := range o.Results {
+			switch {
+			case r.KVs != nil:
 				fmt.Fprintf(&b, " %v", r.KVs)
+			case i < len(branch) && branch[i].Kind == "del":
+				fmt.Fprintf(&b, " deleted=%d", r.Deleted)
 			}
 		}
 	case KindGrant:

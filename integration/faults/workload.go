@@ -18,7 +18,8 @@ import (
 	"github.com/zketcd/zketcd/integration/watchcheck"
 )
 
-// Key spaces, all under Prefix: kube-like objects, etcd-like keys, and
+// Key spaces, all under Prefix: kube-like objects, etcd-like keys, the
+// compare-and-swap workers' keys (one of each worker's own), and
 // lease-attached keys (outside the linearizability model: their deletions
 // by lease expiry happen at times no client chooses).
 const (
@@ -26,9 +27,11 @@ const (
 	KubePrefix  = Prefix + "kv/"
 	EtcdPrefix  = Prefix + "e/"
 	LeasePrefix = Prefix + "ls/"
+	CASPrefix   = Prefix + "cas/"
 
 	kubeKeys = 24
 	etcdKeys = 8
+	casKeys  = 1 // per CAS worker: each request follows the one before on its key
 	pageSize = 7
 )
 
@@ -39,6 +42,15 @@ type Config struct {
 	Clients map[string]*clientv3.Client
 	// KubeWorkers and EtcdWorkers name the client of each worker.
 	KubeWorkers, EtcdWorkers []string
+	// CASWorkers adds compare-and-swap workers, each on keys of its own
+	// under CASPrefix, sending each request to the other instance (client
+	// "A" or "B") than the one before: a create, an update on the mod
+	// revision last seen, or a delete of a key that may be absent, each a
+	// Txn whose failed compare reads the key (Else get). The request after
+	// an acknowledged write thus reaches the instance that did not make it,
+	// which must answer from a state that holds it: a failed compare with
+	// the value before it, or deleted=0 after a create, is stale.
+	CASWorkers int
 	// PutRate, if not 0, adds blind puts of etcd-like keys sent at this
 	// rate (per second) through A and B in turn, each without waiting for
 	// the ones before it (an open-loop load: how many wait on a commit
@@ -152,6 +164,10 @@ func Start(cfg Config) (*Workload, error) {
 	for _, name := range cfg.EtcdWorkers {
 		id := newID()
 		w.spawn(func() { w.etcdWorker(id, name) })
+	}
+	for range cfg.CASWorkers {
+		id := newID()
+		w.spawn(func() { w.casWorker(id) })
 	}
 	if cfg.PutRate > 0 {
 		w.spawn(w.openLoopPuts)
@@ -382,6 +398,53 @@ func (w *Workload) kubeWorker(id int, name string) {
 			get(key)
 		default:
 			w.list(id, name, c)
+		}
+	}
+}
+
+// casWorker makes compare-and-swap requests on keys of its own, each
+// through the other of clients "A" and "B" than the one before (see
+// Config.CASWorkers): if mod(k) = m then put(k) else get(k), with m the mod
+// revision it last saw (0 for a create), and deletes of k alone, which may
+// find it absent.
+func (w *Workload) casWorker(id int) {
+	clients := []string{"A", "B"}
+	r := rand.New(rand.NewPCG(w.cfg.Seed, uint64(id)))
+	seen := map[string]int64{} // key -> mod revision last seen (0: absent; missing: unknown)
+	for n := 0; !w.stopped(); n++ {
+		name := clients[n%2]
+		c := w.cfg.Clients[name]
+		key := fmt.Sprintf("%s%d-%d", CASPrefix, id, r.IntN(casKeys))
+		mod, known := seen[key]
+		op := &Op{Worker: id, Client: name, Kind: KindTxn}
+		cas := func(m int64) {
+			op.Cmps = []Cmp{{Key: key, Target: "mod", Op: "=", Value: m}}
+			op.Then = []Sub{{Kind: "put", Key: key, Value: w.value(id)}}
+			op.Else = []Sub{{Kind: "get", Key: key}}
+		}
+		p := r.IntN(100)
+		switch {
+		case !known:
+			cas(0) // a create, which reads the key if present
+		case mod != 0 && p < 55:
+			cas(mod) // an update
+		case mod != 0 && p < 80, mod == 0 && p < 30:
+			op.Then = []Sub{{Kind: "del", Key: key}} // a delete, deleted=0 if absent
+		default:
+			cas(0) // a create, which fails and reads the key if present
+		}
+		w.do(op, func(ctx context.Context) error { return w.txnReq(ctx, c, op) })
+		switch {
+		case !op.OK():
+			delete(seen, key)
+		case op.Succeeded && op.Then[0].Kind == "put":
+			seen[key] = op.Header
+		case op.Succeeded: // a delete: gone, or absent already
+			seen[key] = 0
+		case len(op.Results[0].KVs) == 0:
+			seen[key] = 0
+		default:
+			seen[key] = op.Results[0].KVs[0].Mod
 		}
 	}
 }
