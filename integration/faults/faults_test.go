@@ -308,8 +308,13 @@ type scenario struct {
 	// the committer at once.
 	etcdWorkers int
 	// casWorkers adds compare-and-swap workers that send each request to
-	// the other instance than the one before (Config.CASWorkers).
+	// the other instance than the one before (Config.CASWorkers); casOnly
+	// leaves the kube-like, etcd-like and lease workers out (the
+	// compactor, the watches and the faults' probe leases stay).
 	casWorkers int
+	casOnly    bool
+	// casLead is the CAS workers' Config.CASLead.
+	casLead time.Duration
 	// flights notes, for each instance, how many commits it had in flight
 	// on average before the first fault and during each hold
 	// (flightNote).
@@ -554,7 +559,7 @@ var scenarios = []scenario{
 	// before: a request that writes nothing must not be answered by one of
 	// A's flights that landed before it arrived, missing what B committed
 	// since.
-	{name: "TwoCommittersSlowLink", args: twoCommittersArgs, casWorkers: casWorkers, flights: true,
+	{name: "TwoCommittersSlowLink", args: twoCommittersArgs, casWorkers: casWorkers, casOnly: true, casLead: 2 * twoCommittersDelay, flights: true,
 		hold: slowLinkHold, inject: slowALink},
 }
 
@@ -609,7 +614,10 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 			wc.EtcdWorkers = append(wc.EtcdWorkers, []string{"A", "B"}[i%2])
 		}
 	}
-	wc.CASWorkers = sc.casWorkers
+	wc.CASWorkers, wc.CASLead = sc.casWorkers, sc.casLead
+	if sc.casOnly {
+		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient = nil, nil, ""
+	}
 	if sc.probeOnly {
 		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient, wc.CompactEvery = nil, nil, "", 0
 	}
@@ -722,6 +730,9 @@ func report(t *testing.T, sc scenario, h *History, res *Result, whats, notes []s
 	t.Logf("linearizability: %s (%d operations, %v); watches: %s", res.Linearizable, res.PorcupineOps,
 		res.PorcupineTook.Round(time.Millisecond), res.WatchReport)
 	t.Logf("leases: %d checked, %d expired, latest %.1fs after due", res.LeasesChecked, res.LeasesExpired, res.MaxLeaseLateness.Seconds())
+	if res.StaleNoOps > 0 {
+		t.Logf("stale no-ops: %d transactions that wrote nothing answered below a write acknowledged before they were sent", res.StaleNoOps)
+	}
 	var details []string
 	for i, f := range res.FaultStats {
 		probe := "never"
@@ -738,9 +749,16 @@ func report(t *testing.T, sc scenario, h *History, res *Result, whats, notes []s
 		t.Logf("fault %d: %s", i+1, d)
 	}
 	details = append(details, notes...)
+	if res.StaleNoOps > 0 {
+		details = append(details, fmt.Sprintf("%d stale no-ops: transactions that wrote nothing (a failed compare, a delete of nothing) answered below a write acknowledged before they were sent", res.StaleNoOps))
+	}
 	if os.Getenv("FAULTS_DURATION") != "" {
 		// Streamed by make faults (go test in local directory mode).
-		fmt.Printf("%s: %d operations, %d faults, %d violations, linearizable: %s\n", sc.name, res.Ops, len(h.Faults), len(res.Violations), res.Linearizable)
+		stale := ""
+		if res.StaleNoOps > 0 {
+			stale = fmt.Sprintf(" (%d stale no-ops)", res.StaleNoOps)
+		}
+		fmt.Printf("%s: %d operations, %d faults, %d violations%s, linearizable: %s\n", sc.name, res.Ops, len(h.Faults), len(res.Violations), stale, res.Linearizable)
 	}
 	what := ""
 	if len(whats) > 0 {

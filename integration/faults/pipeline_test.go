@@ -37,7 +37,7 @@ const (
 	// slowLinkHold is how long a link stays slow.
 	slowLinkHold = 5 * time.Second
 	// casWorkers is TwoCommittersSlowLink's compare-and-swap workers.
-	casWorkers = 8
+	casWorkers = 4
 )
 
 // pipelineArgs are the Pipeline* scenarios' extra serve flags.

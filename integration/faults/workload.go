@@ -51,6 +51,14 @@ type Config struct {
 	// which must answer from a state that holds it: a failed compare with
 	// the value before it, or deleted=0 after a create, is stale.
 	CASWorkers int
+	// CASLead, if not 0, makes each CAS worker start a put through A,
+	// without waiting for it, between CASLead and 1.25 times that before
+	// each of its requests through B: when A's requests take about CASLead
+	// to reach ZooKeeper and more than that to be answered, that put has
+	// landed and A has not heard so yet when B commits the worker's
+	// request, and the worker's next request reaches A while A still waits
+	// for the put's answer.
+	CASLead time.Duration
 	// PutRate, if not 0, adds blind puts of etcd-like keys sent at this
 	// rate (per second) through A and B in turn, each without waiting for
 	// the ones before it (an open-loop load: how many wait on a commit
@@ -95,6 +103,7 @@ type Workload struct {
 	closed   []*watchcheck.Watch // churned watches, closed
 	leases   atomic.Int64        // live lease goroutines
 
+	leadPuts     atomic.Int64             // CAS workers' puts through A so far
 	probeWriters atomic.Pointer[[]string] // the clients probes put through
 	probePuts    atomic.Int64             // probe puts under way
 }
@@ -406,11 +415,17 @@ func (w *Workload) kubeWorker(id int, name string) {
 // through the other of clients "A" and "B" than the one before (see
 // Config.CASWorkers): if mod(k) = m then put(k) else get(k), with m the mod
 // revision it last saw (0 for a create), and deletes of k alone, which may
-// find it absent.
+// find it absent. After a request that changed the key it sends one that
+// writes nothing only on the state before that change, as kube-apiserver
+// does: an update on the revision just written, a create after a delete, a
+// delete after a create.
 func (w *Workload) casWorker(id int) {
 	clients := []string{"A", "B"}
 	r := rand.New(rand.NewPCG(w.cfg.Seed, uint64(id)))
 	seen := map[string]int64{} // key -> mod revision last seen (0: absent; missing: unknown)
+	// wrote: the request before changed the key (through the other
+	// instance than this one); created: it created it.
+	var wrote, created bool
 	for n := 0; !w.stopped(); n++ {
 		name := clients[n%2]
 		c := w.cfg.Clients[name]
@@ -426,6 +441,14 @@ func (w *Workload) casWorker(id int) {
 		switch {
 		case !known:
 			cas(0) // a create, which reads the key if present
+		case wrote && mod != 0 && created && p < 35:
+			// A delete right after the create: deleted=0 only if answered
+			// from the state before it.
+			op.Then = []Sub{{Kind: "del", Key: key}}
+		case wrote && mod != 0 && p < 80:
+			cas(mod) // an update on the revision just written: fails only on an older state
+		case wrote:
+			cas(0) // a create after the delete, or on an existing key: reads the key
 		case mod != 0 && p < 55:
 			cas(mod) // an update
 		case mod != 0 && p < 80, mod == 0 && p < 30:
@@ -433,11 +456,19 @@ func (w *Workload) casWorker(id int) {
 		default:
 			cas(0) // a create, which fails and reads the key if present
 		}
+		if name == "B" && w.cfg.CASLead > 0 {
+			w.leadPut(r)
+			if !w.pause(w.cfg.CASLead + time.Duration(r.Int64N(int64(w.cfg.CASLead)/4+1))) {
+				return
+			}
+		}
 		w.do(op, func(ctx context.Context) error { return w.txnReq(ctx, c, op) })
+		wrote, created = op.OK() && writesSomething(op), false
 		switch {
 		case !op.OK():
 			delete(seen, key)
 		case op.Succeeded && op.Then[0].Kind == "put":
+			created = len(op.Cmps) == 1 && op.Cmps[0].Value == 0
 			seen[key] = op.Header
 		case op.Succeeded: // a delete: gone, or absent already
 			seen[key] = 0
@@ -447,6 +478,23 @@ func (w *Workload) casWorker(id int) {
 			seen[key] = op.Results[0].KVs[0].Mod
 		}
 	}
+}
+
+// leadPut starts a blind put of an etcd-like key through A, recorded as a
+// worker of its own (Config.CASLead).
+func (w *Workload) leadPut(r *rand.Rand) {
+	id := 1<<21 + int(w.leadPuts.Add(1))
+	c := w.cfg.Clients["A"]
+	op := &Op{Worker: id, Client: "A", Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
+	w.spawn(func() {
+		w.do(op, func(ctx context.Context) error {
+			resp, err := c.Put(ctx, op.Key, op.Value)
+			if err == nil {
+				op.Header = resp.Header.Revision
+			}
+			return err
+		})
+	})
 }
 
 // list reads KubePrefix in pages of pageSize: the first page is a
