@@ -316,7 +316,7 @@ type scenario struct {
 	// casLead is the CAS workers' Config.CASLead.
 	casLead time.Duration
 	// flights notes, for each instance, how many commits it had in flight
-	// on average before the first fault and during each hold
+	// on average before the first fault and from each fault to its heal
 	// (flightNote).
 	flights bool
 }
@@ -643,16 +643,18 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		what, heal := sc.inject(t, cl)
-		t.Logf("%.1fs: fault %d: %s", w.Since().Seconds(), n+1, what)
 		if sc.flights {
+			// Before the fault and after its heal: a paused instance
+			// does not answer.
 			fl = sampleFlights(cl)
 		}
+		what, heal := sc.inject(t, cl)
+		t.Logf("%.1fs: fault %d: %s", w.Since().Seconds(), n+1, what)
 		time.Sleep(sc.hold)
-		if sc.flights {
-			cl.flightNote(fl, fmt.Sprintf("during fault %d", n+1))
-		}
 		heal()
+		if sc.flights {
+			cl.flightNote(fl, fmt.Sprintf("from fault %d to its heal", n+1))
+		}
 		w.Healed(i)
 		t.Logf("%.1fs: healed", w.Since().Seconds())
 		if !cl.waitHealthy(60 * time.Second) {

@@ -100,7 +100,7 @@ func sampleFlights(cl *cluster) flightSample {
 // the time its commits took, summed, over the time elapsed (Little's law;
 // 1 is one commit at a time, back to back). The log entries applied
 // meanwhile give the operations per entry. An instance restarted since s
-// (its counters reset) is left out.
+// (its counters reset) or not answering is left out.
 func (cl *cluster) flightNote(s flightSample, when string) {
 	now := sampleFlights(cl)
 	wall := now.at.Sub(s.at).Seconds()
