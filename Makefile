@@ -21,7 +21,7 @@
 #
 # Not in CI (long, or rewriting docs/):
 #   make demo           the e2e scenarios printed as a lab notebook
-#   make faults         the 18 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
+#   make faults         the 25 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
 #   make soak           hours of load with a fault every few minutes; output in SOAK_OUT (out/soak)
 #   make bench          zketcd vs etcd vs kine (~45 min); rewrites docs/benchmarks.md and docs/bench/
 #   make bench-long     the same with longer cells and recovery over 1M keys
@@ -229,14 +229,19 @@ bench-long: deps-zookeeper deps-postgresql build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \
 		$(BENCH_BASELINE) -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
-# faults runs the 18 fault-injection scenarios of integration/faults (a real
+# faults runs the 25 fault-injection scenarios of integration/faults (a real
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1;
 # ZooKeeper leaders and followers killed, the ensemble restarted, zketcd
 # SIGSTOPped, killed and partitioned from ZooKeeper, the leader instance
-# killed, paused and cut off from the follower, a rolling restart of the
-# ensemble, zketcd restarted onto another --zk list, a slow disk, a ZooKeeper
-# follower cut off from its quorum under the zketcd leader, and five of
-# these on --read-lease) for FAULTS_DURATION of workload each, checks
+# killed, paused and cut off from the follower for a short and a long
+# while, a rolling restart of the ensemble, zketcd restarted onto another
+# --zk list, a slow disk, a ZooKeeper follower cut off from its quorum under
+# the zketcd leader, six on --read-lease (one on a ZooKeeper granting a
+# shorter session timeout than asked), four with --commit-pipeline 8 (the
+# leader killed and SIGSTOPped, the ZooKeeper leader killed, the leader's
+# ZooKeeper link slowed), and two instances both committing with
+# --commit-pipeline 4 while one's ZooKeeper link is slow) for
+# FAULTS_DURATION of workload each, checks
 # linearizability, watch guarantees, lost and duplicated writes and lease
 # expiry, prints the summary table and writes it into docs/reliability.md
 # (down to the marker line; the rest of the file is kept). make test runs a
