@@ -2,10 +2,12 @@
 // workload (kube-apiserver-like CAS updates, creates, deletes, paginated
 // lists at pinned revisions and watches with progress notifications; plus
 // etcd-like puts, multi-key transactions, leases with keepalives and
-// physical compactions) runs against two zketcd processes on a 3-member
+// physical compactions; for some scenarios compare-and-swap workers that
+// alternate instances) runs against two zketcd processes on a 3-member
 // ZooKeeper ensemble while a scenario injects faults (ZooKeeper leader or
 // follower killed, the whole ensemble restarted, a zketcd SIGSTOPped past its
-// session timeout, killed mid-commit, partitioned from ZooKeeper). Every
+// session timeout, killed mid-commit, partitioned from ZooKeeper, its
+// ZooKeeper link slowed). Every
 // request is recorded with its call and return times, every watch response
 // with the time it arrived; the checkers then verify, without relying on
 // timing except where the property itself is about time:
@@ -17,6 +19,10 @@
 //     before the watcher received it);
 //   - etcd's six watch guarantees (integration/watchcheck);
 //   - no acknowledged write lost, none applied twice;
+//   - no request is answered at a revision below a write acknowledged
+//     before it was sent (a transaction that wrote nothing so answered is
+//     a stale no-op), and one that wrote nothing matches the store at its
+//     revision (its gets, its deletes of nothing);
 //   - revisions never go backwards in one worker's view;
 //   - reads at pinned revisions (list pages) return the store as it was;
 //   - leases never expire early, and still expire after each fault heals.
