@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,12 +30,10 @@ var sharedZK = zkservertest.NewShared("mirror", zkserver.Options{})
 
 func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
 
-var roots atomic.Int64
-
 func storeConfig(t *testing.T) zkstore.Config {
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
-	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: fmt.Sprintf("/mirror/%d-%d", time.Now().UnixNano()%1e9, roots.Add(1)),
+	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: sharedZK.FreshRoot(),
 		Logger: logrus.NewEntry(lg)}
 }
 

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,13 +28,11 @@ var sharedZK = zkservertest.NewShared("snaprestore", zkserver.Options{})
 
 func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
 
-var roots atomic.Int64
-
 // storeConfig names a root nothing uses yet.
 func storeConfig(t *testing.T) zkstore.Config {
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
-	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: fmt.Sprintf("/snaprestore/%d-%d", time.Now().UnixNano()%1e9, roots.Add(1)),
+	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: sharedZK.FreshRoot(),
 		Logger: logrus.NewEntry(lg)}
 }
 

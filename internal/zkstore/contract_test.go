@@ -2,9 +2,7 @@ package zkstore_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,14 +21,12 @@ var sharedZK = zkservertest.NewShared("zkstore", zkserver.Options{})
 
 func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
 
-var roots atomic.Int64
-
 // TestTheLogContract runs the engine's log contract (the suite memlog
 // passes too) on ZooKeeper.
 func TestTheLogContract(t *testing.T) {
 	addr := sharedZK.Addr(t)
 	logtest.Run(t, func(t *testing.T) func() engine.Log {
-		root := fmt.Sprintf("/logtest/%d-%d", time.Now().UnixNano()%1e9, roots.Add(1))
+		root := sharedZK.FreshRoot()
 		lg := logrus.New()
 		lg.SetLevel(logrus.WarnLevel)
 		return func() engine.Log {

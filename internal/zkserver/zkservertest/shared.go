@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -37,6 +38,8 @@ type Shared struct {
 	srv  *zkserver.Server
 	dir  string
 	err  error
+
+	roots atomic.Int64 // FreshRoot's counter
 }
 
 // NewShared returns a shared server named name (the prefix of its
@@ -58,6 +61,14 @@ func (s *Shared) Addr(tb testing.TB) string {
 		tb.Fatalf("zkservertest: start the shared ZooKeeper: %v", s.err)
 	}
 	return s.srv.Addr()
+}
+
+// FreshRoot returns a znode path no earlier call returned, under a folder
+// named after the server ("/engine/7"): a root of its own for one test.
+// The path need not exist; the server is new for every test binary, so the
+// path is unused. Safe for use by parallel tests.
+func (s *Shared) FreshRoot() string {
+	return fmt.Sprintf("/%s/%d", s.name, s.roots.Add(1))
 }
 
 func (s *Shared) start() {
