@@ -252,7 +252,7 @@ FAULTS_ARTIFACTS ?=
 faults: deps-zookeeper build
 	cd integration/faults && FAULTS_DURATION=$(FAULTS_DURATION) FAULTS_REPORT=$(abspath docs/reliability.md) \
 		FAULTS_ARTIFACTS=$(FAULTS_ARTIFACTS) ZKETCD_BINARY=$(abspath $(BIN))/zketcd \
-		$(GO) test -count=1 -timeout 60m -run '^TestFaults$$'
+		$(GO) test -count=1 -timeout 100m -run '^TestFaults$$'
 
 # upgrade-test restarts two zketcd instances on one root, one at a time, from
 # this build onto one patched to write a newer log entry format
