@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 
 	"github.com/zketcd/zketcd/embed"
@@ -124,6 +125,12 @@ func (in *Instance) start() {
 	cfg.GRPC.MaxTxnOps, cfg.GRPC.MaxRequestBytes = in.opts.MaxTxnOps, in.opts.MaxRequestBytes
 	if in.opts.Configure != nil {
 		in.opts.Configure(&cfg)
+	}
+	if cfg.GRPC.Auth.BcryptCost == 0 {
+		// bcrypt's cheapest cost unless the test chose one: the tests log in
+		// many times, and under -race on a loaded machine the default cost
+		// takes seconds a login.
+		cfg.GRPC.Auth.BcryptCost = bcrypt.MinCost
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

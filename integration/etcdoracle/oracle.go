@@ -94,6 +94,7 @@ func Start(t testing.TB, opts ...Option) *Oracle {
 	cfg.TickMs = 10
 	cfg.ElectionMs = 50
 	cfg.UnsafeNoFsync = true
+	cfg.BcryptCost = 4 // bcrypt's cheapest (the tests log in often; -race makes the default cost take seconds)
 
 	for _, opt := range opts {
 		opt(cfg)
