@@ -60,6 +60,7 @@ type pacer struct {
 }
 
 func newPacer(fixed int) *pacer {
+	fixed = max(fixed, 0) // negative: automatic, as 0
 	p := &pacer{fixed: fixed, limit: 1}
 	if fixed > 0 {
 		p.limit = fixed
