@@ -165,7 +165,6 @@ type flight struct {
 	// reordering: the flight is sent again as it is).
 	sent                uint64
 	chained, prevLanded bool
-	depth               int       // flights in flight at its send, itself included
 	mark                markState // the marker's state if it lands
 	start               time.Time
 	// reads is the barrier's mark when the multi was sent: its landing
@@ -349,7 +348,7 @@ func (c *committer) launch() bool {
 	c.seq++
 	c.sends++
 	f := &flight{
-		group: group, batch: batch, sent: c.sends, chained: last != nil, depth: len(c.flights) + 1,
+		group: group, batch: batch, sent: c.sends, chained: last != nil,
 		entry: &revision.Entry{
 			LSN:    prev + 1,
 			Writer: revision.WriterTag{Nonce: b.nonce, Seq: c.seq},
@@ -438,13 +437,11 @@ func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 //
 // A chained flight refused only because ZooKeeper received it before the
 // flight it is chained on (that one committed since) is sent again as it
-// is: its evaluation still holds, and so do those chained on it.
+// is: its evaluation still holds (see resend).
 func (c *committer) land() {
 	f := c.flights[0]
-	if f.chained && f.prevLanded && f.err == nil && f.res.Outcome == zkstore.Refused && (f.res.PrevMissing || f.res.MarkerMissed) {
-		c.b.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
-		f.req.After, f.req.Sending = nil, make(chan struct{}) // its predecessor has landed
-		c.send(f)
+	if f.chained && f.prevLanded && reordered(f) {
+		c.resend()
 		return
 	}
 	c.flights = c.flights[1:]
@@ -452,7 +449,7 @@ func (c *committer) land() {
 	ok := c.settle(f, &requeue)
 	c.b.flights.settle()
 	if ok {
-		c.pace.landed(len(f.group)+len(f.piggy), time.Since(f.start), f.depth, len(c.flights), len(c.pending))
+		c.pace.landed(time.Now(), len(f.group)+len(f.piggy), time.Since(f.start), len(c.flights), len(c.pending))
 		if len(c.flights) > 0 && c.flights[0].chained {
 			c.flights[0].prevLanded = true
 		}
@@ -476,6 +473,45 @@ func (c *committer) land() {
 		// Evaluated again on the view (answerNoOps' barrier) or on a flight
 		// sent after them.
 		c.pending, c.deferred = append(c.deferred, c.pending...), nil
+	}
+}
+
+// reordered reports whether a completed chained flight was refused for a
+// missing predecessor: the entry it follows or the marker's version.
+func reordered(f *flight) bool {
+	return f.err == nil && f.res.Outcome == zkstore.Refused && (f.res.PrevMissing || f.res.MarkerMissed)
+}
+
+// resend sends the oldest flight again, overtaken by nothing now that its
+// predecessor landed. Every flight after it was sent before it and so was
+// refused too (none can land before it): they are awaited and sent again
+// behind it in order, as far as each was refused for the same reason;
+// from the first that was not, the rest is settled as failed (requeued).
+func (c *committer) resend() {
+	b := c.b
+	for _, g := range c.flights[1:] {
+		<-g.done
+	}
+	n := 1
+	for n < len(c.flights) && reordered(c.flights[n]) {
+		n++
+	}
+	var requeue []*proposal
+	for _, g := range c.flights[n:] {
+		c.settle(g, &requeue)
+		b.flights.settle()
+	}
+	c.flights = c.flights[:n]
+	var prev chan struct{}
+	for _, g := range c.flights {
+		b.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
+		g.req.After, g.req.Sending = prev, make(chan struct{})
+		prev = g.req.Sending
+		c.send(g)
+	}
+	c.mark = c.flights[n-1].mark
+	if len(requeue) > 0 {
+		c.pending = append(requeue, c.pending...)
 	}
 }
 

@@ -33,17 +33,24 @@ func (m markState) op(name string) (*zkstore.Marker, markState) {
 
 // pacer chooses how many entries the committer keeps in flight. A fixed
 // depth (Config.CommitPipeline N > 0) is its limit for ever; the automatic
-// depth (0) starts at 1 and moves between 1 and MaxAutoCommitPipeline:
+// depth (0) starts at 1 and moves between 1 and MaxAutoCommitPipeline by
+// measuring: it counts the requests committed per second over windows of
+// at least 64 smoothed commit latencies (and 250 ms), and
 //
-//   - up by one when a flight lands while the committer had the limit in
-//     flight and a full batch waiting behind them (the queue grows faster
-//     than the flights drain it: ZooKeeper's latency, not its throughput,
-//     is the bound);
-//   - halved on a refusal of a chained flight (its predecessor failed: the
-//     deeper the pipeline, the more work a failure throws away), and on a
-//     landing at depth d whose smoothed latency reached d times that of
-//     flights sent alone (the flights did not overlap in ZooKeeper: more
-//     in flight only queues there, as on a CPU-bound server).
+//   - probes one deeper when a window saw the queue back up (a flight
+//     landed with the limit in flight and a fill waiting behind it),
+//     keeping the new depth only if the next window committed at least
+//     5% more, else going back and waiting 8 windows before probing again;
+//   - probes one shallower every 8th window, keeping it unless the rate
+//     fell by more than 5% (the load changed: deeper no longer pays);
+//   - halves the limit on a refusal of a chained flight (its predecessor
+//     failed: the deeper the pipeline, the more work a failure throws
+//     away).
+//
+// Pipelining pays when ZooKeeper's latency leaves zketcd and ZooKeeper
+// idle (an fsync, the network); on CPU-bound servers extra flights only
+// split the batches into more ZooKeeper transactions, which the probing
+// finds and undoes.
 //
 // Whatever the limit, a flight is launched behind others only when the
 // pending queue holds at least half the smoothed size of the flights
@@ -53,10 +60,20 @@ type pacer struct {
 	fixed int // > 0: the fixed depth
 	limit int
 	// size is the smoothed number of requests per flight; rtt the smoothed
-	// commit latency of flights sent alone (depth 1), rttDeep that of the
-	// others divided by their depth (what each flight costs the pipeline).
-	size         float64
-	rtt, rttDeep time.Duration
+	// commit latency.
+	size float64
+	rtt  time.Duration
+	// The current window: since when, requests landed, whether the queue
+	// backed up. rate is the previous window's requests per second, from
+	// the limit it ran at (prevLimit); probing says the limit was moved
+	// for a trial; wait is the windows left before the next probe.
+	since       time.Time
+	requests    int
+	backlog     bool
+	rate        float64
+	prevLimit   int
+	probing     bool
+	wait, steps int
 }
 
 func newPacer(fixed int) *pacer {
@@ -88,45 +105,63 @@ func (p *pacer) mayLaunch(inFlight, pending int) bool {
 	return inFlight < p.limit && pending >= p.fill()
 }
 
-// landed records a flight of requests that committed after took, sent at
-// depth (flights in flight with it, itself included), with inFlight
-// flights and pending requests behind it when it landed.
-func (p *pacer) landed(requests int, took time.Duration, depth, inFlight, pending int) {
+// landed records a flight of requests that committed after took, at now,
+// with inFlight flights and pending requests behind it.
+func (p *pacer) landed(now time.Time, requests int, took time.Duration, inFlight, pending int) {
 	const w = 0.125
 	if p.size == 0 {
-		p.size = float64(requests)
+		p.size, p.rtt = float64(requests), took
 	} else {
 		p.size += w * (float64(requests) - p.size)
-	}
-	ewma := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		} else {
-			*d += time.Duration(w * float64(v-*d))
-		}
-	}
-	if depth <= 1 {
-		ewma(&p.rtt, took)
-	} else {
-		ewma(&p.rttDeep, took/time.Duration(depth))
+		p.rtt += time.Duration(w * float64(took-p.rtt))
 	}
 	if !p.auto() {
 		return
 	}
-	switch {
-	case depth > 1 && p.rtt > 0 && p.rttDeep >= p.rtt:
-		p.limit = max(1, p.limit/2)
-		p.rttDeep = 0
-	case inFlight+1 >= p.limit && pending >= p.fill() && p.limit < MaxAutoCommitPipeline:
-		p.limit++
+	if p.since.IsZero() {
+		p.since = now
 	}
+	p.requests += requests
+	if inFlight+1 >= p.limit && pending >= p.fill() {
+		p.backlog = true
+	}
+	span := now.Sub(p.since)
+	if span < max(250*time.Millisecond, 64*p.rtt) {
+		return
+	}
+	rate := float64(p.requests) / span.Seconds()
+	p.window(rate)
+	p.since, p.requests, p.backlog = now, 0, false
+}
+
+// window ends a measuring window that committed rate requests per second.
+func (p *pacer) window(rate float64) {
+	p.steps++
+	switch {
+	case p.probing:
+		p.probing = false
+		deeper := p.limit > p.prevLimit
+		if deeper && rate < 1.05*p.rate || !deeper && rate < 0.95*p.rate {
+			p.limit, p.wait = p.prevLimit, 8 // no better: back, and stay a while
+			return
+		}
+	case p.wait > 0:
+		p.wait--
+	case p.backlog && p.limit < MaxAutoCommitPipeline:
+		p.prevLimit, p.probing = p.limit, true
+		p.limit++
+	case p.limit > 1 && p.steps%8 == 0:
+		p.prevLimit, p.probing = p.limit, true
+		p.limit--
+	}
+	p.rate = rate
 }
 
 // refused records a chained flight refused because a flight before it
 // failed.
 func (p *pacer) refused() {
 	if p.auto() {
-		p.limit = max(1, p.limit/2)
+		p.limit, p.probing = max(1, p.limit/2), false
 	}
 }
 
