@@ -304,10 +304,10 @@ func (c *committer) launch() bool {
 	var last *flight
 	if n := len(c.flights); n > 0 {
 		last = c.flights[n-1]
-		if c.pending[0].guards != nil || last.guarded || !c.pace.pipelined() || !c.mark.known {
+		if c.pending[0].guards != nil || last.guarded || last.req.Marker == nil || !c.mark.known {
 			// Guarded proposals are committed alone, unchained; nothing
-			// is chained on a flight that set the marker at an unknown
-			// version.
+			// is chained on a flight without the marker op, or one that
+			// set the marker at an unknown version.
 			return false
 		}
 	}
@@ -356,9 +356,12 @@ func (c *committer) launch() bool {
 		},
 	}
 	f.req = zkstore.CommitRequest{Prev: prev, Entry: f.entry, Rev: batch.Rev(), Pipelined: last != nil}
-	if c.pace.pipelined() {
-		// The marker chains pipelined commits; a fixed depth of 1 never
-		// chains, and does without it.
+	if c.pace.limit > 1 {
+		// The marker chains pipelined commits. A flight sent while the
+		// limit is 1 (a fixed depth of 1, or the automatic depth at 1)
+		// has nothing chained on it and goes without: its multi is what
+		// versions without a pipeline wrote, and the marker keeps its
+		// version.
 		f.req.Marker, f.mark = c.mark.op(c.marker)
 	}
 	if len(group) == 1 && group[0].guards != nil {

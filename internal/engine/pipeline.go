@@ -88,11 +88,6 @@ func newPacer(fixed int) *pacer {
 // auto reports whether the depth is chosen automatically.
 func (p *pacer) auto() bool { return p.fixed == 0 }
 
-// pipelined reports whether commits may ever be chained (and so carry the
-// marker op): a fixed depth of 1 never chains, and writes exactly what
-// earlier versions wrote.
-func (p *pacer) pipelined() bool { return p.fixed != 1 }
-
 // fill is the fewest pending requests worth a flight behind others.
 func (p *pacer) fill() int { return max(1, int(p.size/2)) }
 

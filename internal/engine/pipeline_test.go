@@ -1,8 +1,14 @@
 package engine
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zketcd/zketcd/internal/engine/memlog"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // drive lands flights of size requests on p for windows windows, each
@@ -72,12 +78,12 @@ func TestFixedDepthNeverMoves(t *testing.T) {
 			now = now.Add(10 * time.Millisecond)
 			p.landed(now, 10, time.Millisecond, n-1, 100)
 		}
-		if p.limit != n || p.pipelined() != (n != 1) {
-			t.Fatalf("fixed %d: limit %d, pipelined %v", n, p.limit, p.pipelined())
+		if p.limit != n {
+			t.Fatalf("fixed %d: limit %d", n, p.limit)
 		}
 	}
-	if !newPacer(0).pipelined() || newPacer(-1).fixed != 0 {
-		t.Fatal("auto must pipeline; a negative depth is auto")
+	if p := newPacer(-1); !p.auto() || p.limit != 1 {
+		t.Fatal("a negative depth must be auto, starting at 1")
 	}
 }
 
@@ -89,5 +95,41 @@ func TestFillKeepsExtraFlightsFromCarryingCrumbs(t *testing.T) {
 	}
 	if !p.mayLaunch(1, 8) || !p.mayLaunch(0, 1) || p.mayLaunch(4, 100) {
 		t.Fatal("fill or limit misapplied")
+	}
+}
+
+// TestDepthOneWritesNoMarker: at a fixed depth of 1 (and whenever the
+// limit is 1) a commit's multi is what versions without a pipeline wrote.
+func TestDepthOneWritesNoMarker(t *testing.T) {
+	for _, depth := range []int{1, 4} {
+		st := memlog.New(memlog.Options{})
+		var marked, chained atomic.Int32
+		st.SetCommitFault(func(req zkstore.CommitRequest) memlog.Fault {
+			if req.Marker != nil {
+				marked.Add(1)
+			}
+			if req.Pipelined {
+				chained.Add(1)
+			}
+			return memlog.NoFault
+		})
+		b, _ := engine(t, st, "a", func(c *Config) { c.CommitPipeline = depth })
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 20 {
+					put(t, b, fmt.Sprintf("w%d", w), fmt.Sprint(i))
+				}
+			}()
+		}
+		wg.Wait()
+		if depth == 1 && (marked.Load() != 0 || chained.Load() != 0) {
+			t.Fatalf("depth 1: %d commits with a marker, %d chained", marked.Load(), chained.Load())
+		}
+		if depth > 1 && marked.Load() == 0 {
+			t.Fatalf("depth %d: no commit carried the marker", depth)
+		}
 	}
 }
