@@ -28,3 +28,6 @@ func (d *pipelineDepth) Set(s string) error {
 	*d = pipelineDepth(n)
 	return nil
 }
+
+// Get implements flag.Getter (the config file reads flags through it).
+func (d *pipelineDepth) Get() any { return int(*d) }

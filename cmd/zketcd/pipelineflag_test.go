@@ -19,3 +19,15 @@ func TestCommitPipelineFlag(t *testing.T) {
 		t.Fatalf("0 renders %q", d.String())
 	}
 }
+
+func TestCommitPipelineFromTheConfigFile(t *testing.T) {
+	for yml, want := range map[string]pipelineDepth{"commit-pipeline: auto\n": 0, "commit-pipeline: 4\n": 4, "name: x\n": 0} {
+		f, err := parseWithConfig(t, yml)
+		if err != nil || f.commitPipeline != want {
+			t.Fatalf("%q: commit pipeline %v, %v; want %v", yml, f.commitPipeline, err, want)
+		}
+	}
+	if _, err := parseWithConfig(t, "commit-pipeline: deep\n"); err == nil {
+		t.Fatal("commit-pipeline: deep accepted")
+	}
+}
