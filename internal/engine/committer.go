@@ -472,9 +472,10 @@ func (c *committer) land() {
 	if len(requeue) > 0 {
 		c.pending = append(requeue, c.pending...)
 	}
-	if len(c.deferred) > 0 && len(c.flights) == 0 {
-		// Evaluated again on the view (answerNoOps' barrier) or on a flight
-		// sent after them.
+	if len(c.deferred) > 0 {
+		// Evaluated again: on a flight sent after they arrived, on one
+		// sent before (deferred again, until the flights drain), or on
+		// the view (answerNoOps' barrier).
 		c.pending, c.deferred = append(c.deferred, c.pending...), nil
 	}
 }
