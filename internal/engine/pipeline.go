@@ -40,7 +40,8 @@ func (m markState) op(name string) (*zkstore.Marker, markState) {
 //   - probes one deeper when a window saw the queue back up (a flight
 //     landed with the limit in flight and a fill waiting behind it),
 //     keeping the new depth only if the next window committed at least
-//     5% more, else going back and waiting 8 windows before probing again;
+//     10% more, else going back and waiting 16 windows before probing
+//     again;
 //   - probes one shallower every 8th window, keeping it unless the rate
 //     fell by more than 5% (the load changed: deeper no longer pays);
 //   - halves the limit on a refusal of a chained flight (its predecessor
@@ -136,8 +137,8 @@ func (p *pacer) window(rate float64) {
 	case p.probing:
 		p.probing = false
 		deeper := p.limit > p.prevLimit
-		if deeper && rate < 1.05*p.rate || !deeper && rate < 0.95*p.rate {
-			p.limit, p.wait = p.prevLimit, 8 // no better: back, and stay a while
+		if deeper && rate < 1.1*p.rate || !deeper && rate < 0.95*p.rate {
+			p.limit, p.wait = p.prevLimit, 16 // no better: back, and stay a while
 			return
 		}
 	case p.wait > 0:
