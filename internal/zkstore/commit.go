@@ -181,7 +181,7 @@ type CommitRequest struct {
 //
 // The same multi creates the renewal token of every lease the entry grants,
 // deletes that of every lease it revokes, checks every guard, and creates
-// and deletes the pipeline tokens; if one of those fails, nothing is written
+// sets or creates the pipeline marker; if one of those fails, nothing is written
 // and the outcome is Refused.
 func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, error) {
 	lsn := req.Prev + 1
