@@ -180,8 +180,8 @@ type CommitRequest struct {
 // (nothing was written), ErrUnknownOutcome (ctx ended while unresolved).
 //
 // The same multi creates the renewal token of every lease the entry grants,
-// deletes that of every lease it revokes, checks every guard, and creates
-// sets or creates the pipeline marker; if one of those fails, nothing is written
+// deletes that of every lease it revokes, checks every guard, and sets (or
+// creates) the pipeline marker; if one of those fails, nothing is written
 // and the outcome is Refused.
 func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, error) {
 	lsn := req.Prev + 1
