@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -132,4 +136,71 @@ func TestDepthOneWritesNoMarker(t *testing.T) {
 			t.Fatalf("depth %d: no commit carried the marker", depth)
 		}
 	}
+}
+
+// overtakeLog makes every chained commit overtake the one it is chained
+// on, as the ZooKeeper client may: a commit that is not pipelined is held
+// back a while, a pipelined one is sent without waiting for its
+// predecessor's hand-over.
+type overtakeLog struct {
+	*memlog.Client
+	overtaken atomic.Int32
+}
+
+func (l *overtakeLog) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore.CommitResult, error) {
+	if req.Pipelined && req.After != nil {
+		req.After = nil
+	} else if !req.Pipelined {
+		time.Sleep(5 * time.Millisecond)
+	}
+	res, err := l.Client.Commit(ctx, req)
+	if res.PrevMissing {
+		l.overtaken.Add(1)
+	}
+	return res, err
+}
+
+func TestOvertakenFlightsAreSentAgainInOrder(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	lg := logrus.New()
+	lg.SetLevel(logrus.ErrorLevel)
+	log := &overtakeLog{Client: st.Client()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	b, err := New(ctx, Config{Name: "a", Logger: logrus.NewEntry(lg), Registerer: reg, CommitPipeline: 4}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	const writers, each = 8, 15
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			last := int64(0)
+			for i := range each {
+				rev := put(t, b, fmt.Sprintf("w%d", w), fmt.Sprint(i))
+				if rev <= last {
+					t.Errorf("writer %d: revision %d after %d", w, rev, last)
+				}
+				last = rev
+			}
+		}()
+	}
+	wg.Wait()
+	if log.overtaken.Load() == 0 {
+		t.Fatal("no flight overtook its predecessor: the test does not test")
+	}
+	if n := counterValue(t, b.metrics.pipelineRefusals.WithLabelValues("reordered")); n == 0 {
+		t.Fatal("no flight was sent again")
+	}
+	for w := range writers {
+		kv := get(t, b, fmt.Sprintf("w%d", w), false).Kvs
+		if len(kv) != 1 || kv[0].Version != each || string(kv[0].Value) != fmt.Sprint(each-1) {
+			t.Fatalf("w%d = %v, want version %d holding %d", w, kv, each, each-1)
+		}
+	}
+	checkLogReplaysToView(t, st, b)
 }
