@@ -63,7 +63,7 @@ type serveFlags struct {
 	internalListenURL     string
 	advertiseInternalURL  string
 	peer                  peerFlags
-	commitPipeline        int
+	commitPipeline        pipelineDepth
 	autoCompactionMode    string
 	autoCompactionRetain  string
 	maxWatchersPerStream  int
@@ -187,7 +187,8 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	fs.StringVar(&f.internalListenURL, "internal-listen-url", "http://"+embed.DefaultInternalAddr, "URL of the internal endpoint between instances (port 0 picks a free one): https:// with --peer-cert-file and --peer-key-file (or --peer-auto-tls); http:// on loopback only, unless --internal-insecure-plaintext")
 	fs.StringVar(&f.advertiseInternalURL, "advertise-internal-url", "", "internal endpoint URL advertised to the other instances in the member znode (default: the scheme and address listened on)")
 	f.peer.register(fs)
-	fs.IntVar(&f.commitPipeline, "commit-pipeline", engine.DefaultCommitPipeline, "log entries the committer keeps in flight to ZooKeeper")
+	f.commitPipeline = engine.DefaultCommitPipeline
+	fs.Var(&f.commitPipeline, "commit-pipeline", fmt.Sprintf("log entries the committer keeps in flight to ZooKeeper: auto (chosen from the commits' latency and the queue, 1 to %d) or a fixed number (1: one at a time, as before pipelining)", engine.MaxAutoCommitPipeline))
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")
 	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "most bytes the root may hold in ZooKeeper (base generations and log entries) before writes raise the NOSPACE alarm and are refused (0: half of --zk-heap-bytes if given, else etcd's default 2 GiB; negative: no quota)")

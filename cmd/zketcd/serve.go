@@ -165,7 +165,7 @@ func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.C
 		RelaxedReads:       f.relaxedReads,
 		ForwardWrites:      f.forwardWrites,
 		ReadLease:          f.readLease,
-		CommitPipeline:     f.commitPipeline,
+		CommitPipeline:     int(f.commitPipeline),
 		AutoCompaction:     autoCompaction,
 		LossDir:            lossDir,
 		RollbackCheckAfter: f.rollbackCheckAfter,

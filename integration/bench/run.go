@@ -88,7 +88,9 @@ type Options struct {
 	SelfBin      string // the harness binary (pprof child)
 	PprofDir     string // if set, zketcd runs in the pprof child and each cell is profiled
 	KeepWorkDir  bool
-	Logf         func(format string, args ...any)
+	// ZketcdArgs are more flags for every zketcd server (-zketcd-args).
+	ZketcdArgs []string
+	Logf       func(format string, args ...any)
 }
 
 func (o *Options) wants(w string) bool {
@@ -139,7 +141,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	} else {
 		defer os.RemoveAll(work)
 	}
-	env := &Env{WorkDir: work, ZKHeap: opts.Profile.ZKHeap, SelfBin: opts.SelfBin, PprofChild: opts.PprofDir != "", PGBinDir: opts.PGBinDir}
+	env := &Env{WorkDir: work, ZKHeap: opts.Profile.ZKHeap, SelfBin: opts.SelfBin, PprofChild: opts.PprofDir != "", PGBinDir: opts.PGBinDir,
+		ZketcdExtraArgs: opts.ZketcdArgs}
 	if err := resolveBinaries(ctx, &opts, env); err != nil {
 		return nil, err
 	}

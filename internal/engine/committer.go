@@ -41,6 +41,10 @@ type proposal struct {
 	// leaderOnly proposals are committed only while this instance is the
 	// leader; otherwise they fail with ErrNotLeader, nothing written.
 	leaderOnly bool
+	// arrived is the committer's send count when the proposal reached it:
+	// only a flight numbered above it was sent after the request arrived
+	// (the no-op rule, see launch).
+	arrived uint64
 
 	err  error // of the latest evaluation, or the answer
 	out  outcome
@@ -129,28 +133,40 @@ func proposeAs[T any](ctx context.Context, b *Engine, p *proposal, eval func(*re
 
 // commitLoop is the group committer: it takes every queued proposal (up to
 // the batch limits), evaluates them in order against the view, and commits
-// their writes as one log entry. Up to CommitPipeline entries are in flight
-// at once: the next batch is evaluated on top of the staged state of the
-// one before it, and its commit deletes that one's token, so it can only
-// succeed if its predecessor did (ZooKeeper applies one session's requests
-// in order, and groups their fsyncs).
+// their writes as one log entry. Several entries may be in flight at once
+// (the pacer chooses how many, pipeline.go): the next batch is evaluated on
+// top of the staged state of the one before it, and its commit sets the
+// pipeline marker at the version that one left, so it can only land if its
+// predecessor did (zkstore.Marker); ZooKeeper groups their fsyncs.
 func (b *Engine) commitLoop() {
 	defer b.wg.Done()
-	c := &committer{b: b}
+	c := &committer{b: b, pace: newPacer(b.cfg.CommitPipeline), marker: fmt.Sprintf("%016x-m", b.nonce)}
+	c.mark = markState{known: true}
+	c.landedMark = c.mark
+	b.metrics.pipelineLimit.Set(float64(c.pace.limit))
 	c.run()
 }
 
 // flight is one entry being committed.
 type flight struct {
 	group []*proposal
-	// piggy are no-op requests evaluated on top of this flight: its
-	// successful commit proves the state they saw was the newest.
+	// piggy are no-op requests evaluated on top of this flight, all of
+	// which arrived before it was sent: its successful commit proves the
+	// state they saw was the newest.
 	piggy   []*proposal
 	batch   *revision.Batch
 	entry   *revision.Entry
 	req     zkstore.CommitRequest
 	guarded bool
 	fenced  bool // carries the leader's fence
+	// sent numbers the flight among the committer's sends; chained says
+	// it was evaluated on the flight before it, and prevLanded that this
+	// one committed (a refusal for a missing predecessor is then a
+	// reordering: the flight is sent again as it is).
+	sent                uint64
+	chained, prevLanded bool
+	mark                markState // the marker's state if it lands
+	start               time.Time
 	// reads is the barrier's mark when the multi was sent: its landing
 	// answers the linearizable reads that arrived before (barrier.go).
 	reads sendMark
@@ -167,14 +183,23 @@ type committer struct {
 	pending []*proposal
 	flights []*flight
 	limit   int // most proposals in the next batch (lowered after a too-large entry)
-	// token is the pipeline token the next flight deletes: that of the
-	// newest flight not known to have failed ("" if none). committed is
-	// the token of the newest committed flight; it exists unless our
-	// session expired.
-	token, committed string
+	pace    *pacer
+	// sends counts the flights sent (proposal.arrived, flight.sent).
+	sends uint64
+	// deferred are no-ops evaluated on a flight sent before they arrived:
+	// they wait for the flights to land and are evaluated again.
+	deferred []*proposal
+	// mark is the pipeline marker's state after the newest flight sent,
+	// landedMark after the newest that committed; marker names it.
+	mark, landedMark markState
+	marker           string
 }
 
-func (c *committer) depth() int { return max(c.b.cfg.CommitPipeline, 1) }
+// receive takes a proposal into pending.
+func (c *committer) receive(p *proposal) {
+	p.arrived = c.sends
+	c.pending = append(c.pending, p)
+}
 
 func (c *committer) run() {
 	b := c.b
@@ -190,27 +215,30 @@ func (c *committer) run() {
 			b.barrier.idle() // reads waiting for a commit get a barrier round
 			select {
 			case p := <-b.proposals:
-				c.pending = append(c.pending, p)
+				c.receive(p)
 			case <-b.ctx.Done():
 				continue
 			}
 		}
 		c.drain()
-		if len(c.pending) > 0 && len(c.flights) < c.depth() && c.launch() {
+		if c.pace.mayLaunch(len(c.flights), len(c.pending)) && c.launch() {
 			continue
 		}
 		if len(c.flights) == 0 {
+			if len(c.pending) == 0 && len(c.deferred) > 0 {
+				c.pending, c.deferred = c.deferred, nil
+			}
 			continue
 		}
 		var more <-chan *proposal
-		if len(c.flights) < c.depth() && len(c.pending) == 0 {
+		if len(c.flights) < c.pace.limit && len(c.pending) < c.b.cfg.MaxBatchRequests {
 			more = b.proposals
 		}
 		select {
 		case <-c.flights[0].done:
 			c.land()
 		case p := <-more:
-			c.pending = append(c.pending, p)
+			c.receive(p)
 		case <-b.ctx.Done():
 		}
 	}
@@ -225,7 +253,7 @@ func (c *committer) drain() {
 	for len(c.pending) < c.b.cfg.MaxBatchRequests && bytes < c.b.maxEntryBytes {
 		select {
 		case p := <-c.b.proposals:
-			c.pending = append(c.pending, p)
+			c.receive(p)
 			bytes += p.size
 		default:
 			return
@@ -243,6 +271,8 @@ func (c *committer) stop() {
 		c.b.flights.settle()
 	}
 	finishAll(c.pending, rpctypes.ErrGRPCStopped)
+	finishAll(c.deferred, rpctypes.ErrGRPCStopped)
+	c.pending, c.deferred = nil, nil
 	c.b.drainProposals()
 	c.b.barrier.idle()
 }
@@ -274,8 +304,11 @@ func (c *committer) launch() bool {
 	var last *flight
 	if n := len(c.flights); n > 0 {
 		last = c.flights[n-1]
-		if c.pending[0].guards != nil || last.guarded {
-			return false // guarded proposals are committed alone, unchained
+		if c.pending[0].guards != nil || last.guarded || last.req.Marker == nil || !c.mark.known {
+			// Guarded proposals are committed alone, unchained; nothing
+			// is chained on a flight without the marker op, or one that
+			// set the marker at an unknown version.
+			return false
 		}
 	}
 	limit := c.limit
@@ -293,8 +326,19 @@ func (c *committer) launch() bool {
 	}
 	if batch.Empty() {
 		if last != nil {
-			// Linearized by the commit of the flight they were evaluated on.
-			last.piggy = append(last.piggy, group...)
+			// The no-op rule: linearized by the commit of the flight they
+			// were evaluated on if it was sent after they arrived; any
+			// other waits for the flights to land and is evaluated again
+			// (on a newer flight, or on the view with a barrier): a commit
+			// of another instance may come between that flight's send and
+			// a request's arrival.
+			for _, p := range group {
+				if p.arrived < last.sent {
+					last.piggy = append(last.piggy, p)
+				} else {
+					c.deferred = append(c.deferred, p)
+				}
+			}
 			return true
 		}
 		setLSN(group, st.LSN)
@@ -302,20 +346,23 @@ func (c *committer) launch() bool {
 		return true
 	}
 	c.seq++
+	c.sends++
 	f := &flight{
-		group: group, batch: batch,
+		group: group, batch: batch, sent: c.sends, chained: last != nil,
 		entry: &revision.Entry{
 			LSN:    prev + 1,
 			Writer: revision.WriterTag{Nonce: b.nonce, Seq: c.seq},
 			Ops:    batch.Ops(),
 		},
-		done: make(chan struct{}),
 	}
 	f.req = zkstore.CommitRequest{Prev: prev, Entry: f.entry, Rev: batch.Rev(), Pipelined: last != nil}
-	if c.depth() > 1 {
-		// Tokens chain pipelined commits; without pipelining they are not
-		// needed.
-		f.req.Token, f.req.PrevToken = fmt.Sprintf("%016x-%d", b.nonce, c.seq), c.token
+	if c.pace.limit > 1 {
+		// The marker chains pipelined commits. A flight sent while the
+		// limit is 1 (a fixed depth of 1, or the automatic depth at 1)
+		// has nothing chained on it and goes without: its multi is what
+		// versions without a pipeline wrote, and the marker keeps its
+		// version.
+		f.req.Marker, f.mark = c.mark.op(c.marker)
 	}
 	if len(group) == 1 && group[0].guards != nil {
 		f.guarded = true
@@ -336,17 +383,31 @@ func (c *committer) launch() bool {
 		// (readlease.go): it never lands behind reads served from memory.
 		f.req.Guards = append(f.req.Guards, b.store.ReadLeaseAbsent())
 	}
-	c.token = f.req.Token
+	c.mark = f.mark
+	if last != nil {
+		// ZooKeeper should receive the flights in order: this one's multi
+		// waits for the one before to be handed to the connection.
+		f.req.After = last.req.Sending
+	}
+	f.req.Sending = make(chan struct{})
 	c.flights = append(c.flights, f)
+	b.metrics.pipelineInFlight.Set(float64(len(c.flights)))
 	b.flights.send()
 	f.reads = b.barrier.sending()
+	c.send(f)
+	return true
+}
+
+// send hands f's commit to the log; f.done closes when it returned.
+func (c *committer) send(f *flight) {
+	b := c.b
+	f.done, f.start = make(chan struct{}), time.Now()
 	go func() {
 		timer := b.metrics.commitTimer()
 		f.res, f.err = b.store.Commit(b.ctx, f.req)
 		timer(f.res.Outcome, f.err)
 		close(f.done)
 	}()
-	return true
 }
 
 // answerNoOps answers a batch that writes nothing, evaluated on the view at
@@ -376,13 +437,29 @@ func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 // land handles the oldest flight, which has completed. When it did not
 // commit, every flight after it (chained on it) is awaited too, so that
 // their proposals go back to pending in their original order.
+//
+// A chained flight refused only because ZooKeeper received it before the
+// flight it is chained on (that one committed since) is sent again as it
+// is: its evaluation still holds (see resend).
 func (c *committer) land() {
 	f := c.flights[0]
+	if f.chained && f.prevLanded && reordered(f) {
+		c.resend()
+		return
+	}
 	c.flights = c.flights[1:]
 	var requeue []*proposal
 	ok := c.settle(f, &requeue)
 	c.b.flights.settle()
-	if !ok {
+	if ok {
+		c.pace.landed(time.Now(), len(f.group)+len(f.piggy), time.Since(f.start), len(c.flights), len(c.pending))
+		if len(c.flights) > 0 && c.flights[0].chained {
+			c.flights[0].prevLanded = true
+		}
+	} else {
+		if len(c.flights) > 0 {
+			c.pace.refused()
+		}
 		for _, g := range c.flights {
 			<-g.done
 			c.settle(g, &requeue)
@@ -390,6 +467,53 @@ func (c *committer) land() {
 		}
 		c.flights = nil
 	}
+	c.b.metrics.pipelineLimit.Set(float64(c.pace.limit))
+	c.b.metrics.pipelineInFlight.Set(float64(len(c.flights)))
+	if len(requeue) > 0 {
+		c.pending = append(requeue, c.pending...)
+	}
+	if len(c.deferred) > 0 {
+		// Evaluated again: on a flight sent after they arrived, on one
+		// sent before (deferred again, until the flights drain), or on
+		// the view (answerNoOps' barrier).
+		c.pending, c.deferred = append(c.deferred, c.pending...), nil
+	}
+}
+
+// reordered reports whether a completed chained flight was refused for a
+// missing predecessor: the entry it follows or the marker's version.
+func reordered(f *flight) bool {
+	return f.err == nil && f.res.Outcome == zkstore.Refused && (f.res.PrevMissing || f.res.MarkerMissed)
+}
+
+// resend sends the oldest flight again, overtaken by nothing now that its
+// predecessor landed. Every flight after it was sent before it and so was
+// refused too (none can land before it): they are awaited and sent again
+// behind it in order, as far as each was refused for the same reason;
+// from the first that was not, the rest is settled as failed (requeued).
+func (c *committer) resend() {
+	b := c.b
+	for _, g := range c.flights[1:] {
+		<-g.done
+	}
+	n := 1
+	for n < len(c.flights) && reordered(c.flights[n]) {
+		n++
+	}
+	var requeue []*proposal
+	for _, g := range c.flights[n:] {
+		c.settle(g, &requeue)
+		b.flights.settle()
+	}
+	c.flights = c.flights[:n]
+	var prev chan struct{}
+	for _, g := range c.flights {
+		b.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
+		g.req.After, g.req.Sending = prev, make(chan struct{})
+		prev = g.req.Sending
+		c.send(g)
+	}
+	c.mark = c.flights[n-1].mark
 	if len(requeue) > 0 {
 		c.pending = append(requeue, c.pending...)
 	}
@@ -409,14 +533,22 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 	if err != nil || res.Outcome != zkstore.Committed {
 		b.barrier.landed(f.reads, 0, false)
 		// Nothing of this flight was written (or it is unknown): the next
-		// commit deletes the newest token known to exist instead.
-		if res.PrevTokenGone && f.req.PrevToken == c.committed {
-			c.committed = "" // vanished with an expired session
+		// commit follows the newest that committed.
+		switch {
+		case f.req.Marker == nil:
+		case errors.Is(err, zkstore.ErrUnknownOutcome):
+			c.landedMark = markState{} // it may have set the marker
+		case res.MarkerGone:
+			c.landedMark = markState{known: true} // vanished with an expired session
+		case res.MarkerMissed && !f.chained:
+			c.landedMark = markState{} // not where we thought: learn it again
 		}
-		if errors.Is(err, zkstore.ErrUnknownOutcome) {
-			c.committed = "" // this flight's own token may exist: leave both to the session's end
+		c.mark = c.landedMark
+		if res.Outcome == zkstore.Refused && f.chained && (res.PrevMissing || res.MarkerMissed) {
+			b.metrics.pipelineRefusals.WithLabelValues("predecessor").Inc()
+		} else if res.Outcome == zkstore.Refused {
+			b.metrics.pipelineRefusals.WithLabelValues("guard").Inc()
 		}
-		c.token = c.committed
 	}
 	switch {
 	case errors.Is(err, zkstore.ErrEntryTooLarge):
@@ -434,7 +566,12 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		failed(b.stopped(err))
 	case res.Outcome == zkstore.Committed:
 		b.ownLanded.Store(int64(time.Since(b.opened))) // see deferRearm
-		c.committed = f.req.Token
+		if f.req.Marker != nil {
+			c.landedMark = markState{known: true, exists: true, version: res.MarkerVersion}
+			if !f.mark.known {
+				c.mark = c.landedMark // nothing was chained on it
+			}
+		}
 		f.entry.Zxid = res.Zxid
 		if err := c.applyOwn(f); err != nil {
 			b.barrier.landed(f.reads, 0, false)
@@ -466,7 +603,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 			failed(errRefused)
 			return false
 		}
-		if f.fenced {
+		if f.fenced && !res.PrevMissing && !res.MarkerMissed && !res.MarkerGone {
 			if leader, fence, _ := b.election.State(); leader && fence.Path() == f.req.Guards[len(f.req.Guards)-1].Path() {
 				// Our election znode is gone and the election has not
 				// noticed yet: do not spin on ZooKeeper meanwhile.
@@ -477,8 +614,8 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 				}
 			}
 		}
-		// The flight before failed, a chunk was collected, or our last
-		// token vanished with an expired session: write anew.
+		// The flight before failed, a chunk was collected, or our marker
+		// vanished with an expired session: write anew.
 		again()
 	case res.Outcome == zkstore.Behind:
 		lg.Warn("view is behind a compaction of the log")

@@ -33,9 +33,11 @@ type Config struct {
 	// Registerer receives the engine's Prometheus metrics (nil: none).
 	Registerer prometheus.Registerer
 	// CommitPipeline is how many log entries the committer keeps in flight
-	// (default 1: a batch is evaluated once the previous one landed). More
-	// lets ZooKeeper group fsyncs, at the cost of smaller batches and more
-	// ZooKeeper transactions; measure before raising it.
+	// to ZooKeeper: 0 (the default, --commit-pipeline auto) chooses the
+	// depth by itself, between 1 and MaxAutoCommitPipeline, from the
+	// commits' measured latency and the queue (pipeline.go); N > 0 fixes
+	// it. Depth 1 evaluates a batch once the previous one landed and
+	// writes exactly what versions without a pipeline wrote.
 	CommitPipeline int
 	// RelaxedReads makes the linearizable-read barrier a ZooKeeper sync
 	// instead of a quorum round trip. sync is cheaper, but a ZooKeeper server
@@ -153,16 +155,13 @@ type Config struct {
 // budget zkstore's: each setting has one owner.
 const (
 	DefaultMaxBatchRequests = 512
-	DefaultCommitPipeline   = 1
+	DefaultCommitPipeline   = 0 // auto
 	DefaultReadWindow       = 64
 	DefaultStaleAfter       = 3 * time.Second
 	DefaultRollbackCheck    = 5 * time.Second
 )
 
 func (c *Config) setDefaults() {
-	if c.CommitPipeline == 0 {
-		c.CommitPipeline = DefaultCommitPipeline
-	}
 	if c.MaxBatchRequests == 0 {
 		c.MaxBatchRequests = DefaultMaxBatchRequests
 	}

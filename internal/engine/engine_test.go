@@ -248,10 +248,10 @@ func TestUnavailableLogFailsTheWriteAndWritesNothing(t *testing.T) {
 
 func TestPipelinedFlightsRequeueInOrderAfterALostCAS(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	var calls, tokens atomic.Int32
+	var calls, chained atomic.Int32
 	st.SetCommitFault(func(req zkstore.CommitRequest) memlog.Fault {
-		if req.Token != "" {
-			tokens.Add(1)
+		if req.Marker != nil && !req.Marker.Create && req.Pipelined {
+			chained.Add(1)
 		}
 		if calls.Add(1) == 3 {
 			return memlog.LoseCAS
@@ -276,8 +276,8 @@ func TestPipelinedFlightsRequeueInOrderAfterALostCAS(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if tokens.Load() == 0 {
-		t.Fatal("no commit carried a pipeline token")
+	if chained.Load() == 0 {
+		t.Fatal("no commit was chained on another by the pipeline marker")
 	}
 	for w := 0; w < writers; w++ {
 		kv := get(t, b, fmt.Sprintf("w%d", w), false).Kvs

@@ -40,7 +40,7 @@ type LogIdentity interface {
 }
 
 // LogSession is the client's session on the log. Ephemeral state (the
-// member, election candidates, pipeline tokens, the read lease) belongs to
+// member, election candidates, the pipeline marker, the read lease) belongs to
 // the session and goes with it.
 type LogSession interface {
 	// Session reports the client session and whether it is connected.
@@ -59,20 +59,33 @@ type LogSession interface {
 
 // EntryCommitter appends entries. Commit is the log's compare-and-swap:
 // req.Entry lands at req.Prev+1 only if entry Prev exists and Prev+1 does
-// not, every guard holds, PrevToken exists (it is deleted) and Token does
-// not (it is created, ephemeral), each lease the entry grants has no token
-// yet (one is created at version 0) and each it revokes has one (deleted),
-// all in one atomic step that also moves the head to {Prev+1, req.Rev}.
-// Otherwise nothing is written and the outcome says why: Behind (entry
-// Prev is gone; Refused instead if req.Pipelined), Conflict (another
-// writer's entry holds Prev+1), Refused (a guard, a token or a lease op
-// failed; PrevTokenGone if PrevToken was missing), Held (an absent guard's
-// znode exists). A position already holding an entry with req's writer tag
-// is Committed: that is how a commit whose answer was lost is resolved, so
-// an entry is never written twice. Errors: zkstore.ErrEntryTooLarge above
-// the hard bound, zkstore.ErrUnavailable (nothing was written),
-// zkstore.ErrUnknownOutcome (the context ended while unresolved: the entry
-// may be in the log, its writer tag tells).
+// not, every guard holds, the pipeline marker (req.Marker, if set) is at
+// req.Marker.Version (it is then set, its version +1) or, to be created,
+// does not exist (it is created, ephemeral, at version 0), each lease the
+// entry grants has no token yet (one is created at version 0) and each it
+// revokes has one (deleted), all in one atomic step that also moves the
+// head to {Prev+1, req.Rev}. Otherwise nothing is written and the outcome
+// says why: Behind (entry Prev is gone; Refused with PrevMissing instead if
+// req.Pipelined), Conflict (another writer's entry holds Prev+1), Refused
+// (a guard, the marker or a lease op failed; MarkerMissed if the marker
+// was at another version or existed, MarkerGone if it did not exist),
+// Held (an absent guard's znode exists). A position already holding an
+// entry with req's writer tag is Committed: that is how a commit whose
+// answer was lost is resolved, so an entry is never written twice.
+//
+// The pipeline marker is the contract that makes a pipeline safe: a
+// writer's commits each set its marker at the version the one before left,
+// so a commit lands only if the one it is chained on landed, whatever other
+// writers do; a failed commit fails every commit chained on it, and the
+// marker goes with the session. Commits chained through After/Sending are
+// handed to the log in order (see zkstore.CommitRequest); one that still
+// overtakes its predecessor is refused (PrevMissing or MarkerMissed),
+// nothing written, and may be sent again as it is once that one landed.
+//
+// Errors: zkstore.ErrEntryTooLarge above the hard bound,
+// zkstore.ErrUnavailable (nothing was written), zkstore.ErrUnknownOutcome
+// (the context ended while unresolved: the entry may be in the log, its
+// writer tag tells).
 type EntryCommitter interface {
 	Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore.CommitResult, error)
 	// LeaseGuard is the precondition that lease id's renewal token exists

@@ -14,10 +14,17 @@ type metrics struct {
 	commitSeconds *prometheus.HistogramVec
 	batchRequests prometheus.Histogram
 	conflicts     prometheus.Counter
-	appliedRev    prometheus.Gauge
-	appliedLSN    prometheus.Gauge
-	barrierWait   prometheus.Histogram
-	leasesExpired prometheus.Counter
+	// pipelineLimit is the commit pipeline's depth in force (the pacer's
+	// limit), pipelineInFlight the entries in flight; pipelineRefusals
+	// counts the flights refused by reason: "predecessor" (chained on one
+	// that failed), "reordered" (ZooKeeper received it before its
+	// predecessor: sent again) and "guard" (a precondition).
+	pipelineLimit, pipelineInFlight prometheus.Gauge
+	pipelineRefusals                *prometheus.CounterVec
+	appliedRev                      prometheus.Gauge
+	appliedLSN                      prometheus.Gauge
+	barrierWait                     prometheus.Histogram
+	leasesExpired                   prometheus.Counter
 	// renewals counts keepalives answered after a ZooKeeper multi,
 	// renewalMultis those multis and renewalTokens the token writes in them
 	// (keepalives of one lease in one multi share a write).
@@ -67,6 +74,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "commit_conflicts_total",
 			Help: "Commits that lost the log position to another instance.",
 		}),
+		pipelineLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "commit_pipeline_limit",
+			Help: "Most log entries the committer keeps in flight now: --commit-pipeline, or the depth the automatic pacing chose.",
+		}),
+		pipelineInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "commit_pipeline_in_flight",
+			Help: "Log entries the committer has in flight to ZooKeeper.",
+		}),
+		pipelineRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "commit_refusals_total",
+			Help: "Commits refused, nothing written, by reason: predecessor (chained on a commit that failed), reordered (ZooKeeper received it before the commit it is chained on; sent again as it is), guard (a precondition: fence, lease, read lease).",
+		}, []string{"reason"}),
 		appliedRev: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "applied_revision",
 			Help: "Revision of the view.",
@@ -159,6 +178,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.proofWindow, m.grantedTimeout, m.zkTick, m.readLease, m.rootFormat)
+		reg.MustRegister(m.pipelineLimit, m.pipelineInFlight, m.pipelineRefusals)
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
 			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
 			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -94,9 +95,41 @@ type CommitResult struct {
 	Zxid int64
 	// Size of the encoded entry in bytes.
 	Size int
-	// PrevTokenGone says a Refused commit failed on PrevToken: the commit
-	// before it failed, or the token vanished with an expired session.
-	PrevTokenGone bool
+	// MarkerVersion is the pipeline marker's version the commit left
+	// (Committed with a Marker).
+	MarkerVersion int32
+	// MarkerMissed says a Refused commit failed on its marker op: the
+	// marker was not at the version it required (the commit it is chained
+	// on did not land, or had not landed yet when this one arrived) or,
+	// for a create, existed already. MarkerGone says the marker did not
+	// exist: it vanished with an expired session, or was never created.
+	MarkerMissed, MarkerGone bool
+	// PrevMissing says a Refused commit with Pipelined set found no entry
+	// Prev: the commit it follows failed, or had not landed yet when this
+	// one arrived.
+	PrevMissing bool
+}
+
+// AnyVersion in a Marker: the commit sets the marker whatever its version.
+const AnyVersion int32 = -1
+
+// Marker is the pipeline marker op of a commit. A writer that keeps several
+// commits in flight owns one marker, an ephemeral znode of its session
+// (<root>/tokens/<name>): every commit it sends sets the marker at the
+// version the commit before it left, so a commit lands only if the one it
+// is chained on landed before it, whoever else writes the log meanwhile.
+// A failed commit fails every commit chained on it; the marker is the only
+// thing the pipeline leaves in ZooKeeper, and it goes with the session.
+type Marker struct {
+	// Name names the marker, unique to its writer (e.g. "<nonce>-m").
+	Name string
+	// Version is the version the marker must be at: the commit sets it to
+	// Version+1; AnyVersion: any (CommitResult.MarkerVersion tells the
+	// version left). Ignored with Create.
+	Version int32
+	// Create: the marker must not exist; the commit creates it, ephemeral,
+	// at version 0.
+	Create bool
 }
 
 // maxChunkedEntryBytes bounds one entry written as chunks: the multi that
@@ -117,13 +150,19 @@ type CommitRequest struct {
 	Rev int64
 	// Guards are extra preconditions.
 	Guards []Guard
-	// Token, if set, names an ephemeral znode the commit creates: proof,
-	// for a commit pipelined after it, that this one succeeded.
-	Token string
-	// PrevToken, if set, names the token of the commit this one follows
-	// (still in flight, or the last one); the commit deletes it, so it
-	// fails unless that commit succeeded.
-	PrevToken string
+	// Marker, if not nil, is the commit's pipeline marker op: it chains
+	// the commit on the one before it (see Marker).
+	Marker *Marker
+	// After, if not nil, is the Sending of the commit this one is chained
+	// on: Commit hands its multi to the connection only once After is
+	// closed, so that ZooKeeper receives a pipeline's commits in the order
+	// they were chained (almost always: the client gives no completion of
+	// the hand-over, so a commit can still overtake its predecessor; it is
+	// then refused with PrevMissing, nothing written). Sending, if not
+	// nil, is closed by Commit right before it hands the multi over (or
+	// when it returns without sending).
+	After   <-chan struct{}
+	Sending chan struct{}
 	// Pipelined says entry Prev is a commit of ours still in flight: if it
 	// is missing, the outcome is Refused (it failed, or ZooKeeper received
 	// this commit first), not Behind.
@@ -141,8 +180,8 @@ type CommitRequest struct {
 // (nothing was written), ErrUnknownOutcome (ctx ended while unresolved).
 //
 // The same multi creates the renewal token of every lease the entry grants,
-// deletes that of every lease it revokes, checks every guard, and creates
-// and deletes the pipeline tokens; if one of those fails, nothing is written
+// deletes that of every lease it revokes, checks every guard, and sets (or
+// creates) the pipeline marker; if one of those fails, nothing is written
 // and the outcome is Refused.
 func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, error) {
 	lsn := req.Prev + 1
@@ -150,9 +189,10 @@ func (s *Store) Commit(ctx context.Context, req CommitRequest) (CommitResult, er
 		return CommitResult{}, fmt.Errorf("commit: entry LSN %d does not follow %d", req.Entry.LSN, req.Prev)
 	}
 	data := EncodeEntryFormat(req.Entry, s.Format())
-	var tokenGone bool
-	out, zxid, err := s.commit(ctx, req, data, &tokenGone)
-	return CommitResult{Outcome: out, Zxid: zxid, Size: len(data), PrevTokenGone: tokenGone}, err
+	res := CommitResult{Size: len(data)}
+	out, zxid, err := s.commit(ctx, req, data, &res)
+	res.Outcome, res.Zxid = out, zxid
+	return res, err
 }
 
 // failedOp returns the index of the op that failed a multi, or -1. Ops after
@@ -168,7 +208,7 @@ func failedOp(mr []zk.MultiResponse) int {
 	return -1
 }
 
-func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, tokenGone *bool) (Outcome, int64, error) {
+func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res *CommitResult) (Outcome, int64, error) {
 	e := req.Entry
 	lsn := req.Prev + 1
 	data, chunks, err := s.storedData(lsn, e.Writer, data)
@@ -180,11 +220,30 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 	}
 	m := multiOps(s.l, s.acl, req, data, chunks)
 	ops := m.ops
+	var sending sync.Once
+	handOver := func() {
+		if req.Sending != nil {
+			sending.Do(func() { close(req.Sending) })
+		}
+	}
+	defer handOver()
+	if req.After != nil {
+		select {
+		case <-req.After:
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("entry %d: %w: %v", lsn, ErrUnavailable, ctx.Err())
+		case <-s.closed:
+			return 0, 0, fmt.Errorf("entry %d: %w: store closed", lsn, ErrUnavailable)
+		}
+	}
 	lg := s.log.WithField("lsn", lsn)
 	unknown := false
 	backoff := 20 * time.Millisecond
 	for {
-		mr, err := bounded(s, func() ([]zk.MultiResponse, error) { return s.conn.Multi(ops...) })
+		mr, err := bounded(s, func() ([]zk.MultiResponse, error) {
+			handOver()
+			return s.conn.Multi(ops...)
+		})
 		opErr := func(i int) error {
 			if i < len(mr) {
 				return mr[i].Error
@@ -196,6 +255,13 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 		case err == nil:
 			if len(mr) < 3 || mr[2].Stat == nil {
 				return 0, 0, fmt.Errorf("commit entry %d: malformed multi response", lsn)
+			}
+			if m.marker >= 0 {
+				if req.Marker.Create {
+					res.MarkerVersion = 0
+				} else if m.marker < len(mr) && mr[m.marker].Stat != nil {
+					res.MarkerVersion = mr[m.marker].Stat.Version
+				}
 			}
 			return Committed, mr[2].Stat.Mzxid, nil
 		case errors.Is(opErr(1), zk.ErrNodeExists) || (errors.Is(err, zk.ErrNodeExists) && len(mr) == 0):
@@ -218,8 +284,9 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 					return out, zxid, nil
 				}
 			}
-			if failed == m.prevToken {
-				*tokenGone = true
+			if failed == m.marker {
+				res.MarkerGone = errors.Is(mr[failed].Error, zk.ErrNoNode)
+				res.MarkerMissed = !res.MarkerGone
 			}
 			lg.WithField("op", fmt.Sprintf("%T %v", ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
 			if m.absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
@@ -235,6 +302,7 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, toke
 			continue
 		case errors.Is(opErr(0), zk.ErrNoNode) || (errors.Is(err, zk.ErrNoNode) && len(mr) == 0):
 			if !unknown && req.Pipelined {
+				res.PrevMissing = true
 				return Refused, 0, nil
 			}
 			if !unknown {
@@ -299,9 +367,9 @@ type commitOps struct {
 	// absent marks the ops that fail only while an absent guard's znode
 	// exists (the outcome is then Held, not Refused).
 	absent map[int]bool
-	// prevToken is the index of the op that deletes req.PrevToken (-1:
-	// none): its failure means the commit before this one did not land.
-	prevToken int
+	// marker is the index of the pipeline marker op (-1: none): its
+	// failure means the commit before this one did not land (yet).
+	marker int
 }
 
 // multiOps returns the ZooKeeper multi that commits req, whose entry is
@@ -309,14 +377,14 @@ type commitOps struct {
 // naming chunks): check that entry Prev exists, create entry Prev+1, set
 // the head to {Prev+1, Rev} — the first three ops, which Commit's outcome
 // decoding relies on — then check that each chunk exists, check each
-// guard (an absent guard creates and deletes its znode), delete PrevToken,
-// create Token (ephemeral), and create or delete the renewal token of each
+// guard (an absent guard creates and deletes its znode), set (or create,
+// ephemeral) the pipeline marker, and create or delete the renewal token of each
 // lease the entry grants or revokes. Guards come before the lease ops: a
 // revoke deletes the token a guard checks. It does no I/O.
 func multiOps(l layout, acl []zk.ACL, req CommitRequest, data []byte, chunks []string) commitOps {
 	lsn := req.Prev + 1
 	headData, _ := json.Marshal(Head{LSN: lsn, Rev: req.Rev})
-	m := commitOps{absent: map[int]bool{}, prevToken: -1}
+	m := commitOps{absent: map[int]bool{}, marker: -1}
 	m.ops = []any{
 		&zk.CheckVersionRequest{Path: l.entry(req.Prev), Version: -1},
 		&zk.CreateRequest{Path: l.entry(lsn), Data: data, Acl: acl},
@@ -333,12 +401,13 @@ func multiOps(l layout, acl []zk.ACL, req CommitRequest, data []byte, chunks []s
 		}
 		m.ops = append(m.ops, &zk.CheckVersionRequest{Path: g.path, Version: g.version})
 	}
-	if req.PrevToken != "" {
-		m.prevToken = len(m.ops)
-		m.ops = append(m.ops, &zk.DeleteRequest{Path: l.token(req.PrevToken), Version: -1})
-	}
-	if req.Token != "" {
-		m.ops = append(m.ops, &zk.CreateRequest{Path: l.token(req.Token), Flags: zk.FlagEphemeral, Acl: acl})
+	if mk := req.Marker; mk != nil {
+		m.marker = len(m.ops)
+		if mk.Create {
+			m.ops = append(m.ops, &zk.CreateRequest{Path: l.token(mk.Name), Flags: zk.FlagEphemeral, Acl: acl})
+		} else {
+			m.ops = append(m.ops, &zk.SetDataRequest{Path: l.token(mk.Name), Data: []byte{}, Version: mk.Version})
+		}
 	}
 	for _, op := range req.Entry.Ops {
 		switch op.Kind {

@@ -21,7 +21,8 @@ const bucketShift = 14
 //	<root>/head                     {lsn, rev} of the newest entry (Head, JSON)
 //	<root>/log/<bucket>/<lsn>       log entry lsn; bucket = lsn >> 14
 //	<root>/chunks/<lsn>-<nonce>-<seq>-<i>  parts of an entry above the budget
-//	<root>/tokens/<nonce>-<seq>     ephemeral pipeline tokens
+//	<root>/tokens/<nonce>-m         a writer's ephemeral pipeline marker (older
+//	                                versions: ephemeral <nonce>-<seq> tokens)
 //	<root>/leases/<id>              lease renewal tokens (data version = renewals)
 //	<root>/members/<id>             ephemeral member znodes (Member, JSON)
 //	<root>/election/n_<seq>         ephemeral sequential election znodes

@@ -25,7 +25,10 @@ func describe(op any) string {
 	case *zk.DeleteRequest:
 		return "delete " + o.Path
 	case *zk.SetDataRequest:
-		return "set " + o.Path
+		if o.Path == "/r/head" {
+			return "set " + o.Path
+		}
+		return fmt.Sprintf("set %s@%d", o.Path, o.Version)
 	}
 	return fmt.Sprintf("%T", op)
 }
@@ -40,30 +43,34 @@ func TestMultiOpsOfACommit(t *testing.T) {
 	}
 	head := []string{"check " + l.entry(6) + "@-1", "create " + l.entry(7), "set /r/head"}
 	for _, tc := range []struct {
-		name      string
-		req       CommitRequest
-		ops       []revision.Op // the entry's
-		chunks    []string
-		want      []string // after the head's three
-		absent    []int
-		prevToken int
+		name   string
+		req    CommitRequest
+		ops    []revision.Op // the entry's
+		chunks []string
+		want   []string // after the head's three
+		absent []int
+		marker int
 	}{
-		{name: "a plain entry: check the predecessor, create the entry, set the head", prevToken: -1},
+		{name: "a plain entry: check the predecessor, create the entry, set the head", marker: -1},
 		{name: "chunks are checked first",
-			chunks: []string{"c0", "c1"}, want: []string{"check /r/chunks/c0@-1", "check /r/chunks/c1@-1"}, prevToken: -1},
+			chunks: []string{"c0", "c1"}, want: []string{"check /r/chunks/c0@-1", "check /r/chunks/c1@-1"}, marker: -1},
 		{name: "guards, an absent one as a create and a delete",
 			req:    CommitRequest{Guards: []Guard{NewGuard("/r/leases/x", 3), NewAbsentGuard("/r/readlease"), NewGuard("/r/election/n_1", -1)}},
 			want:   []string{"check /r/leases/x@3", "create /r/readlease", "delete /r/readlease", "check /r/election/n_1@-1"},
-			absent: []int{4}, prevToken: -1},
-		{name: "pipeline tokens: the previous one deleted, this one created ephemeral",
-			req:       CommitRequest{PrevToken: "p", Token: "t"},
-			want:      []string{"delete /r/tokens/p", "create-ephemeral /r/tokens/t"},
-			prevToken: 3},
+			absent: []int{4}, marker: -1},
+		{name: "the pipeline marker set at the version the commit chains on",
+			req:    CommitRequest{Marker: &Marker{Name: "n-m", Version: 4}},
+			want:   []string{"set /r/tokens/n-m@4"},
+			marker: 3},
+		{name: "the pipeline marker created ephemeral",
+			req:    CommitRequest{Marker: &Marker{Name: "n-m", Create: true}},
+			want:   []string{"create-ephemeral /r/tokens/n-m"},
+			marker: 3},
 		{name: "lease tokens after the guards that may check them",
-			req:       CommitRequest{Guards: []Guard{NewGuard("/r/leases/b", 0)}, PrevToken: "p"},
-			ops:       leaseOps,
-			want:      []string{"check /r/leases/b@0", "delete /r/tokens/p", "create " + l.lease(0xa), "delete " + l.lease(0xb)},
-			prevToken: 4},
+			req:    CommitRequest{Guards: []Guard{NewGuard("/r/leases/b", 0)}, Marker: &Marker{Name: "n-m", Version: AnyVersion}},
+			ops:    leaseOps,
+			want:   []string{"check /r/leases/b@0", "set /r/tokens/n-m@-1", "create " + l.lease(0xa), "delete " + l.lease(0xb)},
+			marker: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := tc.req
@@ -92,8 +99,8 @@ func TestMultiOpsOfACommit(t *testing.T) {
 					t.Fatalf("absent ops %v, want %v", m.absent, tc.absent)
 				}
 			}
-			if m.prevToken != tc.prevToken {
-				t.Fatalf("previous token's op at %d, want %d", m.prevToken, tc.prevToken)
+			if m.marker != tc.marker {
+				t.Fatalf("marker op at %d, want %d", m.marker, tc.marker)
 			}
 		})
 	}

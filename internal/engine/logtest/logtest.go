@@ -53,7 +53,7 @@ func Run(t *testing.T, open Open) {
 		{"AnEntryFoundInTheLogIsResolvedByItsWriterTag", resolvedByWriterTag},
 		{"ACommitAfterAMissingEntryIsBehindOrRefusedWhenPipelined", behind},
 		{"ACommitMustFollowItsPredecessor", lsnFollowsPrev},
-		{"PipelineTokensChainCommitsAndGoWithTheSession", pipelineTokens},
+		{"PipelineMarkerChainsCommitsAndGoesWithTheSession", pipelineMarker},
 		{"LeaseTokensAreCreatedAndDeletedWithTheirEntries", leaseTokens},
 		{"TheReadLeaseHoldsEveryCommitWithoutTheFence", readLease},
 		{"BarriersAndTheWatchSeeAnotherClientsCommit", barriersAndWatch},
@@ -322,35 +322,60 @@ func lsnFollowsPrev(t *testing.T, connect func() engine.Log) {
 	}
 }
 
-func pipelineTokens(t *testing.T, connect func() engine.Log) {
+func pipelineMarker(t *testing.T, connect func() engine.Log) {
 	a, b := newWriter(connect()), newWriter(connect())
-	// A commit creates its token; the next one, after it, deletes it.
+	name := fmt.Sprintf("%016x-m", a.nonce)
+	// The first commit creates the marker at version 0; the next, chained
+	// on it, requires version 0 and leaves 1.
 	r := a.request(1, 2, put(2, "k", "1"))
-	r.Token = "t1"
-	expect(t, a, r, zkstore.Committed)
-	r = a.request(2, 3, put(3, "k", "2"))
-	r.Token = "t2"
-	// A token that exists cannot be created again.
-	dup := r
-	dup.PrevToken, dup.Token = "", "t1"
-	expect(t, a, dup, zkstore.Refused)
-	r.PrevToken = "t1"
-	expect(t, a, r, zkstore.Committed)
-	// t1 is gone: a commit that needs it is refused, and says so.
-	r = a.request(3, 4, put(4, "k", "3"))
-	r.PrevToken = "t1"
-	if res := expect(t, a, r, zkstore.Refused); !res.PrevTokenGone {
-		t.Fatal("a commit refused for a missing previous token does not say so")
+	r.Marker = &zkstore.Marker{Name: name, Create: true}
+	if res := expect(t, a, r, zkstore.Committed); res.MarkerVersion != 0 {
+		t.Fatalf("created marker at version %d, want 0", res.MarkerVersion)
 	}
-	// Tokens are ephemeral: t2 goes with a's session.
+	// A marker that exists cannot be created again.
+	r = a.request(2, 3, put(3, "k", "2"))
+	r.Marker = &zkstore.Marker{Name: name, Create: true}
+	if res := expect(t, a, r, zkstore.Refused); !res.MarkerMissed {
+		t.Fatal("a commit creating an existing marker does not say it missed the marker")
+	}
+	// Two commits chained on 0 -> 1 -> 2, the second sent first: it is
+	// refused (its predecessor had not landed), then lands as it is.
+	first, second := a.request(2, 3, put(3, "k", "2")), a.request(3, 4, put(4, "k", "3"))
+	first.Marker = &zkstore.Marker{Name: name, Version: 0}
+	second.Marker, second.Pipelined = &zkstore.Marker{Name: name, Version: 1}, true
+	if res := expect(t, a, second, zkstore.Refused); !res.PrevMissing || res.MarkerMissed || res.MarkerGone {
+		t.Fatalf("a pipelined commit whose predecessor entry is missing: %+v, want refused for the missing entry", res)
+	}
+	if res := expect(t, a, first, zkstore.Committed); res.MarkerVersion != 1 {
+		t.Fatalf("marker at version %d, want 1", res.MarkerVersion)
+	}
+	if res := expect(t, a, second, zkstore.Committed); res.MarkerVersion != 2 {
+		t.Fatalf("marker at version %d, want 2", res.MarkerVersion)
+	}
+	// The chain holds whoever else writes: b takes position 5 while a's
+	// commit chained on a lost one (marker 2 -> 3, never sent) would
+	// follow it; a's commit at 6 requiring version 3 is refused, and says
+	// it missed the marker.
+	appendPuts(t, b, "other")
+	r = a.request(5, 6, put(6, "k", "4"))
+	r.Marker = &zkstore.Marker{Name: name, Version: 3}
+	if res := expect(t, a, r, zkstore.Refused); !res.MarkerMissed {
+		t.Fatalf("a commit chained on one that never landed: %+v, want refused on the marker", res)
+	}
+	// Any version: the commit reports the version it left.
+	r.Marker = &zkstore.Marker{Name: name, Version: zkstore.AnyVersion}
+	if res := expect(t, a, r, zkstore.Committed); res.MarkerVersion != 3 {
+		t.Fatalf("marker at version %d, want 3", res.MarkerVersion)
+	}
+	// The marker is ephemeral: it goes with a's session.
 	a.Close()
-	r = b.request(3, 4, put(4, "k", "3"))
-	r.PrevToken = "t2"
-	testutil.Eventually(t, wait, "a's token gone with its session", func() bool {
+	r = b.request(6, 7, put(7, "k", "5"))
+	r.Marker = &zkstore.Marker{Name: name, Version: zkstore.AnyVersion}
+	testutil.Eventually(t, wait, "a's marker gone with its session", func() bool {
 		res := commit(t, b, r)
-		return res.Outcome == zkstore.Refused && res.PrevTokenGone
+		return res.Outcome == zkstore.Refused && res.MarkerGone
 	})
-	if h := head(t, b); h.LSN != 3 {
+	if h := head(t, b); h.LSN != 6 {
 		t.Fatalf("head %+v: a refused commit wrote", h)
 	}
 }

@@ -3,13 +3,13 @@
 // expiry and compaction can be tested without ZooKeeper or a JVM.
 //
 // A Store is the shared state — what one ZooKeeper root holds: the log
-// entries, the head, lease tokens, pipeline tokens, members, the election
+// entries, the head, lease tokens, pipeline markers, members, the election
 // and base generations. Each Client is one instance's session on it; two
 // clients on one store are two instances on one root. The semantics follow
 // zkstore's: a commit is one atomic step that checks its predecessor, claims
 // the next position (a position already taken resolves by writer tag to
-// Committed or Conflict), checks the guards, moves the pipeline tokens and
-// creates or deletes lease tokens; ephemeral state (pipeline tokens, the
+// Committed or Conflict), checks the guards, sets the pipeline marker and
+// creates or deletes lease tokens; ephemeral state (pipeline markers, the
 // election node, the member) belongs to the session and goes when it
 // expires.
 //
@@ -89,6 +89,13 @@ type stored struct {
 	rev  int64 // the head's revision after the entry
 }
 
+// marker is a pipeline marker: ephemeral, of session, at version (the
+// number of times it was set).
+type marker struct {
+	session int64
+	version int32
+}
+
 type leaseToken struct {
 	version int32
 	mtime   time.Time
@@ -119,8 +126,8 @@ type Store struct {
 	zxid       int64
 	entries    map[int64]stored
 	head       zkstore.Head
-	headCh     chan struct{} // closed at the next head change
-	tokens     map[string]int64
+	headCh     chan struct{}      // closed at the next head change
+	tokens     map[string]*marker // pipeline markers, by name
 	leases     map[int64]*leaseToken
 	members    map[uint64]member
 	election   []*candidate
@@ -167,7 +174,7 @@ func New(opts Options) *Store {
 		opts:       opts,
 		entries:    map[int64]stored{},
 		headCh:     make(chan struct{}),
-		tokens:     map[string]int64{},
+		tokens:     map[string]*marker{},
 		leases:     map[int64]*leaseToken{},
 		members:    map[uint64]member{},
 		electionCh: make(chan struct{}),
@@ -360,13 +367,13 @@ func (s *Store) guardHoldsLocked(g zkstore.Guard) bool {
 }
 
 // dropSessionLocked deletes the ephemeral state of session: its pipeline
-// tokens, members and election candidates.
+// markers, members and election candidates.
 func (s *Store) dropSessionLocked(session int64) {
 	if s.readLease == session {
 		s.readLease = 0
 	}
-	for name, owner := range s.tokens {
-		if owner == session {
+	for name, mk := range s.tokens {
+		if mk.session == session {
 			delete(s.tokens, name)
 		}
 	}
@@ -441,7 +448,7 @@ func (c *Client) SetGranted(timeout time.Duration) {
 }
 
 // ExpireSession ends the client's session as ZooKeeper does when it
-// expires: its pipeline tokens, election node and member znode vanish. The
+// expires: its pipeline marker, election node and member znode vanish. The
 // client then has a new session, on which the member is registered again
 // and its elections campaign again (at the end of the queue).
 func (c *Client) ExpireSession() {
@@ -550,6 +557,21 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 	if err := ctx.Err(); err != nil {
 		return zkstore.CommitResult{}, errUnavailable("commit")
 	}
+	sent := false
+	handOver := func() { // see zkstore.CommitRequest.Sending
+		if !sent && req.Sending != nil {
+			sent = true
+			close(req.Sending)
+		}
+	}
+	defer handOver()
+	if req.After != nil {
+		select {
+		case <-req.After:
+		case <-ctx.Done():
+			return zkstore.CommitResult{}, errUnavailable("commit")
+		}
+	}
 	data := zkstore.EncodeEntry(req.Entry)
 	res := zkstore.CommitResult{Size: len(data)}
 	if len(data) > c.s.opts.MaxChunkedBytes {
@@ -579,10 +601,11 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 	case LoseCAS:
 		// The foreign writer takes the next position after the head: this
 		// commit's own (Conflict) or, for a commit pipelined further, its
-		// predecessor's (its pipeline token then never appears: Refused).
+		// predecessor's (the predecessor then never lands: Refused).
 		s.foreignPutLocked()
 	}
 	out, zxid := s.commitLocked(req, data, session, &res)
+	handOver()
 	res.Outcome, res.Zxid = out, zxid
 	if fault == UnknownApplied {
 		return zkstore.CommitResult{}, fmt.Errorf("entry %d: %w (injected)", lsn, zkstore.ErrUnknownOutcome)
@@ -608,6 +631,7 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 	lsn := req.Prev + 1
 	if _, ok := s.entries[req.Prev]; !ok {
 		if req.Pipelined {
+			res.PrevMissing = true
 			return zkstore.Refused, 0
 		}
 		return zkstore.Behind, 0
@@ -630,14 +654,14 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 			return zkstore.Refused, 0
 		}
 	}
-	if req.PrevToken != "" {
-		if _, ok := s.tokens[req.PrevToken]; !ok {
-			res.PrevTokenGone = true
+	if mk := req.Marker; mk != nil {
+		cur, ok := s.tokens[mk.Name]
+		switch {
+		case mk.Create && ok, !mk.Create && ok && mk.Version != zkstore.AnyVersion && cur.version != mk.Version:
+			res.MarkerMissed = true
 			return zkstore.Refused, 0
-		}
-	}
-	if req.Token != "" {
-		if _, ok := s.tokens[req.Token]; ok {
+		case !mk.Create && !ok:
+			res.MarkerGone = true
 			return zkstore.Refused, 0
 		}
 	}
@@ -656,11 +680,13 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 		}
 	}
 	// Every check held: apply it all.
-	if req.PrevToken != "" {
-		delete(s.tokens, req.PrevToken)
-	}
-	if req.Token != "" {
-		s.tokens[req.Token] = session
+	if mk := req.Marker; mk != nil {
+		if mk.Create {
+			s.tokens[mk.Name] = &marker{session: session}
+		} else {
+			s.tokens[mk.Name].version++
+		}
+		res.MarkerVersion = s.tokens[mk.Name].version
 	}
 	now := mtimeNow()
 	for _, op := range req.Entry.Ops {

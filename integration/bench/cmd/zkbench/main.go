@@ -64,6 +64,7 @@ func run() error {
 	pgBin := flag.String("pg-bin", "", "directory of PostgreSQL's initdb, postgres and pg_isready (default: the newest /usr/lib/postgresql/*/bin)")
 	pprofDir := flag.String("pprof", "", "run zketcd in-process in a child with net/http/pprof and save a CPU profile of every cell here")
 	keep := flag.Bool("keep", false, "keep the work directory (server data and logs)")
+	zketcdArgs := flag.String("zketcd-args", "", `more flags for every zketcd server, space separated (e.g. "--commit-pipeline 4")`)
 	scale := flag.Bool("scale", false, "run the scale benchmark instead (issue 22: etcd 3-member vs zketcd on a 3-member ensemble at -scale-sizes kube-like objects); writes scale.json, scale.md and its plots into -data and splices the section into -md")
 	scaleSizes := flag.String("scale-sizes", "100000,300000,1000000", "object counts of the scale benchmark")
 	scaleStacks := flag.String("scale-stacks", "", "stacks of the scale benchmark (default both): "+bench.ScaleEtcd+","+bench.ScaleZketcd)
@@ -155,7 +156,7 @@ func run() error {
 		Profile: p, Servers: list(*servers), Workloads: list(*workloads),
 		RepoRoot: root, EtcdBin: *etcdBin, KineBin: *kineBin, BenchmarkBin: *benchBin, ZketcdBin: *zketcdBin,
 		KubeAPIServerBin: *kubeBin, PGBinDir: *pgBin, BaselinePath: *baseline,
-		SelfBin: self, PprofDir: *pprofDir, KeepWorkDir: *keep,
+		SelfBin: self, PprofDir: *pprofDir, KeepWorkDir: *keep, ZketcdArgs: strings.Fields(*zketcdArgs),
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 		},
