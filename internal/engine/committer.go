@@ -165,6 +165,7 @@ type flight struct {
 	// reordering: the flight is sent again as it is).
 	sent                uint64
 	chained, prevLanded bool
+	resent              int       // times sent again after being overtaken
 	mark                markState // the marker's state if it lands
 	start               time.Time
 	// reads is the barrier's mark when the multi was sent: its landing
@@ -443,7 +444,7 @@ func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 // is: its evaluation still holds (see resend).
 func (c *committer) land() {
 	f := c.flights[0]
-	if f.chained && f.prevLanded && reordered(f) {
+	if f.chained && f.prevLanded && reordered(f) && f.resent < maxResends {
 		c.resend()
 		return
 	}
@@ -480,6 +481,10 @@ func (c *committer) land() {
 	}
 }
 
+// maxResends bounds how often a flight is sent again after being
+// overtaken: past it, its refusal is taken as it comes (requeued).
+const maxResends = 3
+
 // reordered reports whether a completed chained flight was refused for a
 // missing predecessor: the entry it follows or the marker's version.
 func reordered(f *flight) bool {
@@ -509,6 +514,7 @@ func (c *committer) resend() {
 	var prev chan struct{}
 	for _, g := range c.flights {
 		b.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
+		g.resent++
 		g.req.After, g.req.Sending = prev, make(chan struct{})
 		prev = g.req.Sending
 		c.send(g)
