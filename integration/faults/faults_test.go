@@ -197,17 +197,18 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		cl.bProxies, bZK = memberProxies()
 	}
 	root := "/faults-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	pp, err := ports.PickN(6)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cl.internal = map[*Zketcd]*faultproxy.Proxy{}
 	st := co.sessionTimeout
 	if st == 0 {
 		st = sessionTimeout
 	}
 	cl.sessionTimeout = st
-	mk := func(name string, zk []string, p1, p2, p3 int) *Zketcd {
+	mk := func(name string, zk []string) *Zketcd {
+		pp, err := ports.PickN(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p1, p2, p3 := pp[0], pp[1], pp[2]
 		internal := fmt.Sprintf("127.0.0.1:%d", p3)
 		ip, err := faultproxy.Start(internal)
 		if err != nil {
@@ -226,15 +227,28 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		})
 		return z
 	}
-	cl.a = mk("a", viaProxy, pp[0], pp[1], pp[4])
-	cl.b = mk("b", bZK, pp[2], pp[3], pp[5])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, z := range []*Zketcd{cl.a, cl.b} {
-		if err := z.Start(ctx); err != nil {
-			t.Fatal(err)
+	// start starts an instance on ports picked for it. A picked port is
+	// free when picked, but the kernel may hand it to another connection's
+	// source port before zketcd binds it (every outbound connection draws
+	// from the same range): such a start is tried again on other ports.
+	start := func(name string, zk []string) *Zketcd {
+		for attempt := 1; ; attempt++ {
+			z := mk(name, zk)
+			err := z.Start(ctx)
+			if err == nil {
+				return z
+			}
+			if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+				t.Fatal(err)
+			}
+			t.Logf("zketcd %s: a port was taken between picking and binding, trying other ports: %v", name, err)
+			delete(cl.internal, z)
 		}
 	}
+	cl.a = start("a", viaProxy)
+	cl.b = start("b", bZK)
 	for name, eps := range map[string][]string{"A": {cl.a.Addr}, "B": {cl.b.Addr}, "AB": {cl.a.Addr, cl.b.Addr}} {
 		c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second})
