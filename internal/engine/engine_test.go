@@ -383,7 +383,7 @@ func TestBarrierReadsJoinOneRoundStartedAfterThem(t *testing.T) {
 	}}
 	first := make(chan int64)
 	go func() { l, _ := br.wait(context.Background()); first <- l }()
-	testutil.Eventually(t, time.Second, "first round started", func() bool { return rounds.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, "first round started", func() bool { return rounds.Load() == 1 })
 	lsn.Store(7) // written after the first round began: later reads must see it
 	var wg sync.WaitGroup
 	got := make([]int64, 10)
@@ -413,7 +413,7 @@ func TestLeaseExpiresAfterItsTTLDeletingItsKeysInOneRevision(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	clk := testutil.NewClock()
 	b, _ := engine(t, st, "a", onClock(clk, 0, nil))
-	testutil.Eventually(t, time.Second, "a leads", leads(b))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(b))
 	ctx := context.Background()
 	start := clk.Now()
 	lease, err := b.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: MinLeaseTTL})
@@ -440,7 +440,7 @@ func TestRenewedLeaseOutlivesItsTTL(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	clk := testutil.NewClock()
 	b, _ := engine(t, st, "a", onClock(clk, 0, nil))
-	testutil.Eventually(t, time.Second, "a leads", leads(b))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(b))
 	ctx := context.Background()
 	lease, err := b.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: MinLeaseTTL})
 	if err != nil {
@@ -463,7 +463,7 @@ func TestSessionLossMovesLeadershipAndTheNewLeaderExpiresLeases(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	clk := testutil.NewClock()
 	a, ca := engine(t, st, "a", onClock(clk, 0, nil))
-	testutil.Eventually(t, time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	testutil.Eventually(t, 10*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
 	b, _ := engine(t, st, "b", onClock(clk, 0, nil))
 	granted := clk.Now()
 	lease, err := b.LeaseGrant(context.Background(), &pb.LeaseGrantRequest{TTL: MinLeaseTTL})
@@ -471,7 +471,7 @@ func TestSessionLossMovesLeadershipAndTheNewLeaderExpiresLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca.ExpireSession()
-	testutil.Eventually(t, 2*time.Second, "b leads", func() bool {
+	testutil.Eventually(t, 10*time.Second, "b leads", func() bool {
 		lb, id := b.Leader()
 		return lb && id == b.MemberID()
 	})
@@ -518,7 +518,7 @@ func TestCompactionPublishesABaseTruncatesTheLogAndRecoversFromIt(t *testing.T) 
 func TestTailerBehindATruncatedLogReloadsTheView(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	a, _ := engine(t, st, "a", nil)
-	testutil.Eventually(t, time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
+	testutil.Eventually(t, 10*time.Second, "a leads", func() bool { l, _ := a.Leader(); return l })
 	b, cb := engine(t, st, "b", nil)
 	put(t, a, "k", "0")
 	testutil.Eventually(t, 3*time.Second, "b caught up", func() bool { return b.State().Rev == a.State().Rev })

@@ -59,7 +59,7 @@ func TestKeepalivesAtTheLeaderWriteNothingToZooKeeper(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	clk := testutil.NewClock()
 	b, c := engine(t, st, "a", onClock(clk, 0, nil))
-	testutil.Eventually(t, time.Second, "a leads", leads(b))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(b))
 	id := grant(t, b, MinLeaseTTL)
 	version, commits := tokenVersion(t, c, id), st.Commits()
 	trips0 := counterValue(t, b.metrics.barrierTrips)
@@ -97,7 +97,7 @@ func TestKeepalivesAtTheLeaderWriteNothingToZooKeeper(t *testing.T) {
 func TestKeepaliveAtAFollowerWritesTheToken(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	a, _ := engine(t, st, "a", nil)
-	testutil.Eventually(t, time.Second, "a leads", leads(a))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(a))
 	b, cb := engine(t, st, "b", nil)
 	id := grant(t, b, 60)
 	testutil.Eventually(t, 3*time.Second, "a applied the grant", func() bool { return a.State().LSN == b.State().LSN })
@@ -124,7 +124,7 @@ func TestRenewalsInTheOldLeadersMemoryAreNotLost(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	clk := testutil.NewClock()
 	a, ca := engine(t, st, "a", onClock(clk, 0, nil))
-	testutil.Eventually(t, time.Second, "a leads", leads(a))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(a))
 	b, _ := engine(t, st, "b", onClock(clk, 0, nil))
 	id := grant(t, a, MinLeaseTTL)
 	var last time.Time
@@ -138,9 +138,9 @@ func TestRenewalsInTheOldLeadersMemoryAreNotLost(t *testing.T) {
 		t.Fatal("the leader renewed nothing in memory")
 	}
 	ca.ExpireSession()
-	testutil.Eventually(t, 2*time.Second, "b leads", leads(b))
+	testutil.Eventually(t, 10*time.Second, "b leads", leads(b))
 	// a is a follower now: its keepalives write the token.
-	testutil.Eventually(t, 2*time.Second, "a knows it does not lead", func() bool { return !leads(a)() })
+	testutil.Eventually(t, 10*time.Second, "a knows it does not lead", func() bool { return !leads(a)() })
 	// The new leader's clock for the lease starts at its first look, after
 	// the last keepalive: it expires a TTL after that at the earliest.
 	expiresNoSoonerThan(t, b, st, clk, id, last.Add(ttlOf(MinLeaseTTL)), 2*time.Second)
@@ -153,7 +153,7 @@ func TestRenewalsInTheOldLeadersMemoryAreNotLost(t *testing.T) {
 func TestKeepaliveWithoutAProofWaitsForARoundTrip(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	b, c := engine(t, st, "a", func(cfg *Config) { cfg.LeaderProofWindow = -1 })
-	testutil.Eventually(t, time.Second, "a leads", leads(b))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(b))
 	id := grant(t, b, 60)
 	v := tokenVersion(t, c, id)
 	before := st.QuorumCalls()
@@ -282,7 +282,7 @@ func TestCheckpointedRemainingTTLIsTheFirstDeadline(t *testing.T) {
 	clk := testutil.NewClock()
 	start := clk.Now()
 	b, c := engine(t, st, "a", onClock(clk, 0, nil))
-	testutil.Eventually(t, time.Second, "a leads", leads(b))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(b))
 	ttl, err := b.LeaseTimeToLive(context.Background(), &pb.LeaseTimeToLiveRequest{ID: 0xa})
 	if err != nil || ttl.GrantedTTL != granted || ttl.TTL > left || ttl.TTL < left-1 {
 		t.Fatalf("time to live of a checkpointed lease: %+v %v, want granted %d, remaining ≤ %d", ttl, err, granted, left)
@@ -337,7 +337,7 @@ func soloLeader(t *testing.T, clk *testutil.Clock, tick time.Duration) (*memlog.
 	t.Helper()
 	st := memlog.New(memlog.Options{})
 	a, _ := engine(t, st, "a", onClock(clk, tick, nil))
-	testutil.Eventually(t, time.Second, "a leads", leads(a))
+	testutil.Eventually(t, 10*time.Second, "a leads", leads(a))
 	return st, a
 }
 

@@ -104,7 +104,7 @@ func TestBarrierRoundsWaitForACommitSentAfterThem(t *testing.T) {
 		}()
 	}
 	joined := func(n uint64) {
-		testutil.Eventually(t, time.Second, fmt.Sprintf("%d reads joined", n), func() bool {
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d reads joined", n), func() bool {
 			br.mu.Lock()
 			defer br.mu.Unlock()
 			return br.seq == n
@@ -207,7 +207,7 @@ func TestReadsUnderConcurrentWritesNeedFewerBarriers(t *testing.T) {
 			}()
 		}
 		if writers > 0 {
-			testutil.Eventually(t, 2*time.Second, "writes flowing", func() bool { return b.State().Rev > 5 })
+			testutil.Eventually(t, 10*time.Second, "writes flowing", func() bool { return b.State().Rev > 5 })
 		}
 		t0 := counterValue(t, b.metrics.barrierTrips)
 		c0 := counterValue(t, b.metrics.linearizableReads.WithLabelValues("commit"))
