@@ -483,9 +483,14 @@ func (w *Workload) casWorker(id int) {
 // leadPut starts a blind put of an etcd-like key through A, recorded as a
 // worker of its own (Config.CASLead).
 func (w *Workload) leadPut(r *rand.Rand) {
-	id := 1<<21 + int(w.leadPuts.Add(1))
-	c := w.cfg.Clients["A"]
-	op := &Op{Worker: id, Client: "A", Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
+	w.blindPut(1<<21+int(w.leadPuts.Add(1)), "A", r)
+}
+
+// blindPut starts a put of a random etcd-like key through the named
+// client, recorded as worker id, on a goroutine of its own.
+func (w *Workload) blindPut(id int, name string, r *rand.Rand) {
+	c := w.cfg.Clients[name]
+	op := &Op{Worker: id, Client: name, Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
 	w.spawn(func() {
 		w.do(op, func(ctx context.Context) error {
 			resp, err := c.Put(ctx, op.Key, op.Value)
@@ -523,18 +528,7 @@ func (w *Workload) list(id int, name string, c *clientv3.Client) {
 func (w *Workload) openLoopPuts() {
 	r := rand.New(rand.NewPCG(w.cfg.Seed, 1<<20))
 	w.every(time.Duration(float64(time.Second)/w.cfg.PutRate), func(n int) {
-		id, name := 1<<20+n, []string{"A", "B"}[n%2]
-		c := w.cfg.Clients[name]
-		op := &Op{Worker: id, Client: name, Kind: KindPut, Key: fmt.Sprintf("%s%d", EtcdPrefix, r.IntN(etcdKeys)), Value: w.value(id)}
-		w.spawn(func() {
-			w.do(op, func(ctx context.Context) error {
-				resp, err := c.Put(ctx, op.Key, op.Value)
-				if err == nil {
-					op.Header = resp.Header.Revision
-				}
-				return err
-			})
-		})
+		w.blindPut(1<<20+n, []string{"A", "B"}[n%2], r)
 	})
 }
 
