@@ -22,6 +22,13 @@ type CheckOptions struct {
 	// renewal, or after the heal of a fault that overlapped it) a lease may
 	// expire.
 	LeaseBound time.Duration
+	// Takeover is how long after a fault's injection a new leader may
+	// still be starting (the session timeout: it leads once the old
+	// leader's session ended) and restart the clocks of leases it did not
+	// grant. A fault injected within Takeover after a lease was due (TTL
+	// after the heal of the fault before) still postpones its expiry: the
+	// previous leader change may not have ended yet.
+	Takeover time.Duration
 	// PorcupineTimeout bounds the linearizability search (0: 5 minutes).
 	PorcupineTimeout time.Duration
 	// MaxLinearizabilityOps, if not 0, skips the linearizability search
@@ -947,7 +954,7 @@ func (c *checker) leases() {
 		}
 		due := l.dueFrom + ttl
 		for _, f := range c.h.Faults {
-			if f.Inject <= due {
+			if f.Inject <= due+c.opts.Takeover {
 				due = max(due, f.Heal+ttl)
 			}
 		}

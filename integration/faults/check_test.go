@@ -81,10 +81,15 @@ func (s *sim) read(worker int, key string, call, ret int) *Op {
 
 func (s *sim) check(t *testing.T, elapsed time.Duration) *Result {
 	t.Helper()
+	return s.checkWith(t, elapsed, CheckOptions{LeaseBound: 5 * time.Second, PorcupineTimeout: time.Minute})
+}
+
+func (s *sim) checkWith(t *testing.T, elapsed time.Duration, opts CheckOptions) *Result {
+	t.Helper()
 	s.h.Final, s.h.Elapsed = s.rev, elapsed
 	s.h.Watches = []*watchcheck.Watch{{Spec: watchcheck.Spec{Name: "archive", Key: Prefix, End: clientEnd(Prefix)},
 		Segments: []*watchcheck.Segment{{Start: 2, Responses: s.resps}}}}
-	return Check(s.h, CheckOptions{LeaseBound: 5 * time.Second, PorcupineTimeout: time.Minute})
+	return Check(s.h, opts)
 }
 
 func wantViolation(t *testing.T, r *Result, substr string) {
@@ -206,6 +211,28 @@ func TestCheckLeases(t *testing.T) {
 	wantViolation(t, r, "lease 1 expired early")
 	wantViolation(t, r, "lease 2 never expired")
 	wantViolation(t, r, "lease 3 expired early")
+}
+
+// TestCheckLeasesBehindAChainOfLeaderChanges: a lease due between two
+// faults whose second comes before the first's new leader could have
+// expired it is due after the second's heal (with CheckOptions.Takeover),
+// and late otherwise.
+func TestCheckLeasesBehindAChainOfLeaderChanges(t *testing.T) {
+	history := func() *sim {
+		s := newSim()
+		s.op(&Op{Worker: 0, Kind: KindGrant, TTL: 2, RespTTL: 2, Lease: 1}, 0, 5)
+		rev := s.write(ms(10), 1, LeasePrefix+"1", "a")
+		s.op(&Op{Worker: 0, Kind: KindPut, Key: LeasePrefix + "1", Value: "a", Lease: 1, Header: rev}, 6, 10)
+		// Due 4 s (the first heal + TTL); the second fault 1.5 s later,
+		// the third 1.5 s after the second's due; gone 2 s after the
+		// third's due.
+		s.h.Faults = []Fault{{Name: "first", Inject: ms(1000), Heal: ms(2000)},
+			{Name: "second", Inject: ms(5500), Heal: ms(6500)}, {Name: "third", Inject: ms(10000), Heal: ms(11000)}}
+		s.write(ms(15000), 0, LeasePrefix+"1", "")
+		return s
+	}
+	wantClean(t, history().checkWith(t, 20*time.Second, CheckOptions{LeaseBound: 5 * time.Second, Takeover: 4 * time.Second, PorcupineTimeout: time.Minute}))
+	wantViolation(t, history().check(t, 20*time.Second), "lease 1 expired 11.0s after it was due")
 }
 
 func TestCheckRevisionBackwards(t *testing.T) {

@@ -693,7 +693,7 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	} else {
 		artifacts = t.TempDir()
 	}
-	res := Check(h, CheckOptions{LeaseBound: leaseBound, ArtifactDir: artifacts})
+	res := Check(h, CheckOptions{LeaseBound: leaseBound, Takeover: cl.sessionTimeout, ArtifactDir: artifacts})
 	expired := cl.a.Grep("the previous one expired")
 	t.Logf("zketcd A got a new ZooKeeper session after an expiry %d times, B %d times", expired, cl.b.Grep("the previous one expired"))
 	if sc.expiresSession && expired < len(h.Faults) {

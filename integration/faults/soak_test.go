@@ -192,7 +192,7 @@ func TestSoak(t *testing.T) {
 	for _, l := range summarizeSamples(samples) {
 		t.Log(l)
 	}
-	res := Check(h, CheckOptions{LeaseBound: leaseBound, ArtifactDir: out, MaxLinearizabilityOps: maxLin})
+	res := Check(h, CheckOptions{LeaseBound: leaseBound, Takeover: sessionTimeout, ArtifactDir: out, MaxLinearizabilityOps: maxLin})
 	report(t, scenario{name: "Soak"}, h, res, whats, nil)
 	for _, v := range res.Violations {
 		t.Errorf("VIOLATION: %s", v)
