@@ -42,11 +42,20 @@ func (m markState) op(name string) (*zkstore.Marker, markState) {
 //     keeping the new depth only if the next window committed at least
 //     10% more, else going back and waiting 16 windows before probing
 //     again;
-//   - probes one shallower every 8th window, keeping it unless the rate
-//     fell by more than 5% (the load changed: deeper no longer pays);
+//   - probes one shallower every 16th window, keeping it unless the rate
+//     fell by more than 5% (the load changed: deeper no longer pays),
+//     even while the queue backs up or a failed probe waits;
 //   - halves the limit on a refusal of a chained flight (its predecessor
 //     failed: the deeper the pipeline, the more work a failure throws
 //     away).
+//
+// The window right after any change of the limit is not measured: it
+// shows the change under way, not the new depth. Clients that waited on
+// one flight arrive together and fill the next one; a deeper pipeline
+// splits them into cohorts that arrive apart, and going back shallower
+// leaves those cohorts apart for a while, so a trial judged on its first
+// window finds every change worse than where it came from and stays where
+// it happens to be (at depth 2 for good, at 16 clients on 2 cores).
 //
 // Pipelining pays when ZooKeeper's latency leaves zketcd and ZooKeeper
 // idle (an fsync, the network); on CPU-bound servers extra flights only
@@ -75,6 +84,9 @@ type pacer struct {
 	prevLimit   int
 	probing     bool
 	wait, steps int
+	// settle is the windows still to pass unmeasured after the limit
+	// changed.
+	settle int
 }
 
 func newPacer(fixed int) *pacer {
@@ -133,31 +145,46 @@ func (p *pacer) landed(now time.Time, requests int, took time.Duration, inFlight
 // window ends a measuring window that committed rate requests per second.
 func (p *pacer) window(rate float64) {
 	p.steps++
+	if p.settle > 0 {
+		p.settle-- // the change under way: neither a trial nor a baseline
+		return
+	}
 	switch {
 	case p.probing:
 		p.probing = false
 		deeper := p.limit > p.prevLimit
 		if deeper && rate < 1.1*p.rate || !deeper && rate < 0.95*p.rate {
-			p.limit, p.wait = p.prevLimit, 16 // no better: back, and stay a while
+			p.set(p.prevLimit)
+			p.wait = 16 // no better: back, and stay a while
 			return
 		}
+	case p.limit > 1 && p.steps%16 == 0:
+		// Before waiting and backing up: a pipeline that is always
+		// backed up must still find out that shallower pays.
+		p.prevLimit, p.probing = p.limit, true
+		p.set(p.limit - 1)
 	case p.wait > 0:
 		p.wait--
 	case p.backlog && p.limit < MaxAutoCommitPipeline:
 		p.prevLimit, p.probing = p.limit, true
-		p.limit++
-	case p.limit > 1 && p.steps%8 == 0:
-		p.prevLimit, p.probing = p.limit, true
-		p.limit--
+		p.set(p.limit + 1)
 	}
 	p.rate = rate
+}
+
+// set moves the limit to n; the next window settles.
+func (p *pacer) set(n int) {
+	if n != p.limit {
+		p.limit, p.settle = n, 1
+	}
 }
 
 // refused records a chained flight refused because a flight before it
 // failed.
 func (p *pacer) refused() {
 	if p.auto() {
-		p.limit, p.probing = max(1, p.limit/2), false
+		p.probing = false
+		p.set(max(1, p.limit/2))
 	}
 }
 
