@@ -141,6 +141,9 @@ func (r *ScaleReport) Markdown(rel string, plots []plotFile) string {
 			if x == nil {
 				continue
 			}
+			for _, note := range x.Notes {
+				fmt.Fprintf(&b, "\n%s: %s\n", x.Stack, oneLine(note))
+			}
 			for _, err := range x.Errors {
 				fmt.Fprintf(&b, "\n%s stopped: %s\n", x.Stack, oneLine(err))
 			}

@@ -71,6 +71,7 @@ func run() error {
 	scaleHeap := flag.String("scale-zk-heap", "3g", "each ZooKeeper JVM's -Xmx in the scale benchmark")
 	scaleRender := flag.Bool("scale-render", false, "measure nothing: re-render the scale section (-md, -data) from -data's scale.json")
 	scaleKubeAt := flag.Int("scale-kube-at", 300000, "size at which the scale benchmark runs kube-apiserver's 10,000-object load (0: never)")
+	scaleWatchCap := flag.Duration("scale-watch-cap", 20*time.Minute, "how long the scale benchmark's watch catch-up may take; one still behind is noted and the steps after it go on")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json (with -baseline: against that one)")
 	flag.Parse()
 
@@ -108,7 +109,7 @@ func run() error {
 		return rep.WriteFiles(dir, *md)
 	}
 	if *scale {
-		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep)
+		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *scaleWatchCap, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep)
 	}
 	p, ok := bench.Profiles[*profile]
 	if !ok {
@@ -184,7 +185,7 @@ func run() error {
 	return err
 }
 
-func runScale(sizes, stacks, heap string, kubeAt int, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool) error {
+func runScale(sizes, stacks, heap string, kubeAt int, watchCap time.Duration, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool) error {
 	ns, err := ints(sizes)
 	if err != nil {
 		return err
@@ -193,7 +194,7 @@ func runScale(sizes, stacks, heap string, kubeAt int, repo, md, data, etcdBin, z
 	if err != nil {
 		return err
 	}
-	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, RepoRoot: root,
+	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, WatchCap: watchCap, RepoRoot: root,
 		EtcdBin: etcdBin, ZketcdBin: zketcdBin, KubeAPIServerBin: kubeBin, KeepWorkDir: keep,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
