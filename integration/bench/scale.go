@@ -561,6 +561,7 @@ func runObjects(ctx context.Context, p *scalePool, g *kubedata.Generator, n, cli
 				}
 				o := g.Object(i)
 				var err error
+				busyUntil := time.Now().Add(2 * time.Minute)
 				for attempt := 0; attempt < 5; attempt++ {
 					octx, cancel := context.WithTimeout(ctx, opTimeout)
 					if create {
@@ -576,6 +577,12 @@ func runObjects(ctx context.Context, p *scalePool, g *kubedata.Generator, n, cli
 					cancel()
 					if err == nil {
 						break
+					}
+					if strings.Contains(err.Error(), "too many requests") && time.Now().Before(busyUntil) {
+						// etcd sheds load while its applies lag its
+						// commits (after a slow watch, say): a client
+						// waits and tries again, for up to 2 minutes.
+						attempt--
 					}
 					time.Sleep(200 * time.Millisecond)
 				}
