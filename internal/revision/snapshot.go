@@ -24,6 +24,10 @@ type Snapshot struct {
 	Alarms []Alarm      // the active alarms, sorted (see OpAlarm)
 
 	tree *btree.BTreeG[*keyIndex] // a view's snapshot: its clone of the key index
+	// A view's snapshot: the keys the view dropped since its state at
+	// removedFrom (see Since).
+	removed     []removal
+	removedFrom int64
 }
 
 // KeyHistory is one key's retained versions, oldest first; a version with
@@ -87,7 +91,8 @@ func (v *View) snapshotLocked() *Snapshot {
 	v.cloneMu.Lock()
 	tree := v.tree.Clone()
 	v.cloneMu.Unlock()
-	s := &Snapshot{State: v.state, tree: tree, Auth: v.auth, Alarms: v.alarms}
+	s := &Snapshot{State: v.state, tree: tree, Auth: v.auth, Alarms: v.alarms,
+		removed: v.removed[:len(v.removed):len(v.removed)], removedFrom: v.removedFrom}
 	for _, l := range v.leases {
 		s.Leases = append(s.Leases, Lease{ID: l.ID, TTL: l.TTL, RemainingTTL: l.RemainingTTL})
 	}
@@ -101,6 +106,7 @@ func (v *View) snapshotLocked() *Snapshot {
 func FromSnapshot(s *Snapshot) (*View, error) {
 	v := NewView(s.State.LSN, s.State.Rev)
 	v.state = s.State
+	v.removedFrom = s.State.Rev
 	v.auth = s.Auth
 	for _, a := range s.Alarms {
 		v.alarms = ApplyAlarm(v.alarms, AlarmChange{Alarm: a, Activate: true})
@@ -182,6 +188,7 @@ func (v *View) Reset(other *View) {
 	other.mu.Lock()
 	defer other.mu.Unlock()
 	v.tree, v.state, v.leases, v.history, v.auth, v.alarms, v.trim = other.tree, other.state, other.leases, other.history, other.auth, other.alarms, other.trim
+	v.removed, v.removedFrom = other.removed, other.removedFrom
 	close(v.applied)
 	v.applied = make(chan struct{})
 }

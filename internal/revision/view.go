@@ -59,6 +59,11 @@ type View struct {
 	applied chan struct{} // closed and replaced after every Apply
 	broken  error         // set when an entry could not be applied
 	trim    *trimCursor   // compacted versions still to drop (nil: none)
+	// removed lists the keys TrimCompacted dropped, appended to (never
+	// modified in place: snapshots share it), since the view's state at
+	// removedFrom (see Snapshot.Since).
+	removed     []removal
+	removedFrom int64
 	// onCompact, if set, sees the state right before each compaction.
 	onCompact func(before *Snapshot, rev int64)
 }
@@ -73,6 +78,8 @@ func NewView(lsn, rev int64) *View {
 		state:   State{LSN: lsn, Rev: rev, CompactRev: -1},
 		leases:  make(map[int64]*Lease),
 		applied: make(chan struct{}),
+
+		removedFrom: rev,
 	}
 }
 
@@ -387,6 +394,7 @@ func (v *View) TrimCompacted(batch int) (more bool) {
 	}
 	for _, ki := range gone {
 		v.tree.Delete(ki)
+		v.removed = append(v.removed, removal{key: ki.key, rev: ki.versions[len(ki.versions)-1].ModRevision})
 	}
 	if last == nil {
 		v.trim = nil
