@@ -87,6 +87,7 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 		return err
 	}
 	b.space.setBase(base)
+	b.view.PruneRemoved(base.Rev)
 	st := b.view.State()
 	if st.CompactRev <= base.CompactRev || st.CompactRev <= 0 {
 		return nil
@@ -102,7 +103,10 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	if err := b.hook("base-prepared"); err != nil {
 		return err
 	}
-	nb.PrevSize, nb.LogBytes = base.Size, b.space.keptLogBytes(base, nb.Gen)
+	nb.PrevSize, nb.LogBytes = base.StoredSize(), b.space.keptLogBytes(base, nb.Gen)
+	if len(nb.Deltas) > 0 {
+		nb.PrevSize = 0 // a delta shares every layer of the previous generation
+	}
 	if nb, err = b.store.PublishBase(fence, nb); err != nil {
 		return fmt.Errorf("publish base generation at entry %d: %w", snap.State.LSN, err)
 	}
@@ -133,7 +137,7 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	}
 	lg.WithFields(logrus.Fields{
 		"generation": nb.Gen, "revision": nb.Rev, "compacted": nb.CompactRev,
-		"keys": snap.Len(), "bytes": nb.Size, "chunks": nb.Chunks,
+		"keys": snap.Len(), "bytes": nb.StoredSize(), "deltas": len(nb.Deltas),
 		"log_entries_deleted": deleted, "old_generations_deleted": gens, "chunks_deleted": chunks,
 		"write_took": wrote.Round(time.Millisecond), "took": time.Since(start).Round(time.Millisecond),
 	}).Info("physical compaction")

@@ -308,7 +308,7 @@ func replayOnce(ctx context.Context, st History, window int, each func(*revision
 			return nil, zkstore.Head{}, 0, fmt.Errorf("base generation %d: %w", base.Gen, err)
 		}
 		from = base.Gen + 1
-		size = int64(base.Size)
+		size = int64(base.StoredSize())
 	}
 	err = st.ReadEntries(ctx, from, head.LSN, window, func(e *revision.Entry, n int) error {
 		size += int64(n)

@@ -97,7 +97,7 @@ func (s *space) sizes(applied int64) (total, inUse int64) {
 	defer s.mu.Unlock()
 	b := s.base
 	after, _ := s.logBytesLocked(b.Gen, applied)
-	inUse = int64(b.Size) + after
+	inUse = int64(b.StoredSize()) + after
 	if b.Gen == 0 {
 		return inUse, inUse // no compaction yet: the whole log is in use
 	}
@@ -143,6 +143,7 @@ func (b *Engine) refreshBase() error {
 		return err
 	}
 	b.space.setBase(base)
+	b.view.PruneRemoved(base.Rev) // the generation holds those removals
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -45,8 +46,65 @@ type Base struct {
 	// written before these fields existed: 0, not counted).
 	PrevSize int   `json:"prev_size,omitempty"`
 	LogBytes int64 `json:"log_bytes,omitempty"`
+	// Deltas, in a layered description (layeredBaseFormat), follow the
+	// whole snapshot at Path, oldest first: each holds what changed since
+	// the state before it (revision.Delta), the last one the state at Gen.
+	// FullGen is then the whole snapshot's log position.
+	Deltas  []Layer `json:"deltas,omitempty"`
+	FullGen int64   `json:"full_gen,omitempty"`
+	// PrevDeltas are the previous generation's delta paths, kept with
+	// PrevPath.
+	PrevDeltas []string `json:"prev_deltas,omitempty"`
 
 	version int32 // of the compact znode; -1 if it does not exist
+}
+
+// Layer is one delta of a layered base generation: its log position and
+// revision, and its chunks as for the whole snapshot.
+type Layer struct {
+	Gen    int64  `json:"gen"`
+	Rev    int64  `json:"rev"`
+	Path   string `json:"path"`
+	Chunks int    `json:"chunks"`
+	Size   int    `json:"size"`
+	Sum    uint32 `json:"crc"`
+}
+
+// StoredSize returns the bytes the generation's snapshot and deltas take.
+func (b Base) StoredSize() int {
+	n := b.Size
+	for _, d := range b.Deltas {
+		n += d.Size
+	}
+	return n
+}
+
+// paths returns the znodes of the generation's snapshot and deltas.
+func (b Base) paths() []string {
+	if b.Path == "" {
+		return nil
+	}
+	out := []string{b.Path}
+	for _, d := range b.Deltas {
+		out = append(out, d.Path)
+	}
+	return out
+}
+
+// prevPaths returns the znodes of the previous generation that b does not
+// share.
+func (b Base) prevPaths() []string {
+	mine := map[string]bool{}
+	for _, p := range b.paths() {
+		mine[p] = true
+	}
+	var out []string
+	for _, p := range append([]string{b.PrevPath}, b.PrevDeltas...) {
+		if p != "" && !mine[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ErrBaseChanged is returned by LoadBase when the generation was replaced
@@ -84,13 +142,40 @@ func (s *Store) LoadBase(ctx context.Context, b Base) (*revision.Snapshot, error
 	if b.Gen == 0 {
 		return nil, errors.New("no base generation")
 	}
-	if b.Chunks <= 0 || b.Size < 5 {
-		return nil, fmt.Errorf("%w: base %s of %d chunks, %d bytes", ErrCorruptEntry, b.Path, b.Chunks, b.Size)
+	fullGen := b.Gen
+	if len(b.Deltas) > 0 {
+		fullGen = b.FullGen
+	}
+	full := Layer{Gen: fullGen, Path: b.Path, Chunks: b.Chunks, Size: b.Size, Sum: b.Sum}
+	snap, _, err := s.loadLayer(ctx, full, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range b.Deltas {
+		_, d, err := s.loadLayer(ctx, l, true)
+		if err != nil {
+			return nil, err
+		}
+		if snap, err = d.Apply(snap); err != nil {
+			return nil, fmt.Errorf("%w: base %s: %v", ErrCorruptEntry, l.Path, err)
+		}
+	}
+	if snap.State.LSN != b.Gen || snap.State.Rev != b.Rev {
+		return nil, fmt.Errorf("%w: base %s holds entry %d (revision %d), not %d (%d)", ErrCorruptEntry, b.Path, snap.State.LSN, snap.State.Rev, b.Gen, b.Rev)
+	}
+	return snap, nil
+}
+
+// loadLayer reads and decodes one layer of a generation as a stream: a
+// whole snapshot, or a delta if delta is set.
+func (s *Store) loadLayer(ctx context.Context, l Layer, delta bool) (*revision.Snapshot, *revision.Delta, error) {
+	if l.Chunks <= 0 || l.Size < 5 {
+		return nil, nil, fmt.Errorf("%w: base %s of %d chunks, %d bytes", ErrCorruptEntry, l.Path, l.Chunks, l.Size)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cr := &chunkReader{ctx: ctx, n: b.Chunks, get: func(i int) ([]byte, error) {
-		data, _, err := s.conn.Get(baseChunk(b.Path, i))
+	cr := &chunkReader{ctx: ctx, n: l.Chunks, get: func(i int) ([]byte, error) {
+		data, _, err := s.conn.Get(baseChunk(l.Path, i))
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			return nil, ErrBaseChanged
@@ -101,20 +186,29 @@ func (s *Store) LoadBase(ctx context.Context, b Base) (*revision.Snapshot, error
 	}}
 	cr.start(16)
 	counted := &crcWriter{h: crc32.New(crcTable)}
-	snap, err := readSnapshot(io.TeeReader(cr, counted), int64(b.Size))
+	snap, d, err := readStored(io.TeeReader(cr, counted), int64(l.Size))
+	if err == nil && (d != nil) != delta {
+		err = fmt.Errorf("%w: a delta and a whole snapshot swapped", ErrCorruptEntry)
+	}
 	if err != nil {
 		if cerr := cr.failure(); cerr != nil {
-			return nil, cerr // a chunk that went away explains the rest
+			return nil, nil, cerr // a chunk that went away explains the rest
 		}
-		return nil, fmt.Errorf("base %s: %w", b.Path, err)
+		return nil, nil, fmt.Errorf("base %s: %w", l.Path, err)
 	}
-	if rest, _ := io.Copy(counted, cr); rest != 0 || counted.n != int64(b.Size) || counted.h.Sum32() != b.Sum {
-		return nil, fmt.Errorf("%w: base %s does not match its description", ErrCorruptEntry, b.Path)
+	if rest, _ := io.Copy(counted, cr); rest != 0 || counted.n != int64(l.Size) || counted.h.Sum32() != l.Sum {
+		return nil, nil, fmt.Errorf("%w: base %s does not match its description", ErrCorruptEntry, l.Path)
 	}
-	if snap.State.LSN != b.Gen {
-		return nil, fmt.Errorf("%w: base %s holds entry %d, not %d", ErrCorruptEntry, b.Path, snap.State.LSN, b.Gen)
+	st := func() revision.State {
+		if d != nil {
+			return d.Changed.State
+		}
+		return snap.State
+	}()
+	if st.LSN != l.Gen {
+		return nil, nil, fmt.Errorf("%w: base %s holds entry %d, not %d", ErrCorruptEntry, l.Path, st.LSN, l.Gen)
 	}
-	return snap, nil
+	return snap, d, nil
 }
 
 // chunkReader serves the concatenation of n chunks, fetching up to a
@@ -193,18 +287,93 @@ func (c *chunkReader) failure() error {
 // format 2. It encodes snap as a stream, cut into chunks written with a
 // few in flight, so the encoded base is never held whole. On failure the
 // chunks written so far are left for CollectBases.
+//
+// On a root of format 3, when snap is a view's snapshot that can tell what
+// changed since prev (revision.Snapshot.Since) and little did, it stores
+// only that, as a delta layered on prev's layers: physical compaction then
+// costs what changed, not the whole data. A whole snapshot is written
+// instead once prev has maxDeltas deltas, their bytes exceed half the
+// whole snapshot's, or over a quarter of the keys changed, so ZooKeeper
+// holds at most about half a snapshot of superseded data and recovery
+// applies a bounded chain.
 func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev Base, nonce uint64) (Base, error) {
+	if d := s.deltaFor(snap, prev); d != nil {
+		return s.prepareDelta(ctx, d, prev, nonce)
+	}
 	nb := Base{
-		Format: baseFormat,
+		Format: fullBaseFormat,
 		Gen:    snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
 		Path:    s.l.generation(snap.State.LSN, nonce),
-		PrevGen: prev.Gen, PrevPath: prev.Path,
+		PrevGen: prev.Gen, PrevPath: prev.Path, PrevDeltas: layerPaths(prev.Deltas),
 	}
+	l, err := s.writeLayer(ctx, nb.Path, func(w io.Writer) error {
+		return writeSnapshot(w, snap, s.Format() >= compressionMetaFormat)
+	})
+	if err != nil {
+		return Base{}, err
+	}
+	nb.Size, nb.Sum, nb.Chunks = l.Size, l.Sum, l.Chunks
+	nb.version = prev.version
+	return nb, nil
+}
+
+// Layered generations: at most maxDeltas deltas after a whole snapshot.
+const maxDeltas = 8
+
+// deltaFor returns the delta to store instead of snap, or nil for a whole
+// snapshot (see PrepareBase).
+func (s *Store) deltaFor(snap *revision.Snapshot, prev Base) *revision.Delta {
+	if s.Format() < layeredMetaFormat || prev.Gen == 0 || prev.Path == "" || len(prev.Deltas) >= maxDeltas ||
+		snap.State.LSN <= prev.Gen {
+		return nil
+	}
+	deltaBytes := prev.StoredSize() - prev.Size
+	if deltaBytes > prev.Size/2 {
+		return nil
+	}
+	d, ok := snap.Since(prev.Rev)
+	if !ok || 4*(len(d.Changed.Keys)+len(d.Removed)) > d.Total {
+		return nil
+	}
+	return d
+}
+
+// prepareDelta stores d as the next layer after prev's.
+func (s *Store) prepareDelta(ctx context.Context, d *revision.Delta, prev Base, nonce uint64) (Base, error) {
+	st := d.Changed.State
+	nb := prev
+	nb.Format = layeredBaseFormat
+	nb.Gen, nb.Rev, nb.CompactRev = st.LSN, st.Rev, st.CompactRev
+	if len(prev.Deltas) == 0 {
+		nb.FullGen = prev.Gen
+	}
+	nb.PrevGen, nb.PrevPath, nb.PrevDeltas, nb.PrevSize, nb.LogBytes = prev.Gen, prev.Path, layerPaths(prev.Deltas), 0, 0
+	l, err := s.writeLayer(ctx, s.l.generation(st.LSN, nonce), func(w io.Writer) error { return writeDelta(w, d) })
+	if err != nil {
+		return Base{}, err
+	}
+	l.Gen, l.Rev = st.LSN, st.Rev
+	nb.Deltas = append(slices.Clip(prev.Deltas), l)
+	nb.version = prev.version
+	return nb, nil
+}
+
+func layerPaths(ls []Layer) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.Path)
+	}
+	return out
+}
+
+// writeLayer creates the znode p and stores what encode writes as its
+// chunks, and returns their count, size and checksum.
+func (s *Store) writeLayer(ctx context.Context, p string, encode func(io.Writer) error) (Layer, error) {
 	if _, err := s.conn.Create(s.l.base(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return Base{}, s.wrap("create base", err)
+		return Layer{}, s.wrap("create base", err)
 	}
-	if _, err := s.conn.Create(nb.Path, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return Base{}, s.wrap("create base generation", err)
+	if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return Layer{}, s.wrap("create base generation", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -218,20 +387,18 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 		size = s.cfg.BaseChunkBytes
 	}
 	cw := &chunkWriter{ctx: ctx, size: size, sem: make(chan struct{}, baseChunksInFlight), pace: true, put: func(i int, c []byte) error {
-		_, err := s.conn.Create(baseChunk(nb.Path, i), c, 0, s.acl)
+		_, err := s.conn.Create(baseChunk(p, i), c, 0, s.acl)
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return s.wrap("write base chunk", err)
 		}
 		return nil
 	}}
 	counted := &crcWriter{h: crc32.New(crcTable)}
-	werr := writeSnapshot(io.MultiWriter(cw, counted), snap, s.Format() >= compressionMetaFormat)
+	werr := encode(io.MultiWriter(cw, counted))
 	if err := errors.Join(werr, cw.Close()); err != nil {
-		return Base{}, err
+		return Layer{}, err
 	}
-	nb.Size, nb.Sum, nb.Chunks = int(counted.n), counted.h.Sum32(), cw.chunks
-	nb.version = prev.version
-	return nb, nil
+	return Layer{Path: p, Size: int(counted.n), Sum: counted.h.Sum32(), Chunks: cw.chunks}, nil
 }
 
 // Base generations are written in chunks of baseChunkBytes, at most
@@ -396,8 +563,8 @@ func (s *Store) TruncateLog(ctx context.Context, fence Fence, lsn int64) (int, e
 	return deleted, nil
 }
 
-// CollectBases deletes every base generation other than cur's and the one
-// before it (a deposed leader's unfinished one, or generations older than
+// CollectBases deletes every base generation other than cur's layers and
+// the one before it (a deposed leader's unfinished one, or generations older than
 // the previous), chunks first. Leader only.
 func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, error) {
 	gens, _, err := s.conn.Children(s.l.base())
@@ -407,10 +574,14 @@ func (s *Store) CollectBases(ctx context.Context, fence Fence, cur Base) (int, e
 	if err != nil {
 		return 0, s.wrap("list bases", err)
 	}
+	keep := map[string]bool{}
+	for _, p := range append(cur.paths(), cur.prevPaths()...) {
+		keep[p] = true
+	}
 	removed := 0
 	for _, g := range gens {
 		p := child(s.l.base(), g)
-		if p == cur.Path || p == cur.PrevPath {
+		if keep[p] {
 			continue
 		}
 		// A generation newer than cur may be one being written right now
@@ -470,13 +641,13 @@ func (s *Store) FreeCompacted(ctx context.Context, cur Base) (Base, int, error) 
 	if err != nil {
 		return Base{}, deleted, fmt.Errorf("truncate log below entry %d: %w", cur.Gen, err)
 	}
-	if cur.PrevPath != "" {
-		if err := s.deleteGeneration(ctx, guard, cur.PrevPath); err != nil {
+	for _, p := range cur.prevPaths() {
+		if err := s.deleteGeneration(ctx, guard, p); err != nil {
 			return Base{}, deleted, err
 		}
 	}
 	nb := cur
-	nb.PrevGen, nb.PrevPath, nb.PrevSize, nb.LogBytes = cur.Gen, "", 0, 0
+	nb.PrevGen, nb.PrevPath, nb.PrevDeltas, nb.PrevSize, nb.LogBytes = cur.Gen, "", nil, 0, 0
 	meta, _ := json.Marshal(nb)
 	if _, err := s.conn.Set(s.l.compact(), meta, cur.version); err != nil {
 		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {

@@ -32,23 +32,33 @@ import (
 //
 // Root formats: 1, every form of format 1 (entries 1 and 2, snapshots 1);
 // 2, compression: entries may be compressedEntryFormat (3) and base
-// snapshots compressedSnapshotFormat (2). A build of root format 2 reads
-// every form, writes the format-1 forms while <root>/meta says 1, and the
-// leader instance raises meta to 2 once every live instance's member
-// znode says it reads format 2 (RaiseFormat).
+// snapshots compressedSnapshotFormat (2); 3, layered base generations: a
+// base description may be of format 2 (layeredBaseFormat), a full snapshot
+// followed by deltas (deltaFormat, 3). A build reads every form of every
+// root format up to its own, writes only the forms of the format
+// <root>/meta says, and the leader instance raises meta to the build's
+// once every live instance's member znode says it reads that format
+// (RaiseFormat).
 const (
 	// MetaFormat is the newest root format this build knows (and writes
 	// into a new root's meta).
-	MetaFormat = 2
+	MetaFormat = 3
 	// compressionMetaFormat is the root format from which writers
 	// compress entries and base snapshots.
 	compressionMetaFormat = 2
+	// layeredMetaFormat is the root format from which physical compaction
+	// may write a delta instead of a whole base (layered descriptions).
+	layeredMetaFormat = 3
 	// maxEntryFormat is the highest first byte of a log entry this build
 	// reads.
 	maxEntryFormat = compressedEntryFormat
-	// baseFormat is the base description format this build writes and the
-	// newest it reads (0, absent, is the same as 1).
-	baseFormat = 1
+	// fullBaseFormat is the format of a base description naming one
+	// whole snapshot (0, absent, is the same); layeredBaseFormat of one
+	// with deltas after it (Base.Deltas).
+	fullBaseFormat    = 1
+	layeredBaseFormat = 2
+	// baseFormat is the newest base description format this build reads.
+	baseFormat = layeredBaseFormat
 )
 
 // ErrNewerFormat is wrapped by the errors for data written in a format newer
@@ -133,6 +143,6 @@ func (s *Store) RaiseFormat() (int, error) {
 	}
 	s.format.Store(int32(MetaFormat))
 	s.log.WithFields(logrus.Fields{"root": s.l.root, "format": MetaFormat, "members": len(members)}).
-		Info("raised the root's format: every live instance reads it; entries and base generations are compressed from now on")
+		Info("raised the root's format: every live instance reads it")
 	return MetaFormat, nil
 }

@@ -135,10 +135,10 @@ func TestTheRootFormatIsRaisedOnlyOnceEveryLiveMemberReadsIt(t *testing.T) {
 		}
 	}
 
-	// Meta says 2 now: a build of root format 1 refuses the root at start.
+	// Meta says MetaFormat now: a build of root format 1 refuses the root at start.
 	data, _, _ := raw.Get(a.l.meta())
 	var m Meta
-	if err := json.Unmarshal(data, &m); err != nil || m.Format != 2 {
+	if err := json.Unmarshal(data, &m); err != nil || m.Format != MetaFormat {
 		t.Fatalf("meta %s: %v", data, err)
 	}
 }

@@ -33,34 +33,64 @@ import (
 // format byte and the CRC (of the stored, compressed bytes) stay outside
 // it. Both forms are written and read as streams: a base generation is
 // never held in memory whole, encoded or decoded.
+//
+// A delta (format 3, a layer of a base generation after its full snapshot,
+// revision.Delta) is compressed like format 2, and its body is a
+// snapshot's body (the delta's state, leases, changed keys, auth state and
+// alarms) after a prefix:
+//
+//	varint  the revision it applies to (Delta.Since)
+//	uvarint removed keys; per key: bytes key (ascending)
 const (
 	snapshotFormat           = 1
 	compressedSnapshotFormat = 2
+	deltaFormat              = 3
 	// maxSnapshotFormat is the newest snapshot format this build reads.
-	maxSnapshotFormat = compressedSnapshotFormat
+	maxSnapshotFormat = deltaFormat
 )
 
 // writeSnapshot writes the stored form of s to w (compressed: format 2)
 // and returns its CRC-32C trailer's input checksum. w sees every stored
 // byte, trailer included.
 func writeSnapshot(w io.Writer, s *revision.Snapshot, compressed bool) error {
-	crc := crc32.New(crcTable)
-	out := io.MultiWriter(w, crc)
 	format := byte(snapshotFormat)
 	if compressed {
 		format = compressedSnapshotFormat
 	}
+	return writeStored(w, format, compressed, func(bw *bufio.Writer) error { return writeSnapshotBody(bw, s) })
+}
+
+// writeDelta writes the stored form of d (format 3, compressed) to w.
+func writeDelta(w io.Writer, d *revision.Delta) error {
+	return writeStored(w, deltaFormat, true, func(bw *bufio.Writer) error {
+		var scratch []byte
+		scratch = binary.AppendVarint(scratch, d.Since)
+		scratch = binary.AppendUvarint(scratch, uint64(len(d.Removed)))
+		_, _ = bw.Write(scratch)
+		for _, k := range d.Removed {
+			_, _ = bw.Write(binary.AppendUvarint(scratch[:0], uint64(len(k))))
+			_, _ = bw.Write(k) // bufio.Writer keeps the first error for Flush
+		}
+		return writeSnapshotBody(bw, d.Changed)
+	})
+}
+
+// writeStored writes a record: the format byte, the body (written by body,
+// through zstd if compressed) and the CRC-32C trailer.
+func writeStored(w io.Writer, format byte, compressed bool, body func(*bufio.Writer) error) error {
+	crc := crc32.New(crcTable)
+	out := io.MultiWriter(w, crc)
 	if _, err := out.Write([]byte{format}); err != nil {
 		return err
 	}
-	var body io.Writer = out
+	var dst io.Writer = out
 	var zw io.WriteCloser
 	if compressed {
 		zw = newStreamCompressor(out)
-		body = zw
+		dst = zw
 	}
-	bw := bufio.NewWriterSize(body, 64<<10)
-	if err := writeSnapshotBody(bw, s); err != nil {
+	bw := bufio.NewWriterSize(dst, 64<<10)
+	if err := body(bw); err != nil {
 		return err
 	}
 	if err := bw.Flush(); err != nil {
@@ -157,14 +187,33 @@ func DecodeSnapshot(data []byte) (*revision.Snapshot, error) {
 // valid snapshot (checksum included), a *FormatError for an intact one of
 // a newer format, or are r's.
 func readSnapshot(r io.Reader, size int64) (*revision.Snapshot, error) {
+	s, d, err := readStored(r, size)
+	if err == nil && d != nil {
+		return nil, fmt.Errorf("%w: a delta where a whole snapshot belongs", ErrCorruptEntry)
+	}
+	return s, err
+}
+
+// readDelta decodes a stored delta (format 3) of size bytes from r. Errors
+// as readSnapshot's.
+func readDelta(r io.Reader, size int64) (*revision.Delta, error) {
+	_, d, err := readStored(r, size)
+	if err == nil && d == nil {
+		return nil, fmt.Errorf("%w: a whole snapshot where a delta belongs", ErrCorruptEntry)
+	}
+	return d, err
+}
+
+// readStored decodes a stored snapshot or delta: d is set for a delta.
+func readStored(r io.Reader, size int64) (*revision.Snapshot, *revision.Delta, error) {
 	if size < 5 {
-		return nil, fmt.Errorf("%w: snapshot of %d bytes", ErrCorruptEntry, size)
+		return nil, nil, fmt.Errorf("%w: snapshot of %d bytes", ErrCorruptEntry, size)
 	}
 	crc := crc32.New(crcTable)
 	body := io.TeeReader(io.LimitReader(r, size-4), crc)
 	var fb [1]byte
 	if _, err := io.ReadFull(body, fb[:]); err != nil {
-		return nil, readErr(err)
+		return nil, nil, readErr(err)
 	}
 	format := fb[0]
 	sealed := func() (bool, error) {
@@ -182,10 +231,10 @@ func readSnapshot(r io.Reader, size int64) (*revision.Snapshot, error) {
 	switch format {
 	case snapshotFormat:
 		src = body
-	case compressedSnapshotFormat:
+	case compressedSnapshotFormat, deltaFormat:
 		zr, err := newStreamDecompressor(body)
 		if err != nil {
-			return nil, fmt.Errorf("%w: snapshot: %v", ErrCorruptEntry, err)
+			return nil, nil, fmt.Errorf("%w: snapshot: %v", ErrCorruptEntry, err)
 		}
 		defer zr.Close()
 		src = zr
@@ -193,32 +242,48 @@ func readSnapshot(r io.Reader, size int64) (*revision.Snapshot, error) {
 		ok, err := sealed()
 		switch {
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		case !ok:
-			return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorruptEntry)
+			return nil, nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorruptEntry)
 		case format > maxSnapshotFormat:
 			// Every form keeps the format byte first and the checksum
 			// last: an intact record of a higher format is a newer
 			// zketcd's.
-			return nil, &FormatError{What: "base snapshot", Got: int(format), Known: maxSnapshotFormat}
+			return nil, nil, &FormatError{What: "base snapshot", Got: int(format), Known: maxSnapshotFormat}
 		}
-		return nil, fmt.Errorf("%w: unknown snapshot format %d", ErrCorruptEntry, format)
+		return nil, nil, fmt.Errorf("%w: unknown snapshot format %d", ErrCorruptEntry, format)
 	}
-	d := &streamDecoder{r: bufio.NewReaderSize(src, 64<<10)}
-	s := readSnapshotBody(d)
-	if d.err == nil && !d.atEOF() {
-		d.fail("trailing bytes")
+	dec := &streamDecoder{r: bufio.NewReaderSize(src, 64<<10)}
+	var delta *revision.Delta
+	if format == deltaFormat {
+		delta = &revision.Delta{Since: dec.varint()}
+		n := dec.uvarint()
+		for i := uint64(0); i < n && dec.err == nil; i++ {
+			k := dec.bytes()
+			if dec.err == nil && len(delta.Removed) > 0 && bytes.Compare(delta.Removed[len(delta.Removed)-1], k) >= 0 {
+				dec.fail("removed keys out of order")
+			}
+			delta.Removed = append(delta.Removed, k)
+		}
+	}
+	s := readSnapshotBody(dec)
+	if dec.err == nil && !dec.atEOF() {
+		dec.fail("trailing bytes")
 	}
 	ok, err := sealed()
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	case !ok:
-		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorruptEntry)
-	case d.err != nil:
-		return nil, d.err
+		return nil, nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorruptEntry)
+	case dec.err != nil:
+		return nil, nil, dec.err
 	}
-	return s, nil
+	if delta != nil {
+		delta.Changed = s
+		return nil, delta, nil
+	}
+	return s, nil, nil
 }
 
 func readErr(err error) error {

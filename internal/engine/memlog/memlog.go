@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -1005,7 +1006,7 @@ func (c *Client) PublishBase(fence zkstore.Fence, nb zkstore.Base) (zkstore.Base
 	if !c.s.guardHoldsLocked(fence.Guard()) {
 		return zkstore.Base{}, fmt.Errorf("make base current: fence %q lost", fence.Path())
 	}
-	if prev, ok := c.s.prepared[nb.Path]; !ok || prev != c.s.base {
+	if prev, ok := c.s.prepared[nb.Path]; !ok || !reflect.DeepEqual(prev, c.s.base) {
 		return zkstore.Base{}, fmt.Errorf("make base current: the description of generation %q changed meanwhile", nb.PrevPath)
 	}
 	delete(c.s.prepared, nb.Path)
@@ -1076,7 +1077,7 @@ func (c *Client) FreeCompacted(_ context.Context, cur zkstore.Base) (zkstore.Bas
 	if cur.PrevPath != "" {
 		delete(c.s.bases, cur.PrevPath)
 	}
-	if c.s.base != cur {
+	if !reflect.DeepEqual(c.s.base, cur) {
 		return zkstore.Base{}, n, zkstore.ErrBaseChanged
 	}
 	nb := cur

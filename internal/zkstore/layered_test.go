@@ -1,0 +1,182 @@
+package zkstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+)
+
+// dumpSnap prints every key's versions and the state, for comparing.
+func dumpSnap(s *revision.Snapshot) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%+v leases %v\n", s.State, s.Leases)
+	s.Each(func(kh revision.KeyHistory) bool {
+		fmt.Fprintf(&b, "%s:", kh.Key)
+		for _, kv := range kh.Versions {
+			fmt.Fprintf(&b, " %d.%d/v%d/c%d/l%d=%s", kv.ModRevision, kv.Sub, kv.Version, kv.CreateRevision, kv.Lease, kv.Value)
+		}
+		b.WriteString("\n")
+		return true
+	})
+	return b.String()
+}
+
+// On a root of format 3, a compaction that changed few keys stores a delta
+// after the previous generation's layers, and loading the generation gives
+// the view's state exactly; after maxDeltas deltas (or once a quarter of
+// the keys changed) a whole snapshot is written again. Collecting old
+// generations and FreeCompacted never delete a layer the current
+// generation uses; a delta that goes away or changes is ErrBaseChanged or
+// corrupt.
+func TestLayeredBaseGenerationsLoadAsTheViewTheyWereTakenFrom(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	s := openStoreWith(t, Config{Servers: []string{srv.Addr()}, Root: "/layered", MaxEntryBytes: 16 << 10})
+	if s.Format() < layeredMetaFormat {
+		t.Fatalf("a new root has format %d", s.Format())
+	}
+	ctx := context.Background()
+	fence := Fence{path: s.l.meta()} // a guard that holds
+	v := revision.NewView(1, 1)
+	lsn, rev := int64(1), int64(1)
+	apply := func(ops ...revision.Op) {
+		t.Helper()
+		lsn++
+		if _, err := v.Apply(&revision.Entry{LSN: lsn, Zxid: lsn, Ops: ops}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(i int) []byte { return []byte(fmt.Sprintf("/registry/pods/ns/pod-%04d", i)) }
+	live := map[int]bool{}
+	write := func(from, to int, del bool) {
+		t.Helper()
+		var cs []revision.Change
+		for i := from; i < to; i++ {
+			if del {
+				if live[i] {
+					cs = append(cs, revision.Change{Key: key(i), Delete: true})
+					delete(live, i)
+				}
+				continue
+			}
+			cs = append(cs, revision.Change{Key: key(i), Value: []byte(fmt.Sprintf(`{"kind":"Pod","rev":%d,"i":%d}`, rev+1, i))})
+			live[i] = true
+		}
+		if len(cs) == 0 {
+			return
+		}
+		rev++
+		apply(revision.Op{Kind: revision.OpTxn, Rev: rev, Changes: cs})
+	}
+	compact := func() {
+		t.Helper()
+		apply(revision.Op{Kind: revision.OpCompact, Rev: rev})
+		for v.TrimCompacted(64) {
+		}
+	}
+	cur, err := s.ReadBase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(nonce uint64) Base {
+		t.Helper()
+		snap := v.Snapshot()
+		nb, err := s.PrepareBase(ctx, snap, cur, nonce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("generation %d: %d deltas, %d bytes", nb.Gen, len(nb.Deltas), nb.StoredSize())
+		if nb, err = s.PublishBase(fence, nb); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CollectBases(ctx, fence, nb); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.LoadBase(ctx, nb)
+		if err != nil {
+			t.Fatalf("load generation %d (%d deltas): %v", nb.Gen, len(nb.Deltas), err)
+		}
+		if a, b := dumpSnap(got), dumpSnap(snap); a != b {
+			t.Fatalf("generation %d (%d deltas) loads as\n%s\nwant\n%s", nb.Gen, len(nb.Deltas), a, b)
+		}
+		if _, err := revision.FromSnapshot(got); err != nil {
+			t.Fatal(err)
+		}
+		cur = nb
+		v.PruneRemoved(nb.Rev)
+		return nb
+	}
+
+	for i := 0; i < 2000; i += 100 {
+		write(i, i+100, false)
+	}
+	compact()
+	full := publish(1)
+	if len(full.Deltas) != 0 || full.Format != fullBaseFormat {
+		t.Fatalf("the first generation has %d deltas", len(full.Deltas))
+	}
+	// Rewrites, deletions and a re-creation, a few keys each time.
+	for round := 1; round <= maxDeltas; round++ {
+		write(round*10, round*10+8, false)
+		write(round*10+300, round*10+305, true)
+		write(round*10+300, round*10+302, false)
+		compact()
+		nb := publish(uint64(1 + round))
+		if len(nb.Deltas) != round || nb.Path != full.Path || nb.Format != layeredBaseFormat {
+			t.Fatalf("round %d: %d deltas on %s (the whole one %s)", round, len(nb.Deltas), nb.Path, full.Path)
+		}
+		if d := nb.Deltas[round-1]; d.Size*4 > full.Size {
+			t.Fatalf("round %d: a delta of %d bytes against %d for everything", round, d.Size, full.Size)
+		}
+	}
+	// The chain is full: the next generation is whole again, and the
+	// layers before it stay until the one after (an instance may be
+	// loading them).
+	write(0, 5, false)
+	compact()
+	again := publish(100)
+	if len(again.Deltas) != 0 || again.Path == full.Path || again.PrevPath != full.Path || len(again.PrevDeltas) != maxDeltas {
+		t.Fatalf("after %d deltas: %d deltas, path %s, previous %s and %d deltas", maxDeltas, len(again.Deltas), again.Path, again.PrevPath, len(again.PrevDeltas))
+	}
+	// Over a quarter of the keys changed: whole.
+	write(0, 1000, false)
+	compact()
+	if nb := publish(101); len(nb.Deltas) != 0 {
+		t.Fatalf("%d deltas after half the keys changed", len(nb.Deltas))
+	}
+	// A delta again; FreeCompacted keeps the layers the current one uses.
+	write(7, 9, false)
+	compact()
+	nb := publish(102)
+	if len(nb.Deltas) != 1 {
+		t.Fatalf("%d deltas", len(nb.Deltas))
+	}
+	freed, _, err := s.FreeCompacted(ctx, nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoadBase(ctx, freed); err != nil {
+		t.Fatalf("after FreeCompacted: %v", err)
+	}
+	// A changed byte of the delta is corrupt; without it, the generation
+	// changed.
+	p := baseChunk(nb.Deltas[0].Path, 0)
+	data, _, _ := s.conn.Get(p)
+	data[len(data)/2] ^= 1
+	if _, err := s.conn.Set(p, data, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoadBase(ctx, freed); !errors.Is(err, ErrCorruptEntry) {
+		t.Fatalf("a changed byte in a delta: %v", err)
+	}
+	if err := s.conn.Delete(p, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoadBase(ctx, freed); !errors.Is(err, ErrBaseChanged) {
+		t.Fatalf("a delta gone: %v", err)
+	}
+}
