@@ -45,10 +45,12 @@ func buildNext(t *testing.T, ctx context.Context, dir string) string {
 
 // buildPrevious builds the current sources patched back to root format 1:
 // what the builds before compression read (entries up to format 2,
-// snapshots format 1, roots format 1) and write.
+// snapshots format 1, base descriptions format 1, roots format 1) and
+// write.
 func buildPrevious(t *testing.T, ctx context.Context, dir string) string {
 	return buildPatched(t, ctx, dir, "previous", [][3]string{
-		{"internal/zkstore/format.go", "MetaFormat = 2", "MetaFormat = 1"},
+		{"internal/zkstore/format.go", "MetaFormat = 3", "MetaFormat = 1"},
+		{"internal/zkstore/format.go", "baseFormat = layeredBaseFormat", "baseFormat = fullBaseFormat"},
 		{"internal/zkstore/format.go", "maxEntryFormat = compressedEntryFormat", "maxEntryFormat = indirectFormat"},
 		{"internal/zkstore/snapshot.go", "maxSnapshotFormat = compressedSnapshotFormat", "maxSnapshotFormat = snapshotFormat"},
 	})
@@ -235,7 +237,7 @@ func errorLines(t *testing.T, path, s string) int {
 // compression); B is restarted on the current build and leads, and keeps
 // writing format-1 entries, so A, still previous, serves every write (no
 // halt); once A runs the current build too, the leader raises the root to
-// format 2 and entries are compressed (zketcd_root_format 2 on both);
+// format 3 and entries are compressed (zketcd_root_format 3 on both);
 // everything reads back; a previous-build instance started afterwards
 // refuses the root, naming both versions.
 func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testing.T) {
@@ -300,8 +302,8 @@ func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testin
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 30*time.Second, "root format 2 on both once every instance runs the current build", func() error {
-		if fa, fb := metricValue(t, aMetrics, "zketcd_root_format"), metricValue(t, bMetrics, "zketcd_root_format"); fa != 2 || fb != 2 {
+	testutil.Eventually(t, 30*time.Second, "root format 3 on both once every instance runs the current build", func() error {
+		if fa, fb := metricValue(t, aMetrics, "zketcd_root_format"), metricValue(t, bMetrics, "zketcd_root_format"); fa != 3 || fb != 3 {
 			return fmt.Errorf("root format %v / %v", fa, fb)
 		}
 		return nil
@@ -323,7 +325,7 @@ func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testin
 	// A previous-build instance refuses the raised root.
 	c := instance(prev, "c", embedtest.FreeAddr(t), embedtest.FreeAddr(t))
 	err = c.Start(ctx)
-	if err == nil || !strings.Contains(err.Error(), "has format 2, newer than this zketcd reads (up to 1)") {
+	if err == nil || !strings.Contains(err.Error(), "has format 3, newer than this zketcd reads (up to 1)") {
 		t.Fatalf("a previous-build instance on the raised root: %v", err)
 	}
 	t.Logf("C (previous build) at start: %s", err)

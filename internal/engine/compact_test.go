@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -323,4 +324,98 @@ func TestInstanceBehindACompactionReloads(t *testing.T) {
 		}
 	}
 	t.Logf("watcher on the reloaded instance received every event up to %d", last)
+}
+
+// TestRestartLoadsALayeredBase: compactions that change few keys store
+// deltas after the first whole generation; an instance restarted, and a
+// second one started on the root, load the layers and answer every read,
+// the hash of the store and a watch from the compacted revision as the
+// instance that wrote them did.
+func TestRestartLoadsALayeredBase(t *testing.T) {
+	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	c := in.Client(t)
+	ctx := ctxT(t)
+	var rev int64
+	put := func(k, v string) {
+		t.Helper()
+		resp, err := c.Put(ctx, k, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	for i := 0; i < 300; i++ {
+		put(fmt.Sprintf("k/%03d", i), fmt.Sprint("v", i))
+	}
+	if _, err := c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	var compacted int64
+	for round := 1; round <= 3; round++ {
+		for i := 0; i < 5; i++ {
+			put(fmt.Sprintf("k/%03d", round*20+i), fmt.Sprint("round", round))
+		}
+		resp, err := c.Delete(ctx, fmt.Sprintf("k/%03d", 200+round))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+		compacted = rev - 3
+		if _, err := c.Compact(ctx, compacted, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("k/new", "after the last compaction")
+	raw, _, err := zk.Connect([]string{zkAddr(t)}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	desc, _, err := raw.Get(in.Root() + "/compact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base struct {
+		Deltas []json.RawMessage `json:"deltas"`
+	}
+	if err := json.Unmarshal(desc, &base); err != nil || len(base.Deltas) != 3 {
+		t.Fatalf("base description %s: %d deltas (%v), want 3", desc, len(base.Deltas), err)
+	}
+
+	snapshotOf := func(c *clientv3.Client) string {
+		t.Helper()
+		all, err := c.Get(ctx, "", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := c.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(compacted))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.HashKV(ctx, c.Endpoints()[0], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var events []string
+		for resp := range c.Watch(wctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted), clientv3.WithPrevKV()) {
+			for _, ev := range resp.Events {
+				events = append(events, fmt.Sprint(ev.Type, ev.Kv, ev.PrevKv))
+			}
+			if len(events) >= 4 {
+				break
+			}
+		}
+		return fmt.Sprint(all.Header.Revision, all.Kvs, old.Kvs, h.Hash, h.HashRevision, h.CompactRevision, events)
+	}
+	want := snapshotOf(c)
+	second := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: in.Root()})
+	if got := snapshotOf(second.Client(t)); got != want {
+		t.Fatalf("a second instance on the root:\n%s\nwant\n%s", got, want)
+	}
+	in.Restart()
+	if got := snapshotOf(in.Client(t)); got != want {
+		t.Fatalf("after a restart:\n%s\nwant\n%s", got, want)
+	}
 }

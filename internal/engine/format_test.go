@@ -119,11 +119,11 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	wantNewerFormat(t, err, "log entry has format 4")
 
 	// A base description of a newer format.
-	if _, err := raw.Set(root+"/compact", []byte(`{"gen":0,"format":2}`), -1); err != nil {
+	if _, err := raw.Set(root+"/compact", []byte(`{"gen":0,"format":3}`), -1); err != nil {
 		t.Fatal(err)
 	}
 	_, err = openBackend(t, root)
-	wantNewerFormat(t, err, "base description "+root+"/compact has format 2, newer than this zketcd reads (up to 1)")
+	wantNewerFormat(t, err, "base description "+root+"/compact has format 3, newer than this zketcd reads (up to 2)")
 
 	// A root of a newer format.
 	data, _, err := raw.Get(root + "/meta")
@@ -140,7 +140,7 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = openBackend(t, root)
-	wantNewerFormat(t, err, "zketcd root "+root+" has format 3, newer than this zketcd reads (up to 2)")
+	wantNewerFormat(t, err, "zketcd root "+root+" has format 4, newer than this zketcd reads (up to 3)")
 }
 
 // haltedGauge returns the instance's zketcd_halted.
