@@ -182,6 +182,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) ./internal/zkstore/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCompressedEntry -fuzztime $(FUZZTIME) ./internal/zkstore/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCompressedSnapshot -fuzztime $(FUZZTIME) ./internal/zkstore/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeDelta -fuzztime $(FUZZTIME) ./internal/zkstore/
 	$(GO) test -run '^$$' -fuzz FuzzTxn -fuzztime $(FUZZTIME) ./internal/translate/
 	$(GO) test -run '^$$' -fuzz FuzzRange -fuzztime $(FUZZTIME) ./internal/translate/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSnapshotDB -fuzztime $(FUZZTIME) ./internal/etcdformat/

@@ -635,6 +635,7 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	if sc.probeOnly {
 		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient, wc.CompactEvery = nil, nil, "", 0
 	}
+	preloadBallast(t, cl.clients["B"])
 	w, err := Start(wc)
 	if err != nil {
 		t.Fatal(err)
@@ -801,4 +802,41 @@ func laterHeal(f FaultStats, i int) string {
 		return ""
 	}
 	return fmt.Sprintf(" of fault %d (injected before the probe expired, it restarted the lease's clock)", f.ProbeFrom+1)
+}
+
+// Ballast: keys outside the workload's Prefix that no worker touches, so
+// that each compaction changes a small share of the keys and physical
+// compaction stores deltas after a whole generation (zkstore's layered
+// bases) — what recovery, reloads and restarts in every scenario load.
+const (
+	BallastPrefix = "ballast/"
+	ballastKeys   = 20000
+)
+
+// preloadBallast writes the ballast through c, 32 puts at a time.
+func preloadBallast(t *testing.T, c *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < ballastKeys; i += 32 {
+				if _, err := c.Put(ctx, fmt.Sprintf("%s%05d", BallastPrefix, i), strings.Repeat("b", 64)); err != nil {
+					errs <- fmt.Errorf("ballast key %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ballast: %d keys outside %s in %v", ballastKeys, Prefix, time.Since(start).Round(time.Millisecond))
 }

@@ -184,6 +184,13 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 			c := a.Client(t)
 			ctx := ctxT(t)
 			var rev int64
+			// Keys no round changes: the second cycle changes under a
+			// quarter of the keys, so it writes a delta after the first.
+			for i := 0; i < 100; i++ {
+				if _, err := c.Put(ctx, fmt.Sprintf("s%03d", i), "static"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for round := 0; round < 2; round++ { // two cycles: the second truncates the log
 				for i := 0; i < 60; i++ {
 					v := fmt.Sprint(round, i)
@@ -219,6 +226,9 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			a.Close() // the crash
+			if deltas := baseDeltas(t, a.Root()); step != "base-prepared" && deltas != 1 {
+				t.Fatalf("the second cycle published %d deltas, want 1", deltas)
+			}
 			b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root()})
 			cb := b.Client(t)
 			got, err := cb.Get(ctx, "k", clientv3.WithPrefix())
@@ -366,20 +376,8 @@ func TestRestartLoadsALayeredBase(t *testing.T) {
 		}
 	}
 	put("k/new", "after the last compaction")
-	raw, _, err := zk.Connect([]string{zkAddr(t)}, 5*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	desc, _, err := raw.Get(in.Root() + "/compact")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var base struct {
-		Deltas []json.RawMessage `json:"deltas"`
-	}
-	if err := json.Unmarshal(desc, &base); err != nil || len(base.Deltas) != 3 {
-		t.Fatalf("base description %s: %d deltas (%v), want 3", desc, len(base.Deltas), err)
+	if n := baseDeltas(t, in.Root()); n != 3 {
+		t.Fatalf("the base has %d deltas, want 3", n)
 	}
 
 	snapshotOf := func(c *clientv3.Client) string {
@@ -418,4 +416,26 @@ func TestRestartLoadsALayeredBase(t *testing.T) {
 	if got := snapshotOf(in.Client(t)); got != want {
 		t.Fatalf("after a restart:\n%s\nwant\n%s", got, want)
 	}
+}
+
+// baseDeltas returns the number of deltas the root's current base
+// generation has (0 for a whole one or none).
+func baseDeltas(t *testing.T, root string) int {
+	t.Helper()
+	raw, _, err := zk.Connect([]string{zkAddr(t)}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	desc, _, err := raw.Get(root + "/compact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base struct {
+		Deltas []json.RawMessage `json:"deltas"`
+	}
+	if err := json.Unmarshal(desc, &base); err != nil {
+		t.Fatalf("base description %s: %v", desc, err)
+	}
+	return len(base.Deltas)
 }
