@@ -217,6 +217,7 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("compaction never reached %s", step)
 			}
+			testutil.Eventually(t, 10*time.Second, "the second compaction cycle reached "+step, func() bool { return reached.Load() > 1 })
 			want, err := c.Get(ctx, "k", clientv3.WithPrefix())
 			if err != nil {
 				t.Fatal(err)
