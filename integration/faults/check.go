@@ -372,8 +372,11 @@ func (c *checker) replay() {
 		}
 	}
 	ri := 0
-	checkReads(1, &ri)
-	for rev := int64(2); rev <= c.maxRev; rev++ {
+	// Revisions up to FirstRev are the setup's, outside Prefix: the
+	// model starts empty after them.
+	first := max(c.h.FirstRev, 1)
+	checkReads(first, &ri)
+	for rev := first + 1; rev <= c.maxRev; rev++ {
 		info := c.revs[rev]
 		ack := c.acked[rev]
 		var evs []*mvccpb.Event
@@ -625,7 +628,7 @@ func (c *checker) linearizability() {
 		c.r.Linearizable = porcupine.CheckResult(fmt.Sprintf("not checked (%d operations, over %d)", len(ops), m))
 		return
 	}
-	model := newModel(c.ext)
+	model := newModel(c.ext, max(c.h.FirstRev, 1))
 	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, c.opts.PorcupineTimeout)
 	c.r.PorcupineTook = time.Since(start)
@@ -801,7 +804,8 @@ func (c *checker) explain(ops []*Op, model porcupine.Model, info porcupine.Linea
 // watches' events.
 func (c *checker) watches() {
 	h := &watchcheck.History{}
-	for rev := int64(2); rev <= c.maxRev; rev++ {
+	h.SetFirst(c.h.FirstRev)
+	for rev := max(c.h.FirstRev, 1) + 1; rev <= c.maxRev; rev++ {
 		if ack := c.acked[rev]; ack != nil {
 			h.Add(rev, changesOf(ack)...)
 		} else if info := c.revs[rev]; info != nil && info.hasAll {

@@ -258,10 +258,11 @@ func step(ext external, s *mstate, op *Op, out mout) (bool, *mstate) {
 	return false, nil
 }
 
-// newModel returns the porcupine model over the external revisions ext.
-func newModel(ext external) porcupine.Model {
+// newModel returns the porcupine model over the external revisions ext,
+// from a store at revision first (empty under Prefix).
+func newModel(ext external, first int64) porcupine.Model {
 	return porcupine.Model{
-		Init: func() any { return &mstate{rev: 1} },
+		Init: func() any { return &mstate{rev: first} },
 		Step: func(state, input, output any) (bool, any) {
 			ok, ns := step(ext, state.(*mstate), input.(*Op), output.(mout))
 			if !ok {

@@ -106,6 +106,7 @@ type Workload struct {
 	leadPuts     atomic.Int64             // CAS workers' puts through A so far
 	probeWriters atomic.Pointer[[]string] // the clients probes put through
 	probePuts    atomic.Int64             // probe puts under way
+	firstRev     int64                    // the store's revision at Start
 }
 
 // History is everything a run recorded.
@@ -121,6 +122,10 @@ type History struct {
 	Elapsed time.Duration
 	// WatchErrors lists watches that did not catch up with Final.
 	WatchErrors []string
+	// FirstRev is the store's revision before the workload wrote
+	// anything: revisions up to it were made by the scenario's setup (the
+	// ballast), outside Prefix.
+	FirstRev int64
 }
 
 // Start starts the watches and the workers.
@@ -140,6 +145,7 @@ func Start(cfg Config) (*Workload, error) {
 		return nil, fmt.Errorf("faults: initial read: %w", op.Err)
 	}
 	now := op.Header
+	w.firstRev = now
 	all := watchcheck.Spec{Key: Prefix, End: clientv3.GetPrefixRangeEnd(Prefix), PrevKV: true}
 	kube := watchcheck.Spec{Key: KubePrefix, End: clientv3.GetPrefixRangeEnd(KubePrefix), PrevKV: true}
 	for _, name := range sortedNames(cfg.Clients) {
@@ -823,7 +829,7 @@ func (w *Workload) WaitProbes(bound time.Duration) {
 func (w *Workload) Stop() *History {
 	close(w.stop)
 	w.wg.Wait()
-	h := &History{Start: w.start, Elapsed: time.Since(w.start)}
+	h := &History{Start: w.start, Elapsed: time.Since(w.start), FirstRev: w.firstRev}
 	c := w.cfg.Clients["B"]
 	deadline := time.Now().Add(90 * time.Second)
 	for {

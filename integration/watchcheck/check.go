@@ -75,6 +75,7 @@ func build(h *History, watches []*Watch) *checker {
 	writes := append([]Write(nil), h.writes...)
 	unknown := append([]Write(nil), h.unknown...)
 	final := h.final
+	first := max(h.first, 1)
 	compacted := map[int64]bool{}
 	for rev := range h.compacted {
 		compacted[rev] = true
@@ -108,7 +109,7 @@ func build(h *History, watches []*Watch) *checker {
 	// Rebuild the store revision by revision.
 	state := map[string]*mvccpb.KeyValue{}
 	uncertain := map[string]bool{}
-	for rev := int64(2); rev <= c.maxRev; rev++ {
+	for rev := first + 1; rev <= c.maxRev; rev++ {
 		changes, ok := byRev[rev]
 		if !ok {
 			c.unknown[rev] = true

@@ -70,8 +70,18 @@ type History struct {
 	writes  []Write
 	unknown []Write
 	final   int64
+	first   int64
 	// compacted holds the revisions a compaction was requested at.
 	compacted map[int64]bool
+}
+
+// SetFirst records that the revisions up to rev were made before the
+// history began, by writes outside every watched range (a test's setup):
+// the store is rebuilt from rev+1 on, empty in the watched ranges.
+func (h *History) SetFirst(rev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.first = rev
 }
 
 // Add records an acknowledged write that created revision rev with these
