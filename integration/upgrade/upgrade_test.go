@@ -52,7 +52,7 @@ func buildPrevious(t *testing.T, ctx context.Context, dir string) string {
 		{"internal/zkstore/format.go", "MetaFormat = 3", "MetaFormat = 1"},
 		{"internal/zkstore/format.go", "baseFormat = layeredBaseFormat", "baseFormat = fullBaseFormat"},
 		{"internal/zkstore/format.go", "maxEntryFormat = compressedEntryFormat", "maxEntryFormat = indirectFormat"},
-		{"internal/zkstore/snapshot.go", "maxSnapshotFormat = compressedSnapshotFormat", "maxSnapshotFormat = snapshotFormat"},
+		{"internal/zkstore/snapshot.go", "maxSnapshotFormat = deltaFormat", "maxSnapshotFormat = snapshotFormat"},
 	})
 }
 
