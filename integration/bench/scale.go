@@ -75,7 +75,10 @@ type ScaleOptions struct {
 	// scaleEnd, appended if absent).
 	DataDir, MarkdownPath string
 	KeepWorkDir           bool
-	Logf                  func(format string, args ...any)
+	// ZketcdArgs are more flags for the zketcd instance (-zketcd-args),
+	// after the benchmark's own.
+	ZketcdArgs []string
+	Logf       func(format string, args ...any)
 }
 
 // ScaleRow is one stack at one size.
@@ -167,7 +170,7 @@ func RunScale(ctx context.Context, opts ScaleOptions) (*ScaleReport, error) {
 	if opts.KubeAt > 0 {
 		bopts.Servers = append(bopts.Servers, ServerKubeEtcd3)
 	}
-	env := &Env{WorkDir: work, ZKHeap: opts.ZKHeap, ZKHeapMin: "64m", Log: quietLogger()}
+	env := &Env{WorkDir: work, ZKHeap: opts.ZKHeap, ZKHeapMin: "64m", Log: quietLogger(), ZketcdExtraArgs: opts.ZketcdArgs}
 	if err := resolveBinaries(ctx, &bopts, env); err != nil {
 		return nil, err
 	}
@@ -274,7 +277,7 @@ func startScaleStack(ctx context.Context, env *Env, stack, dir string, heapBytes
 		// The heap is given (its warning shows in the metrics), but the
 		// quota is etcd's of this run: the sizing rule (half the heap)
 		// would stop a million objects after their first compaction.
-		sub.ZketcdExtraArgs = []string{"--zk-heap-bytes", strconv.FormatInt(heapBytes, 10), "--quota-backend-bytes", strconv.FormatInt(scaleQuota, 10)}
+		sub.ZketcdExtraArgs = append([]string{"--zk-heap-bytes", strconv.FormatInt(heapBytes, 10), "--quota-backend-bytes", strconv.FormatInt(scaleQuota, 10)}, env.ZketcdExtraArgs...)
 		t, _, err := sub.StartZketcd(ctx, ServerZK3, "zketcd", zk, "/scale", 0)
 		if err != nil {
 			_ = zk.stop()

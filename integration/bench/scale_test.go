@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -43,4 +44,26 @@ func TestScaleSectionIsSplicedOnceAndCarriedByTheMainReport(t *testing.T) {
 	if err != nil || len(back.Rows) != 2 || back.row(ScaleEtcd, 100000).M["list_s"] != 8 {
 		t.Fatalf("scale.json: %+v %v", back, err)
 	}
+}
+
+// BenchmarkTouchFreshHeap measures what a fresh process pays to touch
+// memory the first time: 100 MB of 3.2 KB values, the size of the kube-like
+// objects a recovering instance decodes into its view (go test -run '^$'
+// -bench TouchFreshHeap -benchtime 1x). On a virtual machine each first
+// touch of a page is a page fault the hypervisor also handles; a restart
+// touches every byte the view holds (analysis.md, "Restart times").
+func BenchmarkTouchFreshHeap(b *testing.B) {
+	const values, size = 32000, 3200
+	for b.Loop() {
+		keep := make([][]byte, 0, values)
+		for range values {
+			v := make([]byte, size)
+			for j := 0; j < size; j += 512 {
+				v[j] = 1
+			}
+			keep = append(keep, v)
+		}
+		runtime.KeepAlive(keep)
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N)/(values*size/1e6), "ms/MB")
 }

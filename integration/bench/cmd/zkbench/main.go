@@ -109,7 +109,7 @@ func run() error {
 		return rep.WriteFiles(dir, *md)
 	}
 	if *scale {
-		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *scaleWatchCap, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep)
+		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *scaleWatchCap, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep, strings.Fields(*zketcdArgs))
 	}
 	p, ok := bench.Profiles[*profile]
 	if !ok {
@@ -185,7 +185,7 @@ func run() error {
 	return err
 }
 
-func runScale(sizes, stacks, heap string, kubeAt int, watchCap time.Duration, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool) error {
+func runScale(sizes, stacks, heap string, kubeAt int, watchCap time.Duration, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool, zketcdArgs []string) error {
 	ns, err := ints(sizes)
 	if err != nil {
 		return err
@@ -195,7 +195,7 @@ func runScale(sizes, stacks, heap string, kubeAt int, watchCap time.Duration, re
 		return err
 	}
 	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, WatchCap: watchCap, RepoRoot: root,
-		EtcdBin: etcdBin, ZketcdBin: zketcdBin, KubeAPIServerBin: kubeBin, KeepWorkDir: keep,
+		EtcdBin: etcdBin, ZketcdBin: zketcdBin, KubeAPIServerBin: kubeBin, KeepWorkDir: keep, ZketcdArgs: zketcdArgs,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 		},
