@@ -92,7 +92,7 @@ func visibleAt(vs []*revision.KeyValue, rev int64) *revision.KeyValue {
 func hashRecords(s *revision.Snapshot, rev, compacted int64, keep map[Rev]struct{}) (KVHash, error) {
 	h := crc32.New(castagnoli)
 	h.Write([]byte(KeyBucket))
-	var kbuf []byte
+	var kbuf, vbuf []byte
 	for _, r := range Records(s, rev) {
 		if r.Rev.Main > rev {
 			break
@@ -105,13 +105,13 @@ func hashRecords(s *revision.Snapshot, rev, compacted int64, keep map[Rev]struct
 		if r.Rev.Main == compacted && r.Rev.Tombstone {
 			continue
 		}
-		v, err := Value(r.KV)
-		if err != nil {
+		var err error
+		if vbuf, err = AppendValue(vbuf[:0], r.KV); err != nil {
 			return KVHash{}, err
 		}
 		kbuf = AppendRevKey(kbuf[:0], r.Rev)
 		h.Write(kbuf)
-		h.Write(v)
+		h.Write(vbuf)
 	}
 	return KVHash{Hash: h.Sum32(), CompactRevision: compacted, Revision: rev}, nil
 }

@@ -78,13 +78,20 @@ func RevOf(kv *revision.KeyValue) Rev {
 // Value returns the key-bucket value of kv as etcd writes it: the marshaled
 // mvccpb.KeyValue; a tombstone holds only the key.
 func Value(kv *revision.KeyValue) ([]byte, error) {
-	m := &mvccpb.KeyValue{Key: kv.Key}
+	return AppendValue(nil, kv)
+}
+
+// AppendValue appends Value(kv) to dst: a caller encoding every record in
+// turn (hashing) reuses one buffer instead of allocating each record's
+// encoding, which for a whole store is as many bytes as the store holds.
+func AppendValue(dst []byte, kv *revision.KeyValue) ([]byte, error) {
+	m := mvccpb.KeyValue{Key: kv.Key}
 	if kv.Version != 0 {
 		m.Value, m.CreateRevision, m.ModRevision, m.Version, m.Lease = kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease
 	}
-	b, err := proto.Marshal(m)
+	b, err := proto.MarshalOptions{}.MarshalAppend(dst, &m)
 	if err != nil {
-		return nil, fmt.Errorf("marshal key %q at revision %d: %w", kv.Key, kv.ModRevision, err)
+		return dst, fmt.Errorf("marshal key %q at revision %d: %w", kv.Key, kv.ModRevision, err)
 	}
 	return b, nil
 }

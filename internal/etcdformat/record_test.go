@@ -3,6 +3,8 @@ package etcdformat
 import (
 	"bytes"
 	"testing"
+
+	"github.com/zketcd/zketcd/internal/revision"
 )
 
 func TestRevKeyRoundTripsAndSortsLikeRevisions(t *testing.T) {
@@ -34,6 +36,25 @@ func TestParseRevKeyRejectsMalformedKeys(t *testing.T) {
 	for _, b := range bad {
 		if _, err := ParseRevKey(b); err == nil {
 			t.Errorf("ParseRevKey(%x) succeeded", b)
+		}
+	}
+}
+
+// AppendValue into a reused buffer gives Value's bytes, record after record.
+func TestAppendValueReusesItsBufferAndMatchesValue(t *testing.T) {
+	kvs := []*revision.KeyValue{
+		{Key: []byte("a"), Value: bytes.Repeat([]byte("x"), 5000), CreateRevision: 2, ModRevision: 9, Version: 3, Lease: 7},
+		{Key: []byte("b"), ModRevision: 10}, // a deletion
+		{Key: []byte("c"), Value: []byte("v"), CreateRevision: 11, ModRevision: 11, Version: 1},
+	}
+	var buf []byte
+	for _, kv := range kvs {
+		want, err := Value(kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if buf, err = AppendValue(buf[:0], kv); err != nil || !bytes.Equal(buf, want) {
+			t.Fatalf("%s: AppendValue %x, Value %x (%v)", kv.Key, buf, want, err)
 		}
 	}
 }
