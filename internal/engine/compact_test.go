@@ -423,12 +423,7 @@ func TestRestartLoadsALayeredBase(t *testing.T) {
 // generation has (0 for a whole one or none).
 func baseDeltas(t *testing.T, root string) int {
 	t.Helper()
-	raw, _, err := zk.Connect([]string{zkAddr(t)}, 5*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	desc, _, err := raw.Get(root + "/compact")
+	desc, _, err := rawZK(t).Get(root + "/compact")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,17 +62,21 @@ func writeSnapshot(w io.Writer, s *revision.Snapshot, compressed bool) error {
 
 // writeDelta writes the stored form of d (format 3, compressed) to w.
 func writeDelta(w io.Writer, d *revision.Delta) error {
-	return writeStored(w, deltaFormat, true, func(bw *bufio.Writer) error {
-		var scratch []byte
-		scratch = binary.AppendVarint(scratch, d.Since)
-		scratch = binary.AppendUvarint(scratch, uint64(len(d.Removed)))
-		_, _ = bw.Write(scratch)
-		for _, k := range d.Removed {
-			_, _ = bw.Write(binary.AppendUvarint(scratch[:0], uint64(len(k))))
-			_, _ = bw.Write(k) // bufio.Writer keeps the first error for Flush
-		}
-		return writeSnapshotBody(bw, d.Changed)
-	})
+	return writeStored(w, deltaFormat, true, func(bw *bufio.Writer) error { return writeDeltaBody(bw, d) })
+}
+
+// writeDeltaBody writes a delta's body (before compression): the prefix,
+// then the snapshot body of d.Changed.
+func writeDeltaBody(w *bufio.Writer, d *revision.Delta) error {
+	var scratch []byte
+	scratch = binary.AppendVarint(scratch, d.Since)
+	scratch = binary.AppendUvarint(scratch, uint64(len(d.Removed)))
+	_, _ = w.Write(scratch)
+	for _, k := range d.Removed {
+		_, _ = w.Write(binary.AppendUvarint(scratch[:0], uint64(len(k))))
+		_, _ = w.Write(k) // bufio.Writer keeps the first error for Flush
+	}
+	return writeSnapshotBody(w, d.Changed)
 }
 
 // writeStored writes a record: the format byte, the body (written by body,
