@@ -196,7 +196,13 @@ func (s *Store) loadLayer(ctx context.Context, l Layer, delta bool) (*revision.S
 		}
 		return nil, nil, fmt.Errorf("base %s: %w", l.Path, err)
 	}
-	if rest, _ := io.Copy(counted, cr); rest != 0 || counted.n != int64(l.Size) || counted.h.Sum32() != l.Sum {
+	rest, err := io.Copy(counted, cr)
+	if err != nil {
+		// Chunks the description names past the record's end that are
+		// not there: replaced meanwhile, or a description that lies.
+		return nil, nil, fmt.Errorf("base %s: %w", l.Path, err)
+	}
+	if rest != 0 || counted.n != int64(l.Size) || counted.h.Sum32() != l.Sum {
 		return nil, nil, fmt.Errorf("%w: base %s does not match its description", ErrCorruptEntry, l.Path)
 	}
 	st := func() revision.State {

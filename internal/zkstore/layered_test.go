@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -135,6 +135,9 @@ func TestLayeredBaseGenerationsLoadAsTheViewTheyWereTakenFrom(t *testing.T) {
 		if d := nb.Deltas[round-1]; d.Size*4 > full.Size {
 			t.Fatalf("round %d: a delta of %d bytes against %d for everything", round, d.Size, full.Size)
 		}
+		if round == 2 {
+			refusesDamagedDescriptions(t, s, nb)
+		}
 	}
 	// The chain is full: the next generation is whole again, and the
 	// layers before it stay until the one after (an instance may be
@@ -184,6 +187,39 @@ func TestLayeredBaseGenerationsLoadAsTheViewTheyWereTakenFrom(t *testing.T) {
 	}
 }
 
+// refusesDamagedDescriptions checks that hostile or damaged descriptions
+// of layered (a generation with two deltas) are refused, never misread:
+// deltas out of order, a whole snapshot named as a delta, a delta named as
+// the whole snapshot (corrupt), a wrong chunk count (corrupt, or changed).
+func refusesDamagedDescriptions(t *testing.T, s *Store, layered Base) {
+	t.Helper()
+	ctx := context.Background()
+	for name, edit := range map[string]func(b *Base){
+		"deltas swapped": func(b *Base) { b.Deltas[0], b.Deltas[1] = b.Deltas[1], b.Deltas[0] },
+		"whole named as a delta": func(b *Base) {
+			b.Deltas[0] = Layer{Gen: b.FullGen, Path: b.Path, Chunks: b.Chunks, Size: b.Size, Sum: b.Sum}
+		},
+		"delta named as the whole": func(b *Base) {
+			d := b.Deltas[0]
+			b.Path, b.Chunks, b.Size, b.Sum, b.FullGen = d.Path, d.Chunks, d.Size, d.Sum, d.Gen
+		},
+		"chunk count": func(b *Base) { b.Deltas[1].Chunks += 1000 },
+	} {
+		var bad Base
+		data, _ := json.Marshal(layered)
+		if err := json.Unmarshal(data, &bad); err != nil {
+			t.Fatal(err)
+		}
+		edit(&bad)
+		if _, err := s.LoadBase(ctx, bad); !errors.Is(err, ErrCorruptEntry) && !errors.Is(err, ErrBaseChanged) {
+			t.Fatalf("%s: %v", name, err)
+		} else if name != "chunk count" && !errors.Is(err, ErrCorruptEntry) {
+			t.Fatalf("%s: %v, want corrupt", name, err)
+		}
+	}
+
+}
+
 // encodeDelta returns the stored form of d.
 func encodeDelta(d *revision.Delta) []byte {
 	var buf bytes.Buffer
@@ -204,19 +240,9 @@ func FuzzDecodeDelta(f *testing.F) {
 		// The uncompressed body: what the fuzzer mutates.
 		var buf bytes.Buffer
 		bw := bufio.NewWriter(&buf)
-		_ = writeStored(bw, snapshotFormat, false, func(w *bufio.Writer) error {
-			var scratch []byte
-			scratch = binary.AppendVarint(scratch, d.Since)
-			scratch = binary.AppendUvarint(scratch, uint64(len(d.Removed)))
-			for _, k := range d.Removed {
-				scratch = binary.AppendUvarint(scratch, uint64(len(k)))
-				scratch = append(scratch, k...)
-			}
-			_, _ = w.Write(scratch)
-			return writeSnapshotBody(w, d.Changed)
-		})
+		_ = writeDeltaBody(bw, d)
 		_ = bw.Flush()
-		return buf.Bytes()[1 : buf.Len()-4]
+		return buf.Bytes()
 	}
 	f.Add(body(d))
 	f.Add(body(&revision.Delta{Changed: &revision.Snapshot{}}))
