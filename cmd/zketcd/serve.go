@@ -205,6 +205,13 @@ func (f serveFlags) grpcConfig() (grpcsrv.Config, error) {
 	}, nil
 }
 
+// viewBytesPerStoredByte is what recovery is told to expect a view to hold
+// per byte its base generation stores: kube-like objects compress about
+// 3.3-fold (docs/bench/analysis.md). Too high costs nothing (the heap
+// reserved for the load is not touched beyond what it uses); too low
+// brings collections back into the load.
+const viewBytesPerStoredByte = 4
+
 // run starts the instance of cfg (giving it a minute to connect to
 // ZooKeeper and recover) and serves until ctx ends or serving fails; the
 // Go heap is tuned (gctune) while it runs. warnOpenGateway (every start
@@ -218,9 +225,13 @@ func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func
 	if gctune.Enabled() {
 		// Before the start: recovery builds the whole view.
 		gcGauge = gctune.NewGauge()
+		tuner := gctune.New(gctune.Config{Logger: lg.WithField("component", "gctune"), Gauge: gcGauge})
 		tuneCtx, stopTune := context.WithCancel(ctx)
 		defer stopTune()
-		go gctune.Run(tuneCtx, gctune.Config{Logger: lg.WithField("component", "gctune"), Gauge: gcGauge})
+		go tuner.Run(tuneCtx)
+		cfg.Engine.BeforeRecovery = func(stored int64) func() {
+			return tuner.Load(viewBytesPerStoredByte * stored)
+		}
 	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	z, err := embed.Start(openCtx, cfg)

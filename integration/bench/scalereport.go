@@ -63,7 +63,7 @@ var scaleMeasures = []scaleMeasure{
 	{"RSS after defragment: the whole stack", "rss_defrag_total_mb", "MB", true},
 	{"ZooKeeper's data size after defragment", "zk_data_defrag_mb", "MB", true},
 	{"disk after defragment, all members", "disk_defrag_mb", "MB", true},
-	{"one instance (member) restart, until a linearizable count sees every key", "restart_one_s", "s", true},
+	{"one instance (member) restart (the median), until a linearizable count sees every key", "restart_one_s", "s", true},
 	{"RSS of the restarted instance (member)", "rss_restart_api_mb", "MB", true},
 	{"the whole ensemble (cluster) restarted, until zketcd (etcd) serves every key", "restart_all_s", "s", true},
 	{"kube-apiserver ready over the objects present (its watch cache loaded)", "kube_ready_s", "s", true},

@@ -417,6 +417,18 @@ func TestRestartLoadsALayeredBase(t *testing.T) {
 	if got := snapshotOf(in.Client(t)); got != want {
 		t.Fatalf("after a restart:\n%s\nwant\n%s", got, want)
 	}
+
+	// A view rebuilt from the generation can tell what changed since it:
+	// the next compaction, whichever instance leads, is a fourth delta.
+	second.Close()
+	c = in.Client(t)
+	put("k/010", "after the restart")
+	if _, err := c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if n := baseDeltas(t, in.Root()); n != 4 {
+		t.Fatalf("the first compaction after a restart left %d deltas, want 4", n)
+	}
 }
 
 // baseDeltas returns the number of deltas the root's current base

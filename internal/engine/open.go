@@ -226,6 +226,11 @@ func memberID(cluster uint64, name string) uint64 {
 
 // recover builds the view from the sentinel up to the current head.
 func (b *Engine) recover(ctx context.Context) error {
+	if prepare := b.cfg.BeforeRecovery; prepare != nil {
+		if base, err := b.store.ReadBase(); err == nil && base.Gen > 0 {
+			defer prepare(int64(base.StoredSize()))()
+		}
+	}
 	var rec replayed
 	view, head, _, err := replay(ctx, b.store, b.cfg.ReadWindow, b.origins.record, &rec)
 	if err != nil {

@@ -11,9 +11,15 @@
 //	clamp(100 × max(Floor, Fraction × live) / live, MinPercent, 100)
 //
 // so small heaps keep Go's default and large ones collect once they grew by
-// Fraction. It changes process-wide settings: run one per process (the
-// zketcd command does; embedded instances leave it to their host), and not
-// at all when the GOGC environment variable is set (the operator chose).
+// Fraction.
+//
+// A bulk load that keeps what it allocates (an instance recovering its
+// view) is better served otherwise, and Tuner.Load switches to that for
+// its duration: see load.go.
+//
+// It changes process-wide settings: run one per process (the zketcd
+// command does; embedded instances leave it to their host), and not at all
+// when the GOGC environment variable is set (the operator chose).
 package gctune
 
 import (
@@ -22,6 +28,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,36 +111,71 @@ func Enabled() bool {
 	return !set
 }
 
-// Run tunes the GC percentage until ctx ends, then restores the one it
-// found. It blocks.
-func Run(ctx context.Context, cfg Config) {
+// Tuner is the memory tuner of one process: New, then Run in a goroutine
+// of its own, and Load around a bulk load. Its methods are safe for
+// concurrent use.
+type Tuner struct {
+	cfg   Config
+	mu    sync.Mutex
+	cur   int   // the percentage set (Run's), restored after a load
+	loads int   // Loads in progress: Run leaves the settings to them
+	limit int64 // the memory limit before the first of them
+}
+
+// New returns a tuner of cfg. It changes nothing until Run or Load.
+func New(cfg Config) *Tuner {
 	cfg.setDefaults()
-	gauge := cfg.Gauge
-	if gauge == nil {
-		gauge = NewGauge()
+	if cfg.Gauge == nil {
+		cfg.Gauge = NewGauge()
 	}
+	cur := debug.SetGCPercent(100)
+	debug.SetGCPercent(cur)
+	return &Tuner{cfg: cfg, cur: cur}
+}
+
+// Run tunes the GC percentage until ctx ends, then restores the one it
+// found. It blocks. While a Load is in progress it leaves the settings
+// alone.
+func (t *Tuner) Run(ctx context.Context) {
+	t.mu.Lock()
+	orig := t.cur
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.cur = orig
+		if t.loads == 0 {
+			debug.SetGCPercent(orig)
+		}
+	}()
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	orig := debug.SetGCPercent(100)
-	debug.SetGCPercent(orig)
-	defer debug.SetGCPercent(orig)
-	cur := orig
-	t := time.NewTicker(cfg.Every)
-	defer t.Stop()
+	tick := time.NewTicker(t.cfg.Every)
+	defer tick.Stop()
 	for {
 		metrics.Read(sample)
 		if sample[0].Value.Kind() == metrics.KindUint64 {
-			live := int64(sample[0].Value.Uint64())
-			if p := cfg.Percent(live); p != cur {
-				debug.SetGCPercent(p)
-				cfg.Logger.WithFields(logrus.Fields{"live_heap_bytes": live, "gc_percent": p}).Debug("gc percentage")
-				cur = p
-			}
-			gauge.Set(float64(cur))
+			t.tune(int64(sample[0].Value.Uint64()))
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
 	}
+}
+
+// tune sets the percentage for a live heap of live bytes, unless a load is
+// in progress.
+func (t *Tuner) tune(live int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.loads > 0 {
+		return
+	}
+	if p := t.cfg.Percent(live); p != t.cur {
+		debug.SetGCPercent(p)
+		t.cfg.Logger.WithFields(logrus.Fields{"live_heap_bytes": live, "gc_percent": p}).Debug("gc percentage")
+		t.cur = p
+	}
+	t.cfg.Gauge.Set(float64(t.cur))
 }

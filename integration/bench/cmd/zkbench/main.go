@@ -71,6 +71,7 @@ func run() error {
 	scaleHeap := flag.String("scale-zk-heap", "3g", "each ZooKeeper JVM's -Xmx in the scale benchmark")
 	scaleRender := flag.Bool("scale-render", false, "measure nothing: re-render the scale section (-md, -data) from -data's scale.json")
 	scaleKubeAt := flag.Int("scale-kube-at", 300000, "size at which the scale benchmark runs kube-apiserver's 10,000-object load (0: never)")
+	scaleRestarts := flag.Int("scale-restarts", 3, "how many times the scale benchmark restarts one instance (member); its table shows the median")
 	scaleWatchCap := flag.Duration("scale-watch-cap", 20*time.Minute, "how long the scale benchmark's watch catch-up may take; one still behind is noted and the steps after it go on")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json (with -baseline: against that one)")
 	flag.Parse()
@@ -109,7 +110,7 @@ func run() error {
 		return rep.WriteFiles(dir, *md)
 	}
 	if *scale {
-		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *scaleWatchCap, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep, strings.Fields(*zketcdArgs))
+		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *scaleRestarts, *scaleWatchCap, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep, strings.Fields(*zketcdArgs))
 	}
 	p, ok := bench.Profiles[*profile]
 	if !ok {
@@ -185,7 +186,7 @@ func run() error {
 	return err
 }
 
-func runScale(sizes, stacks, heap string, kubeAt int, watchCap time.Duration, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool, zketcdArgs []string) error {
+func runScale(sizes, stacks, heap string, kubeAt, restarts int, watchCap time.Duration, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool, zketcdArgs []string) error {
 	ns, err := ints(sizes)
 	if err != nil {
 		return err
@@ -194,7 +195,7 @@ func runScale(sizes, stacks, heap string, kubeAt int, watchCap time.Duration, re
 	if err != nil {
 		return err
 	}
-	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, WatchCap: watchCap, RepoRoot: root,
+	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, Restarts: restarts, WatchCap: watchCap, RepoRoot: root,
 		EtcdBin: etcdBin, ZketcdBin: zketcdBin, KubeAPIServerBin: kubeBin, KeepWorkDir: keep, ZketcdArgs: zketcdArgs,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)

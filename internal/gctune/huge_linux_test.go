@@ -1,0 +1,57 @@
+package gctune
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// vmFlags returns the VmFlags of the mapping holding addr in
+// /proc/self/smaps.
+func vmFlags(t *testing.T, addr uintptr) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no smaps: %v", err)
+	}
+	defer f.Close()
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if rng, _, ok := strings.Cut(line, " "); ok && strings.Contains(rng, "-") && !strings.HasSuffix(rng, ":") {
+			lo, hi, _ := strings.Cut(rng, "-")
+			l, err1 := strconv.ParseUint(lo, 16, 64)
+			h, err2 := strconv.ParseUint(hi, 16, 64)
+			in = err1 == nil && err2 == nil && uint64(addr) >= l && uint64(addr) < h
+			continue
+		}
+		if in && strings.HasPrefix(line, "VmFlags:") {
+			return line
+		}
+	}
+	t.Fatalf("no mapping holds %#x", addr)
+	return ""
+}
+
+func TestReserveHugeAsksForHugePagesUntilReleased(t *testing.T) {
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(b), "[never]") {
+		t.Skip("no transparent huge pages on this host")
+	}
+	r := reserveHuge(64 << 20)
+	if r.len() < 60<<20 {
+		t.Fatalf("reserved %d bytes of 64 MiB", r.len())
+	}
+	if f := vmFlags(t, r.beg); !strings.Contains(f, " hg") {
+		t.Errorf("reserved range not advised: %s", f)
+	}
+	r.release()
+	if f := vmFlags(t, r.beg); strings.Contains(f, " hg") || !strings.Contains(f, " nh") {
+		t.Errorf("released range still advised: %s", f)
+	}
+	if small := reserveHuge(1 << 20); small.len() != 0 {
+		t.Errorf("a load under two huge pages reserved %d", small.len())
+	}
+}
