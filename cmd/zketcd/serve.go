@@ -205,13 +205,6 @@ func (f serveFlags) grpcConfig() (grpcsrv.Config, error) {
 	}, nil
 }
 
-// viewBytesPerStoredByte is what recovery is told to expect a view to hold
-// per byte its base generation stores: kube-like objects compress about
-// 3.3-fold (docs/bench/analysis.md). Too high costs nothing (the heap
-// reserved for the load is not touched beyond what it uses); too low
-// brings collections back into the load.
-const viewBytesPerStoredByte = 4
-
 // run starts the instance of cfg (giving it a minute to connect to
 // ZooKeeper and recover) and serves until ctx ends or serving fails; the
 // Go heap is tuned (gctune) while it runs. warnOpenGateway (every start
@@ -229,8 +222,10 @@ func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func
 		tuneCtx, stopTune := context.WithCancel(ctx)
 		defer stopTune()
 		go tuner.Run(tuneCtx)
-		cfg.Engine.BeforeRecovery = func(stored int64) func() {
-			return tuner.Load(viewBytesPerStoredByte * stored)
+		cfg.Engine.BeforeRecovery = func(data int64) func() {
+			// The view holds ~1.17 bytes per byte of data
+			// (docs/architecture.md, "Memory").
+			return tuner.Load(data + data/4)
 		}
 	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)

@@ -81,12 +81,13 @@ type Config struct {
 	AfterCompaction func()
 	// BeforeRecovery, if set, is called by New when the instance is about
 	// to rebuild its view from a base generation, with the bytes that
-	// generation stores (compressed); the function it returns is called
-	// once the view is rebuilt (the log after the base replayed), or
-	// recovery failed. The zketcd command prepares the Go heap for the
+	// generation decodes to (what it recorded; four times its stored bytes
+	// for one written before those were recorded); the function it returns
+	// is called once the view is rebuilt (the log after the base replayed),
+	// or recovery failed. The zketcd command prepares the Go heap for the
 	// load there (gctune.Tuner.Load), which a library must not do for its
 	// host.
-	BeforeRecovery func(storedBytes int64) (done func())
+	BeforeRecovery func(dataBytes int64) (done func())
 	// RollbackCheckAfter is how long the instance may be without a
 	// ZooKeeper session before it checks, through a fresh session, whether
 	// ZooKeeper's data went back to an older state (which makes ZooKeeper

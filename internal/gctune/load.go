@@ -14,9 +14,9 @@ import (
 // that ends the load; call it once. Until then:
 //
 //   - Collection is off, bounded by a memory limit (debug.SetMemoryLimit)
-//     at what the process held plus the reservation below plus a quarter
-//     of size (at least Floor): the runtime collects only if the load's
-//     garbage reaches that. Collections every Floor bytes, as Run sets
+//     at what the process held plus size plus a quarter of size (at least
+//     Floor): the runtime collects only if the load's garbage reaches
+//     that. Collections every Floor bytes, as Run sets
 //     them, would each mark the whole growing heap and free almost
 //     nothing. A lower limit the operator set (GOMEMLIMIT) stays.
 //   - On Linux, size bytes of heap are mapped at once and the kernel is
@@ -35,6 +35,7 @@ func (t *Tuner) Load(size int64) (done func()) {
 	if size <= 0 {
 		return func() {}
 	}
+	held := heldBytes()
 	region := reserveHuge(size)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -42,7 +43,9 @@ func (t *Tuner) Load(size int64) (done func()) {
 	if t.loads == 1 {
 		t.limit = debug.SetMemoryLimit(-1)
 		debug.SetGCPercent(-1)
-		limit := heldBytes() + max(t.cfg.Floor, size/4)
+		// The reservation may count as held or not (the runtime may
+		// return a large freed span at once): the load fills it either way.
+		limit := held + size + max(t.cfg.Floor, size/4)
 		if limit < t.limit {
 			debug.SetMemoryLimit(limit)
 		}

@@ -35,6 +35,10 @@ type Base struct {
 	Chunks     int    `json:"chunks"`
 	Size       int    `json:"size"`
 	Sum        uint32 `json:"crc"`
+	// Raw is the whole snapshot's bytes before compression (absent, 0, in
+	// descriptions written before it was recorded; older builds ignore
+	// it): what a recovery prepares its heap for (RawSize).
+	Raw int64 `json:"raw,omitempty"`
 	// PrevGen and PrevPath name the generation before; log entries from
 	// PrevGen on are kept, so an instance a little behind can still tail.
 	PrevGen  int64  `json:"prev_gen"`
@@ -68,6 +72,25 @@ type Layer struct {
 	Chunks int    `json:"chunks"`
 	Size   int    `json:"size"`
 	Sum    uint32 `json:"crc"`
+	Raw    int64  `json:"raw,omitempty"`
+}
+
+// RawSize returns the bytes of the generation's snapshot and deltas before
+// compression (a bound on the data a view built from it holds: a delta's
+// keys replace some of those before it), or 0 if a layer did not record
+// them.
+func (b Base) RawSize() int64 {
+	n := b.Raw
+	for _, l := range b.Deltas {
+		if l.Raw == 0 {
+			return 0
+		}
+		n += l.Raw
+	}
+	if b.Gen == 0 || b.Raw == 0 {
+		return 0
+	}
+	return n
 }
 
 // StoredSize returns the bytes the generation's snapshot and deltas take.
@@ -312,13 +335,13 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 		Path:    s.l.generation(snap.State.LSN, nonce),
 		PrevGen: prev.Gen, PrevPath: prev.Path, PrevDeltas: layerPaths(prev.Deltas),
 	}
-	l, err := s.writeLayer(ctx, nb.Path, func(w io.Writer) error {
+	l, err := s.writeLayer(ctx, nb.Path, func(w io.Writer) (int64, error) {
 		return writeSnapshot(w, snap, s.Format() >= compressionMetaFormat)
 	})
 	if err != nil {
 		return Base{}, err
 	}
-	nb.Size, nb.Sum, nb.Chunks = l.Size, l.Sum, l.Chunks
+	nb.Size, nb.Sum, nb.Chunks, nb.Raw = l.Size, l.Sum, l.Chunks, l.Raw
 	nb.version = prev.version
 	return nb, nil
 }
@@ -354,7 +377,7 @@ func (s *Store) prepareDelta(ctx context.Context, d *revision.Delta, prev Base, 
 		nb.FullGen = prev.Gen
 	}
 	nb.PrevGen, nb.PrevPath, nb.PrevDeltas, nb.PrevSize, nb.LogBytes = prev.Gen, prev.Path, layerPaths(prev.Deltas), 0, 0
-	l, err := s.writeLayer(ctx, s.l.generation(st.LSN, nonce), func(w io.Writer) error { return writeDelta(w, d) })
+	l, err := s.writeLayer(ctx, s.l.generation(st.LSN, nonce), func(w io.Writer) (int64, error) { return writeDelta(w, d) })
 	if err != nil {
 		return Base{}, err
 	}
@@ -373,8 +396,9 @@ func layerPaths(ls []Layer) []string {
 }
 
 // writeLayer creates the znode p and stores what encode writes as its
-// chunks, and returns their count, size and checksum.
-func (s *Store) writeLayer(ctx context.Context, p string, encode func(io.Writer) error) (Layer, error) {
+// chunks, and returns their count, size and checksum, and the bytes before
+// compression encode returns.
+func (s *Store) writeLayer(ctx context.Context, p string, encode func(io.Writer) (int64, error)) (Layer, error) {
 	if _, err := s.conn.Create(s.l.base(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		return Layer{}, s.wrap("create base", err)
 	}
@@ -400,11 +424,11 @@ func (s *Store) writeLayer(ctx context.Context, p string, encode func(io.Writer)
 		return nil
 	}}
 	counted := &crcWriter{h: crc32.New(crcTable)}
-	werr := encode(io.MultiWriter(cw, counted))
+	raw, werr := encode(io.MultiWriter(cw, counted))
 	if err := errors.Join(werr, cw.Close()); err != nil {
 		return Layer{}, err
 	}
-	return Layer{Path: p, Size: int(counted.n), Sum: counted.h.Sum32(), Chunks: cw.chunks}, nil
+	return Layer{Path: p, Size: int(counted.n), Sum: counted.h.Sum32(), Chunks: cw.chunks, Raw: raw}, nil
 }
 
 // Base generations are written in chunks of baseChunkBytes, at most

@@ -93,6 +93,11 @@ func TestLayeredBaseGenerationsLoadAsTheViewTheyWereTakenFrom(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("generation %d: %d deltas, %d bytes", nb.Gen, len(nb.Deltas), nb.StoredSize())
+		if raw := EncodeSnapshot(snap); nb.Raw == 0 || nb.RawSize() < int64(len(raw))-5 {
+			// Every layer records its bytes before compression, at least
+			// the view's whole encoding (less its format byte and trailer).
+			t.Fatalf("generation %d records %d bytes before compression (%d with its deltas), the view encodes to %d", nb.Gen, nb.Raw, nb.RawSize(), len(raw))
+		}
 		if nb, err = s.PublishBase(fence, nb); err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +228,7 @@ func refusesDamagedDescriptions(t *testing.T, s *Store, layered Base) {
 // encodeDelta returns the stored form of d.
 func encodeDelta(d *revision.Delta) []byte {
 	var buf bytes.Buffer
-	_ = writeDelta(&buf, d)
+	_, _ = writeDelta(&buf, d)
 	return buf.Bytes()
 }
 
@@ -248,7 +253,7 @@ func FuzzDecodeDelta(f *testing.F) {
 	f.Add(body(&revision.Delta{Changed: &revision.Snapshot{}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var buf bytes.Buffer
-		_ = writeStored(&buf, deltaFormat, true, func(w *bufio.Writer) error { _, err := w.Write(data); return err })
+		_, _ = writeStored(&buf, deltaFormat, true, func(w *bufio.Writer) error { _, err := w.Write(data); return err })
 		got, err := readDelta(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
 		if err != nil {
 			if !errors.Is(err, ErrCorruptEntry) {

@@ -50,9 +50,9 @@ const (
 )
 
 // writeSnapshot writes the stored form of s to w (compressed: format 2)
-// and returns its CRC-32C trailer's input checksum. w sees every stored
-// byte, trailer included.
-func writeSnapshot(w io.Writer, s *revision.Snapshot, compressed bool) error {
+// and returns the bytes of its body before compression. w sees every
+// stored byte, trailer included.
+func writeSnapshot(w io.Writer, s *revision.Snapshot, compressed bool) (int64, error) {
 	format := byte(snapshotFormat)
 	if compressed {
 		format = compressedSnapshotFormat
@@ -60,8 +60,9 @@ func writeSnapshot(w io.Writer, s *revision.Snapshot, compressed bool) error {
 	return writeStored(w, format, compressed, func(bw *bufio.Writer) error { return writeSnapshotBody(bw, s) })
 }
 
-// writeDelta writes the stored form of d (format 3, compressed) to w.
-func writeDelta(w io.Writer, d *revision.Delta) error {
+// writeDelta writes the stored form of d (format 3, compressed) to w and
+// returns the bytes of its body before compression.
+func writeDelta(w io.Writer, d *revision.Delta) (int64, error) {
 	return writeStored(w, deltaFormat, true, func(bw *bufio.Writer) error { return writeDeltaBody(bw, d) })
 }
 
@@ -80,12 +81,13 @@ func writeDeltaBody(w *bufio.Writer, d *revision.Delta) error {
 }
 
 // writeStored writes a record: the format byte, the body (written by body,
-// through zstd if compressed) and the CRC-32C trailer.
-func writeStored(w io.Writer, format byte, compressed bool, body func(*bufio.Writer) error) error {
+// through zstd if compressed) and the CRC-32C trailer. It returns the
+// body's bytes before compression.
+func writeStored(w io.Writer, format byte, compressed bool, body func(*bufio.Writer) error) (int64, error) {
 	crc := crc32.New(crcTable)
 	out := io.MultiWriter(w, crc)
 	if _, err := out.Write([]byte{format}); err != nil {
-		return err
+		return 0, err
 	}
 	var dst io.Writer = out
 	var zw io.WriteCloser
@@ -93,20 +95,33 @@ func writeStored(w io.Writer, format byte, compressed bool, body func(*bufio.Wri
 		zw = newStreamCompressor(out)
 		dst = zw
 	}
-	bw := bufio.NewWriterSize(dst, 64<<10)
+	raw := &countWriter{w: dst}
+	bw := bufio.NewWriterSize(raw, 64<<10)
 	if err := body(bw); err != nil {
-		return err
+		return 0, err
 	}
 	if err := bw.Flush(); err != nil {
-		return err
+		return 0, err
 	}
 	if zw != nil {
 		if err := zw.Close(); err != nil {
-			return fmt.Errorf("compress snapshot: %w", err)
+			return 0, fmt.Errorf("compress snapshot: %w", err)
 		}
 	}
 	_, err := w.Write(binary.BigEndian.AppendUint32(nil, crc.Sum32()))
-	return err
+	return raw.n, err
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func writeSnapshotBody(w *bufio.Writer, s *revision.Snapshot) error {
@@ -169,14 +184,14 @@ func writeSnapshotBody(w *bufio.Writer, s *revision.Snapshot) error {
 // build writes on a root whose meta format is 1).
 func EncodeSnapshot(s *revision.Snapshot) []byte {
 	var buf bytes.Buffer
-	_ = writeSnapshot(&buf, s, false) // a bytes.Buffer does not fail
+	_, _ = writeSnapshot(&buf, s, false) // a bytes.Buffer does not fail
 	return buf.Bytes()
 }
 
 // encodeSnapshotCompressed returns the stored form of s in format 2.
 func encodeSnapshotCompressed(s *revision.Snapshot) []byte {
 	var buf bytes.Buffer
-	_ = writeSnapshot(&buf, s, true)
+	_, _ = writeSnapshot(&buf, s, true)
 	return buf.Bytes()
 }
 
