@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/zketcd/zketcd/internal/gctune"
 )
 
 // The scale section is spliced into the markdown report once, replaced on
@@ -53,7 +55,24 @@ func TestScaleSectionIsSplicedOnceAndCarriedByTheMainReport(t *testing.T) {
 // touch of a page is a page fault the hypervisor also handles; a restart
 // touches every byte the view holds (analysis.md, "Restart times").
 func BenchmarkTouchFreshHeap(b *testing.B) {
-	const values, size = 32000, 3200
+	touchFreshHeap(b)
+}
+
+// BenchmarkTouchFreshHeapPrepared is BenchmarkTouchFreshHeap with the heap
+// prepared as zketcd serve prepares a recovery's (gctune.Tuner.Load:
+// collection deferred, transparent huge pages asked for). Run it in a
+// process of its own (-bench 'TouchFreshHeapPrepared$'): the first
+// benchmark of a process is the only one whose heap is fresh.
+func BenchmarkTouchFreshHeapPrepared(b *testing.B) {
+	done := gctune.New(gctune.Config{}).Load(touchValues * touchSize)
+	defer done()
+	touchFreshHeap(b)
+}
+
+const touchValues, touchSize = 32000, 3200
+
+func touchFreshHeap(b *testing.B) {
+	const values, size = touchValues, touchSize
 	for b.Loop() {
 		keep := make([][]byte, 0, values)
 		for range values {
