@@ -44,6 +44,9 @@ type Config struct {
 	Floor int64
 	// MinPercent is the lowest GC percentage set (default 5).
 	MinPercent int
+	// Memory bounds what a Load reserves to half of it (default: the
+	// machine's memory).
+	Memory int64
 	// Every is how often the live heap is read (default 1 s).
 	Every time.Duration
 	// Logger logs changes of the percentage at debug level.
@@ -78,6 +81,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MinPercent <= 0 {
 		c.MinPercent = DefaultMinPercent
+	}
+	if c.Memory <= 0 {
+		c.Memory = physicalMemory()
 	}
 	if c.Every <= 0 {
 		c.Every = time.Second

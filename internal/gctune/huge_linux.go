@@ -20,8 +20,14 @@ type hugeRegion struct{ beg, end uintptr }
 // heap never returns address space, so the range stays the heap's). A
 // refusal (a kernel without transparent huge pages) leaves an empty
 // region: the advice is an optimization.
-func reserveHuge(n int64) hugeRegion {
-	if n < 2*hugePage || n > 1<<40 {
+//
+// n comes from a base generation's description: it is bounded by half of
+// memory (the machine's), so that a description claiming more (damaged, or
+// written by someone with write access to the root) costs a bounded
+// reservation, never an allocation the runtime cannot map.
+func reserveHuge(n, memory int64) hugeRegion {
+	n = min(n, memory/2)
+	if n < 2*hugePage {
 		return hugeRegion{}
 	}
 	beg, end := mapUntouched(int(n))
@@ -57,4 +63,13 @@ func madvise(addr, n uintptr, advice int) error {
 		return e
 	}
 	return nil
+}
+
+// physicalMemory returns the machine's memory in bytes (0 if unknown).
+func physicalMemory() int64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
 }

@@ -3,6 +3,7 @@ package gctune
 import (
 	"bufio"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func TestReserveHugeAsksForHugePagesUntilReleased(t *testing.T) {
 	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(b), "[never]") {
 		t.Skip("no transparent huge pages on this host")
 	}
-	r := reserveHuge(64 << 20)
+	r := reserveHuge(64<<20, physicalMemory())
 	if r.len() < 60<<20 {
 		t.Fatalf("reserved %d bytes of 64 MiB", r.len())
 	}
@@ -51,7 +52,25 @@ func TestReserveHugeAsksForHugePagesUntilReleased(t *testing.T) {
 	if f := vmFlags(t, r.beg); strings.Contains(f, " hg") || !strings.Contains(f, " nh") {
 		t.Errorf("released range still advised: %s", f)
 	}
-	if small := reserveHuge(1 << 20); small.len() != 0 {
+	if small := reserveHuge(1<<20, physicalMemory()); small.len() != 0 {
 		t.Errorf("a load under two huge pages reserved %d", small.len())
+	}
+}
+
+// A size no machine holds (a hostile or damaged base description) reserves
+// at most half the memory there is, and the load ends as any other.
+func TestLoadOfAnImpossibleSizeReservesWhatTheMachineHas(t *testing.T) {
+	const memory = 256 << 20
+	if r := reserveHuge(1<<50, memory); r.len() > memory/2 || r.len() < memory/4 {
+		t.Fatalf("reserved %d bytes of a machine of %d", r.len(), memory)
+	}
+	if physicalMemory() <= 0 {
+		t.Fatal("the machine's memory is unknown")
+	}
+	tu := New(Config{Memory: memory})
+	limit := debug.SetMemoryLimit(-1)
+	tu.Load(1 << 62)()
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("memory limit after the load %d, want %d", got, limit)
 	}
 }

@@ -37,7 +37,7 @@ func (t *Tuner) Load(size int64) (done func()) {
 		return func() {}
 	}
 	held := heldBytes()
-	region := reserveHuge(size)
+	region := reserveHuge(size, t.cfg.Memory)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.loads++
