@@ -224,12 +224,12 @@ func memberID(cluster uint64, name string) uint64 {
 	return id
 }
 
-// recover builds the view from the sentinel up to the current head.
 // unrecordedRawPerStored estimates a base generation's bytes before
 // compression per byte stored, where its description did not record them:
 // kube-like objects compress about 3.3-fold.
 const unrecordedRawPerStored = 4
 
+// recover builds the view from the sentinel up to the current head.
 func (b *Engine) recover(ctx context.Context) error {
 	if prepare := b.cfg.BeforeRecovery; prepare != nil {
 		if base, err := b.store.ReadBase(); err == nil && base.Gen > 0 {

@@ -2,6 +2,7 @@ package gctune
 
 import (
 	"bufio"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -69,7 +70,11 @@ func TestLoadOfAnImpossibleSizeReservesWhatTheMachineHas(t *testing.T) {
 	}
 	tu := New(Config{Memory: memory})
 	limit := debug.SetMemoryLimit(-1)
-	tu.Load(1 << 62)()
+	done := tu.Load(math.MaxInt64)
+	if got := debug.SetMemoryLimit(-1); got <= 0 || got > heldBytes()+2*memory {
+		t.Errorf("memory limit during the load %d, want the held %d and at most %d more", got, heldBytes(), 2*memory)
+	}
+	done()
 	if got := debug.SetMemoryLimit(-1); got != limit {
 		t.Errorf("memory limit after the load %d, want %d", got, limit)
 	}

@@ -36,6 +36,9 @@ func (t *Tuner) Load(size int64) (done func()) {
 	if size <= 0 {
 		return func() {}
 	}
+	// Nothing larger than the machine loads: a larger size is a damaged or
+	// hostile description's.
+	size = min(size, t.cfg.Memory)
 	held := heldBytes()
 	region := reserveHuge(size, t.cfg.Memory)
 	t.mu.Lock()
@@ -54,13 +57,13 @@ func (t *Tuner) Load(size int64) (done func()) {
 	}
 	ended := false
 	return func() {
-		region.release()
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		if ended {
 			return
 		}
 		ended = true
+		region.release()
 		if t.loads--; t.loads == 0 {
 			debug.SetMemoryLimit(t.limit)
 			debug.SetGCPercent(t.cur)
