@@ -60,6 +60,11 @@ type ScaleOptions struct {
 	// UpdateShare of the objects is written again before the compaction
 	// (default 0.1): history for it to remove.
 	UpdateShare float64
+	// ChurnShare of the objects is written again before a third compaction
+	// (default 0.5): past what zketcd keeps in the log without a base
+	// generation (superseded versions up to half the live data), so that
+	// compaction writes a whole base.
+	ChurnShare float64
 	// KubeAt is the size at which kube-apiserver's 10,000-object load runs
 	// (0: never); it needs KubeAPIServerBin.
 	KubeAt int
@@ -132,6 +137,9 @@ func (o *ScaleOptions) setDefaults() {
 	}
 	if o.UpdateShare <= 0 {
 		o.UpdateShare = 0.1
+	}
+	if o.ChurnShare <= 0 {
+		o.ChurnShare = 0.5
 	}
 	if o.Seed == 0 {
 		o.Seed = 22
@@ -397,25 +405,33 @@ func runScaleCell(ctx context.Context, env *Env, opts *ScaleOptions, stack strin
 	rowDisk(row.M, "compact", s.dirs)
 
 	// The steady state: another share written again and compacted, as
-	// kube-apiserver compacts every five minutes (on zketcd a delta after
-	// the generation the first compaction wrote).
-	start = time.Now()
-	if _, err := putObjects(ctx, p, g, updates, opts.Clients); err != nil {
-		return fail("updates before the second compaction", err)
+	// kube-apiserver compacts every five minutes; then half the objects
+	// written again and compacted (on zketcd, after a bulk load, the first
+	// two compactions keep the log as the generation: it holds little
+	// besides live data; the third finds superseded versions past half the
+	// live data and writes a whole base).
+	for _, c := range []struct {
+		prefix, mem string
+		share       float64
+	}{{"second_", "compact2", opts.UpdateShare}, {"third_", "compact3", opts.ChurnShare}} {
+		start = time.Now()
+		if _, err := putObjects(ctx, p, g, int(float64(n)*c.share), opts.Clients); err != nil {
+			return fail("updates before the "+c.mem+" compaction", err)
+		}
+		row.M[c.prefix+"update_s"] = time.Since(start).Seconds()
+		if head, err = p.rev(ctx); err != nil {
+			return fail("head revision", err)
+		}
+		m := map[string]float64{}
+		if err := s.compactUnderLoad(ctx, p, head, m, logf); err != nil {
+			return fail(c.mem+" compaction", err)
+		}
+		for _, k := range []string{"compact_s", "compact_peak_api_mb", "write_p99_before_ms", "write_p99_during_ms", "read_p99_before_ms", "read_p99_during_ms"} {
+			row.M[c.prefix+k] = m[k]
+		}
+		time.Sleep(5 * time.Second)
+		s.measureMemory(ctx, row.M, c.mem)
 	}
-	row.M["update2_s"] = time.Since(start).Seconds()
-	if head, err = p.rev(ctx); err != nil {
-		return fail("head revision", err)
-	}
-	second := map[string]float64{}
-	if err := s.compactUnderLoad(ctx, p, head, second, logf); err != nil {
-		return fail("second compaction", err)
-	}
-	for _, k := range []string{"compact_s", "compact_peak_api_mb", "write_p99_before_ms", "write_p99_during_ms", "read_p99_before_ms", "read_p99_during_ms"} {
-		row.M["second_"+k] = second[k]
-	}
-	time.Sleep(5 * time.Second)
-	s.measureMemory(ctx, row.M, "compact2")
 
 	// Defragment: etcd's members one by one, zketcd's instance (frees the
 	// log below the new base generation and the previous generation).

@@ -59,6 +59,15 @@ var scaleMeasures = []scaleMeasure{
 	{"RSS after the second compaction: API processes", "rss_compact2_api_mb", "MB", true},
 	{"RSS after the second compaction: the whole stack", "rss_compact2_total_mb", "MB", true},
 	{"ZooKeeper's data size after the second compaction", "zk_data_compact2_mb", "MB", true},
+	{"half the objects written again, then a third compaction --physical (zketcd: a whole base)", "third_compact_s", "s", true},
+	{"write p99 before the third compaction", "third_write_p99_before_ms", "ms", true},
+	{"write p99 during the third compaction", "third_write_p99_during_ms", "ms", true},
+	{"linearizable read p99 before the third compaction", "third_read_p99_before_ms", "ms", true},
+	{"linearizable read p99 during the third compaction", "third_read_p99_during_ms", "ms", true},
+	{"peak RSS during the third compaction: API processes", "third_compact_peak_api_mb", "MB", true},
+	{"RSS after the third compaction: API processes", "rss_compact3_api_mb", "MB", true},
+	{"RSS after the third compaction: the whole stack", "rss_compact3_total_mb", "MB", true},
+	{"ZooKeeper's data size after the third compaction", "zk_data_compact3_mb", "MB", true},
 	{"defragment (every member)", "defrag_s", "s", true},
 	{"RSS after defragment: the whole stack", "rss_defrag_total_mb", "MB", true},
 	{"ZooKeeper's data size after defragment", "zk_data_defrag_mb", "MB", true},
@@ -203,6 +212,7 @@ func (r *ScaleReport) writeShape(b *strings.Builder) {
 		{"watch catch-up (s)", "watch_catchup_s", "s", true},
 		{"compaction (s)", "compact_s", "s", true},
 		{"second compaction (s)", "second_compact_s", "s", true},
+		{"third compaction (s)", "third_compact_s", "s", true},
 		{"instance restart (s)", "restart_one_s", "s", true},
 		{"ensemble restart (s)", "restart_all_s", "s", true},
 		{"RSS after load, API (MB)", "rss_load_api_mb", "MB", true},
@@ -273,7 +283,7 @@ func (r *ScaleReport) writeTargets(b *strings.Builder) {
 		if zok && eok && et > 0 {
 			mdRow(b, "whole stack RSS ≤ 1.5× etcd's three members (after compaction)", fmtNum(float64(n)), fmt.Sprintf("%.2f×", zt/et), yes(zt/et <= 1.5))
 		}
-		for _, c := range []struct{ prefix, what string }{{"", "physical compaction"}, {"second_", "second physical compaction (steady state)"}} {
+		for _, c := range []struct{ prefix, what string }{{"", "physical compaction"}, {"second_", "second physical compaction (steady state)"}, {"third_", "third physical compaction (half the objects rewritten)"}} {
 			zc, zok := z.get(c.prefix + "compact_s")
 			ec, eok := e.get(c.prefix + "compact_s")
 			if zok && eok && ec > 0 {

@@ -327,6 +327,11 @@ type scenario struct {
 	// compactor, the watches and the faults' probe leases stay).
 	casWorkers int
 	casOnly    bool
+	// liveBallast leaves out the ballast's superseded part (preloadBallast):
+	// the log then holds mostly live data, and every physical compaction of
+	// the run keeps it as the generation (no base written), which recovery
+	// and restarts replay from its first entry.
+	liveBallast bool
 	// casLead is the CAS workers' Config.CASLead.
 	casLead time.Duration
 	// flights notes, for each instance, how many commits it had in flight
@@ -504,6 +509,11 @@ var scenarios = []scenario{
 			}
 		}
 	}},
+	// The log kept as the generation (liveBallast): the leader killed
+	// while it compacts every second, the killed instance replaying the
+	// whole log on its restart; a ZooKeeper leader killed meanwhile.
+	{name: "LogGenerationLeaderKill", liveBallast: true, hold: time.Second, inject: killZketcdLeader},
+	{name: "LogGenerationZKLeaderKill", liveBallast: true, hold: 3 * time.Second, inject: killZKMember(true)},
 	{name: "ZketcdKill", hold: time.Second, inject: func(t *testing.T, cl *cluster) (string, func()) {
 		if err := cl.a.Kill(); err != nil {
 			t.Fatal(err)
@@ -635,7 +645,7 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	if sc.probeOnly {
 		wc.KubeWorkers, wc.EtcdWorkers, wc.LeaseClient, wc.CompactEvery = nil, nil, "", 0
 	}
-	preloadBallast(t, cl.clients["B"])
+	preloadBallast(t, cl.clients["B"], !sc.liveBallast)
 	w, err := Start(wc)
 	if err != nil {
 		t.Fatal(err)
@@ -683,6 +693,7 @@ func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	}
 	w.WaitProbes(leaseBound)
 	h := w.Stop()
+	cl.notes = append(cl.notes, compactionNote(cl))
 	t.Logf("workload ran %.1fs; checking %d operations and %d watches", h.Elapsed.Seconds(), len(h.Ops), len(h.Watches))
 
 	artifacts := os.Getenv("FAULTS_ARTIFACTS")
@@ -737,6 +748,21 @@ func allBefore(fs []FaultStats) bool {
 		}
 	}
 	return len(fs) > 0
+}
+
+// compactionNote says which generations the physical compactions of the
+// run left (zketcd_physical_compactions_total of both instances, counted
+// since each one's last start): the log kept as it is while it holds
+// mostly live data (the ballast), then whole bases and deltas.
+func compactionNote(cl *cluster) string {
+	a, _ := scrapeMetrics(cl.a.Metrics)
+	b, _ := scrapeMetrics(cl.b.Metrics)
+	n := func(kind string) float64 {
+		k := `zketcd_physical_compactions_total{generation="` + kind + `"}`
+		return a[k] + b[k]
+	}
+	return fmt.Sprintf("physical compactions published (both instances, since each one's last start): %.0f kept the log, %.0f wrote a whole base, %.0f a delta",
+		n("log"), n("whole"), n("delta"))
 }
 
 func report(t *testing.T, sc scenario, h *History, res *Result, whats, notes []string) {
@@ -808,13 +834,20 @@ func laterHeal(f FaultStats, i int) string {
 // that each compaction changes a small share of the keys and physical
 // compaction stores deltas after a whole generation (zkstore's layered
 // bases) — what recovery, reloads and restarts in every scenario load.
+// Unless the scenario wants the log kept as the generation
+// (scenario.liveBallast), the ballast ends with supersededKeys values of
+// supersededBytes written and deleted: more than half the live data
+// superseded, so the first compaction writes a whole base.
 const (
-	BallastPrefix = "ballast/"
-	ballastKeys   = 20000
+	BallastPrefix   = "ballast/"
+	ballastKeys     = 20000
+	supersededKeys  = 256
+	supersededBytes = 8 << 10
 )
 
-// preloadBallast writes the ballast through c, 32 puts at a time.
-func preloadBallast(t *testing.T, c *clientv3.Client) {
+// preloadBallast writes the ballast through c, 32 puts at a time, and,
+// with superseded, the superseded values in transactions of 64.
+func preloadBallast(t *testing.T, c *clientv3.Client, superseded bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -838,5 +871,20 @@ func preloadBallast(t *testing.T, c *clientv3.Client) {
 	if err := <-errs; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("ballast: %d keys outside %s in %v", ballastKeys, Prefix, time.Since(start).Round(time.Millisecond))
+	if superseded {
+		const scratch = BallastPrefix + "superseded/"
+		for i := 0; i < supersededKeys; i += 64 {
+			var ops []clientv3.Op
+			for j := i; j < i+64; j++ {
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%03d", scratch, j), strings.Repeat("s", supersededBytes)))
+			}
+			if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+				t.Fatalf("superseded ballast: %v", err)
+			}
+		}
+		if _, err := c.Delete(ctx, scratch, clientv3.WithPrefix()); err != nil {
+			t.Fatalf("superseded ballast: %v", err)
+		}
+	}
+	t.Logf("ballast: %d keys outside %s in %v (superseded values: %v)", ballastKeys, Prefix, time.Since(start).Round(time.Millisecond), superseded)
 }

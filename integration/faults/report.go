@@ -180,10 +180,14 @@ internal endpoint for 13 s (longer than the leader keeps the answers it gave, sh
 16 s re-sends last at its 8 s session timeout) with clients that set no deadline, 50 open-loop
 puts a second, and a tag index of 8 tags a generation (` + "`ZKETCD_FAULT_TAG_GENERATION`" + `).
 Clients: one on A, one on B, one on both.
-Before the workload, 20,000 ballast keys outside its key space (64-byte values, through B):
-each compaction then changes a small share of the keys, so physical compaction writes deltas
-after a whole base generation (chains of up to 8), and every restart, reload and recovery in
-a scenario loads them; the checkers start from the revision the ballast ended at.
+Before the workload, 20,000 ballast keys outside its key space (64-byte values, through B),
+then 256 values of 8 KiB written and deleted: each compaction then changes a small share of
+the keys and the log holds more superseded data than half the live data, so physical
+compaction writes a whole base generation, then deltas (chains of up to 8), and every
+restart, reload and recovery in a scenario loads them. LogGenerationLeaderKill and
+LogGenerationZKLeaderKill leave the superseded values out: the log then stays mostly live,
+every physical compaction keeps it as the generation (no base written), and every restart
+replays it from its first entry. The checkers start from the revision the ballast ended at.
 The workload: 4 kube-apiserver-like workers (CAS updates on the mod revision they last saw,
 creates, CAS deletes, gets, paginated LISTs whose later pages are read at the first page's
 revision), 2 etcd-like workers (puts, multi-key transactions, a conditional transaction

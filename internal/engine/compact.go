@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/internal/compactor"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -96,6 +97,9 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	defer cancel()
 	start := time.Now()
 	snap := b.view.Snapshot()
+	if logData, keep := b.logServesAsBase(base, snap); keep {
+		return b.keepLog(lg, fence, base, snap, logData, start)
+	}
 	nb, err := b.store.PrepareBase(ctx, snap, base, b.nonce)
 	if err != nil {
 		return fmt.Errorf("write base generation at entry %d: %w", snap.State.LSN, err)
@@ -112,6 +116,11 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 	}
 	b.space.setBase(nb)
 	wrote := time.Since(start)
+	if len(nb.Deltas) > len(base.Deltas) {
+		b.metrics.compactions.WithLabelValues("delta").Inc()
+	} else {
+		b.metrics.compactions.WithLabelValues("whole").Inc()
+	}
 	if err := b.hook("base-published"); err != nil {
 		return err
 	}
@@ -141,6 +150,53 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 		"log_entries_deleted": deleted, "old_generations_deleted": gens, "chunks_deleted": chunks,
 		"write_took": wrote.Round(time.Millisecond), "took": time.Since(start).Round(time.Millisecond),
 	}).Info("physical compaction")
+	return nil
+}
+
+// defaultLogGenerationLimit is Config.LogGenerationLimit's default.
+const defaultLogGenerationLimit = 1.5
+
+// logServesAsBase reports whether a compaction from cur (the current
+// description) to snap's compacted revision may leave the log as the
+// generation (Config.LogGenerationLimit), with the log's data bytes up to
+// snap's position. Only while there is no base generation: once one
+// exists, the log below it goes and deltas keep compactions small.
+func (b *Engine) logServesAsBase(cur zkstore.Base, snap *revision.Snapshot) (int64, bool) {
+	limit := b.cfg.LogGenerationLimit
+	if limit == 0 {
+		limit = defaultLogGenerationLimit
+	}
+	if limit < 0 || cur.Gen != 0 || cur.Path != "" {
+		return 0, false
+	}
+	logData, complete := b.space.logData(snap.State.LSN)
+	if !complete {
+		return 0, false // this instance did not apply the whole log: cannot tell
+	}
+	live := snap.DataBytes()
+	return logData, float64(logData) <= limit*float64(live)
+}
+
+// keepLog publishes a log generation (zkstore.LogGeneration): the
+// compaction to snap's compacted revision is physical once recorded, as
+// the log it leaves holds little besides the live data.
+func (b *Engine) keepLog(lg *logrus.Entry, fence zkstore.Fence, cur zkstore.Base, snap *revision.Snapshot, logData int64, start time.Time) error {
+	nb, err := b.store.PublishBase(fence, zkstore.LogGeneration(cur, snap.State.CompactRev, logData))
+	if err != nil {
+		return fmt.Errorf("record compaction to %d in the log generation: %w", snap.State.CompactRev, err)
+	}
+	b.space.setBase(nb)
+	b.metrics.compactions.WithLabelValues("log").Inc()
+	if err := b.hook("base-published"); err != nil {
+		return err
+	}
+	if b.cfg.AfterCompaction != nil {
+		b.cfg.AfterCompaction() // what the compaction hash allocated meanwhile
+	}
+	lg.WithFields(logrus.Fields{
+		"compacted": nb.CompactRev, "entry": snap.State.LSN, "log_data_bytes": logData,
+		"took": time.Since(start).Round(time.Millisecond),
+	}).Info("physical compaction: the log kept as the generation (mostly live data; no base written)")
 	return nil
 }
 

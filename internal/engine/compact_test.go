@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,9 +14,11 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // countLogEntries counts the log entry znodes under root.
@@ -343,7 +346,10 @@ func TestInstanceBehindACompactionReloads(t *testing.T) {
 // the hash of the store and a watch from the compacted revision as the
 // instance that wrote them did.
 func TestRestartLoadsALayeredBase(t *testing.T) {
-	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	// Bases from the first compaction on: the 300 keys below are all live,
+	// which would leave the log as the generation.
+	opts := embedtest.Options{Configure: func(c *embed.Config) { c.Engine.LogGenerationLimit = -1 }}
+	in := embedtest.Start(t, []string{zkAddr(t)}, opts)
 	c := in.Client(t)
 	ctx := ctxT(t)
 	var rev int64
@@ -409,7 +415,8 @@ func TestRestartLoadsALayeredBase(t *testing.T) {
 		return fmt.Sprint(all.Header.Revision, all.Kvs, old.Kvs, h.Hash, h.HashRevision, h.CompactRevision, events)
 	}
 	want := snapshotOf(c)
-	second := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: in.Root()})
+	opts.Root = in.Root()
+	second := embedtest.Start(t, []string{zkAddr(t)}, opts)
 	if got := snapshotOf(second.Client(t)); got != want {
 		t.Fatalf("a second instance on the root:\n%s\nwant\n%s", got, want)
 	}
@@ -446,4 +453,147 @@ func baseDeltas(t *testing.T, root string) int {
 		t.Fatalf("base description %s: %v", desc, err)
 	}
 	return len(base.Deltas)
+}
+
+// readDescription returns the root's base description.
+func readDescription(t *testing.T, root string) zkstore.Base {
+	t.Helper()
+	desc, _, err := rawZK(t).Get(root + "/compact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b zkstore.Base
+	if err := json.Unmarshal(desc, &b); err != nil {
+		t.Fatalf("base description %s: %v", desc, err)
+	}
+	return b
+}
+
+// TestCompactionOfAMostlyLiveLogWritesNoBase: after a bulk load, with a
+// tenth of the keys written again, a physical compaction leaves the log as
+// the generation (no base written, no entry deleted), and every instance,
+// a restarted one included, serves the compacted state exactly as a base
+// would have it; once superseded versions pass half the live data, the
+// next compaction writes a whole base, and the one after it frees the log.
+func TestCompactionOfAMostlyLiveLogWritesNoBase(t *testing.T) {
+	var prepared atomic.Int64
+	opts := embedtest.Options{Configure: func(c *embed.Config) {
+		c.Engine.BeforeRecovery = func(data int64) func() {
+			prepared.Store(data)
+			return func() {}
+		}
+	}}
+	in := embedtest.Start(t, []string{zkAddr(t)}, opts)
+	c := in.Client(t)
+	ctx := ctxT(t)
+	val := strings.Repeat("v", 200)
+	var rev int64
+	put := func(c *clientv3.Client, k string) {
+		t.Helper()
+		resp, err := c.Put(ctx, k, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	for i := 0; i < 300; i++ {
+		put(c, fmt.Sprintf("k/%03d", i))
+	}
+	for i := 0; i < 30; i++ {
+		put(c, fmt.Sprintf("k/%03d", i*7))
+	}
+	if _, err := c.Delete(ctx, "k/299"); err != nil {
+		t.Fatal(err)
+	}
+	compacted := rev - 5
+	entries := countLogEntries(t, []string{zkAddr(t)}, in.Root())
+	if _, err := c.Compact(ctx, compacted, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	desc := readDescription(t, in.Root())
+	if desc.Gen != 0 || desc.Path != "" || desc.CompactRev != compacted || desc.Raw < 330*int64(len(val)) {
+		t.Fatalf("description after compacting a mostly live log: %+v", desc)
+	}
+	if n := countLogEntries(t, []string{zkAddr(t)}, in.Root()); n != entries+1 {
+		t.Fatalf("%d log entries after the compaction, %d before it: want its own added, none deleted", n, entries)
+	}
+
+	events := 6 // from the compacted revision to the delete
+	state := func(c *clientv3.Client) string {
+		t.Helper()
+		if _, err := c.Get(ctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted-1)); !errors.Is(err, rpctypes.ErrCompacted) {
+			t.Fatalf("read below the compacted revision: %v", err)
+		}
+		all, err := c.Get(ctx, "", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := c.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(compacted))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.HashKV(ctx, c.Endpoints()[0], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var got []string
+		want := events
+		for resp := range c.Watch(wctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted), clientv3.WithPrevKV()) {
+			for _, ev := range resp.Events {
+				got = append(got, fmt.Sprint(ev.Type, ev.Kv, ev.PrevKv))
+			}
+			if len(got) >= want {
+				break
+			}
+		}
+		return fmt.Sprint(all.Header.Revision, len(all.Kvs), all.Kvs, old.Kvs, h.Hash, h.HashRevision, h.CompactRevision, got)
+	}
+	want := state(c)
+	o2 := opts
+	o2.Root = in.Root()
+	second := embedtest.Start(t, []string{zkAddr(t)}, o2)
+	if got := state(second.Client(t)); got != want {
+		t.Fatalf("a second instance on the root:\n%s\nwant\n%s", got, want)
+	}
+	second.Close()
+	prepared.Store(0)
+	in.Restart()
+	c = in.Client(t)
+	if got := state(c); got != want {
+		t.Fatalf("after a restart:\n%s\nwant\n%s", got, want)
+	}
+	if got := prepared.Load(); got != desc.Raw {
+		t.Fatalf("the restart prepared for %d bytes, want the log generation's %d", got, desc.Raw)
+	}
+
+	// The keys written over and over: superseded versions pass half the
+	// live data, and the next compaction writes a whole base.
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 300; i += 2 {
+			put(c, fmt.Sprintf("k/%03d", i))
+		}
+	}
+	if _, err := c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	first := readDescription(t, in.Root())
+	if first.Gen == 0 || first.Path == "" || first.CompactRev != rev {
+		t.Fatalf("description after compacting a mostly superseded log: %+v", first)
+	}
+	entries = countLogEntries(t, []string{zkAddr(t)}, in.Root())
+	put(c, "k/after")
+	if _, err := c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the log below the first base generation deleted", func() bool {
+		return countLogEntries(t, []string{zkAddr(t)}, in.Root()) < entries/2
+	})
+	compacted, events = rev, 1 // k/after
+	want = state(c)
+	in.Restart()
+	if got := state(in.Client(t)); got != want {
+		t.Fatalf("after a restart from the base:\n%s\nwant\n%s", got, want)
+	}
 }

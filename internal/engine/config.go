@@ -73,16 +73,27 @@ type Config struct {
 	// error stops the compaction there, as a crash would. For fault
 	// injection in tests.
 	CompactionHook func(step string) error
+	// LogGenerationLimit bounds when a physical compaction keeps the log as
+	// its generation instead of writing a base: while there is no base
+	// generation yet, a compaction writes none as long as the log's data
+	// (keys, values and auth states of every entry from the first) is at
+	// most this many times the data a base would hold (every version the
+	// compaction retains). After a bulk load the log is mostly live data and
+	// a whole base would rewrite it all. Zero: the default, 1.5 (superseded
+	// versions up to half the live data, the bound layered generations
+	// keep); negative: always write a base.
+	LogGenerationLimit float64
 	// AfterCompaction, if set, is called (from the compaction loop) once
 	// the view has dropped what a compaction released, and again once a
-	// base generation was written: the zketcd command returns the freed
+	// generation was published (a base written, or the log kept): the zketcd command returns the freed
 	// memory to the operating system there (debug.FreeOSMemory), which a
 	// library must not do for its host.
 	AfterCompaction func()
 	// BeforeRecovery, if set, is called by New when the instance is about
-	// to rebuild its view from a base generation, with the bytes that
-	// generation decodes to (what it recorded; four times its stored bytes
-	// for one written before those were recorded); the function it returns
+	// to rebuild its view from a base generation or a log generation, with
+	// the bytes that generation decodes to (what it recorded; four times its
+	// stored bytes for one written before those were recorded); not before
+	// a root's first compaction (nothing recorded); the function it returns
 	// is called once the view is rebuilt (the log after the base replayed),
 	// or recovery failed. The zketcd command prepares the Go heap for the
 	// load there (gctune.Tuner.Load), which a library must not do for its

@@ -56,6 +56,10 @@ type metrics struct {
 	// none), grantedTimeout and zkTick what it derives from; readLease is
 	// the read lease's state (1 held, 0 not held, -1 refused: no window).
 	proofWindow, grantedTimeout, zkTick, readLease prometheus.Gauge
+	// compactions counts the physical compactions this instance published
+	// as the leader, by the generation each left: "log" (the log kept,
+	// nothing written), "whole" (a whole base), "delta" (a layer).
+	compactions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -175,8 +179,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "read_lease_state",
 			Help: "The read lease (--read-lease): 1 held by this instance, 0 not held, -1 refused because no leader proof window can be shown.",
 		}),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "physical_compactions_total",
+			Help: "Physical compactions this instance published as the leader, by the generation each left: log (the log kept as it is: mostly live data, nothing written), whole (a whole base written), delta (only what changed since the last generation written).",
+		}, []string{"generation"}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.compactions)
 		reg.MustRegister(m.proofWindow, m.grantedTimeout, m.zkTick, m.readLease, m.rootFormat)
 		reg.MustRegister(m.pipelineLimit, m.pipelineInFlight, m.pipelineRefusals)
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,

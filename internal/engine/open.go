@@ -232,7 +232,7 @@ const unrecordedRawPerStored = 4
 // recover builds the view from the sentinel up to the current head.
 func (b *Engine) recover(ctx context.Context) error {
 	if prepare := b.cfg.BeforeRecovery; prepare != nil {
-		if base, err := b.store.ReadBase(); err == nil && base.Gen > 0 {
+		if base, err := b.store.ReadBase(); err == nil && (base.Gen > 0 || base.Raw > 0) {
 			data := base.RawSize()
 			if data == 0 {
 				data = unrecordedRawPerStored * int64(base.StoredSize())
@@ -266,15 +266,14 @@ func Replay(ctx context.Context, st History, window int, each func(*revision.Ent
 type replayed struct {
 	base  zkstore.Base
 	sizes []int
+	raws  []int64 // each entry's Entry.DataBytes
 }
 
 // account records rec in sp: the entry sizes, then the generation.
 func (rec *replayed) account(sp *space) {
-	sp.mu.Lock()
-	sp.cum, sp.from = sp.cum[:0], 0
-	sp.mu.Unlock()
+	sp.reset()
 	for i, n := range rec.sizes {
-		sp.applied(rec.base.Gen+1+int64(i), n)
+		sp.applied(rec.base.Gen+1+int64(i), n, rec.raws[i])
 	}
 	sp.setBase(rec.base)
 }
@@ -328,6 +327,7 @@ func replayOnce(ctx context.Context, st History, window int, each func(*revision
 		size += int64(n)
 		if rec != nil {
 			rec.sizes = append(rec.sizes, n)
+			rec.raws = append(rec.raws, e.DataBytes())
 		}
 		if each != nil {
 			each(e)

@@ -31,12 +31,14 @@ type space struct {
 	mu   sync.Mutex
 	from int64   // log position of cum[0]
 	cum  []int64 // cum[i]: bytes of the entries from..from+i
+	raw  []int64 // raw[i]: their data bytes before encoding (Entry.DataBytes)
 	base zkstore.Base
 }
 
-// applied records the size of entry lsn. Entries arrive in order; after a
-// gap (a reload) the record starts again at lsn.
-func (s *space) applied(lsn int64, size int) {
+// applied records the size of entry lsn and its data bytes before
+// encoding. Entries arrive in order; after a gap (a reload) the record
+// starts again at lsn.
+func (s *space) applied(lsn int64, size int, raw int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch next := s.from + int64(len(s.cum)); {
@@ -44,10 +46,34 @@ func (s *space) applied(lsn int64, size int) {
 		if len(s.cum) > 0 && lsn < next {
 			return // already recorded
 		}
-		s.from, s.cum = lsn, append(s.cum[:0], int64(size))
+		s.from, s.cum, s.raw = lsn, append(s.cum[:0], int64(size)), append(s.raw[:0], raw)
 	default:
 		s.cum = append(s.cum, s.cum[len(s.cum)-1]+int64(size))
+		s.raw = append(s.raw, s.raw[len(s.raw)-1]+raw)
 	}
+}
+
+// reset forgets every entry's size.
+func (s *space) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cum, s.raw, s.from = s.cum[:0], s.raw[:0], 0
+}
+
+// logData returns the data bytes before encoding of the log entries 1..to
+// (what a replay of the log from its start decodes), and whether this
+// instance recorded all of them (entry 1, the root's sentinel, holds none
+// and is not replayed).
+func (s *space) logData(to int64) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.raw) == 0 || s.from > 2 || s.from+int64(len(s.raw))-1 < to {
+		return 0, false
+	}
+	if to < s.from {
+		return 0, true
+	}
+	return s.raw[to-s.from], true
 }
 
 // setBase records the current generation and forgets the sizes of entries
@@ -61,9 +87,10 @@ func (s *space) setBase(b zkstore.Base) {
 	s.base = b
 	if drop := b.PrevGen - s.from; drop > 0 {
 		if drop >= int64(len(s.cum)) {
-			s.cum = s.cum[:0]
+			s.cum, s.raw = s.cum[:0], s.raw[:0]
 		} else {
 			s.cum = append(s.cum[:0:0], s.cum[drop:]...)
+			s.raw = append(s.raw[:0:0], s.raw[drop:]...)
 		}
 		s.from = b.PrevGen
 	}

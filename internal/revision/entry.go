@@ -84,6 +84,21 @@ type Entry struct {
 	Ops    []Op
 }
 
+// DataBytes returns the bytes of keys, values and auth state the entry
+// carries: its size before encoding, as Snapshot.DataBytes counts a view's
+// (what a log entry adds to the data a replay of the log holds).
+func (e *Entry) DataBytes() int64 {
+	var n int64
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		n += int64(len(op.Auth))
+		for j := range op.Changes {
+			n += int64(len(op.Changes[j].Key) + len(op.Changes[j].Value))
+		}
+	}
+	return n
+}
+
 // LastRev returns the revision of the last OpTxn in the entry, or 0.
 func (e *Entry) LastRev() int64 {
 	for i := len(e.Ops) - 1; i >= 0; i-- {

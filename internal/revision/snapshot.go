@@ -64,6 +64,21 @@ func (s *Snapshot) Each(fn func(KeyHistory) bool) {
 	})
 }
 
+// DataBytes returns the bytes of the keys and values of every version Each
+// visits (a key counted once per version, as the log carries it): what a
+// base generation of the snapshot holds before encoding. O(versions); it may
+// run concurrently with the view's applies.
+func (s *Snapshot) DataBytes() int64 {
+	var n int64
+	s.Each(func(kh KeyHistory) bool {
+		for _, kv := range kh.Versions {
+			n += int64(len(kv.Key) + len(kv.Value))
+		}
+		return true
+	})
+	return n
+}
+
 // Len returns the number of keys Each visits (O(keys) for a view's
 // snapshot, which counts them).
 func (s *Snapshot) Len() int {

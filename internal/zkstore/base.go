@@ -87,7 +87,10 @@ func (b Base) RawSize() int64 {
 		}
 		n += l.Raw
 	}
-	if b.Gen == 0 || b.Raw == 0 {
+	if b.Gen == 0 {
+		return b.Raw // the log's, in a log generation (LogGeneration)
+	}
+	if b.Raw == 0 {
 		return 0
 	}
 	return n
@@ -344,6 +347,18 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 	nb.Size, nb.Sum, nb.Chunks, nb.Raw = l.Size, l.Sum, l.Chunks, l.Raw
 	nb.version = prev.version
 	return nb, nil
+}
+
+// LogGeneration returns the description that records a physical
+// compaction to compactRev without writing a base: the log from its first
+// entry stays what recovery replays (Gen 0, as before any compaction), and
+// raw, the data bytes before encoding of the entries up to the leader's
+// position, is what a recovery prepares its heap for (RawSize). prev must
+// be a description without a generation (Gen 0); PublishBase makes the
+// result current only if prev still is. Builds that predate it read a
+// description with Gen 0 as they always did: replay the log from its start.
+func LogGeneration(prev Base, compactRev, raw int64) Base {
+	return Base{Format: fullBaseFormat, CompactRev: compactRev, Raw: raw, version: prev.version}
 }
 
 // Layered generations: at most maxDeltas deltas after a whole snapshot.

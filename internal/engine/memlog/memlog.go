@@ -1006,6 +1006,15 @@ func (c *Client) PublishBase(fence zkstore.Fence, nb zkstore.Base) (zkstore.Base
 	if !c.s.guardHoldsLocked(fence.Guard()) {
 		return zkstore.Base{}, fmt.Errorf("make base current: fence %q lost", fence.Path())
 	}
+	if nb.Gen == 0 && nb.Path == "" {
+		// A log generation (zkstore.LogGeneration): nothing was written;
+		// it follows a description without a generation.
+		if c.s.base.Gen != 0 {
+			return zkstore.Base{}, fmt.Errorf("make base current: a generation was published meanwhile")
+		}
+		c.s.base = nb
+		return nb, nil
+	}
 	if prev, ok := c.s.prepared[nb.Path]; !ok || !reflect.DeepEqual(prev, c.s.base) {
 		return zkstore.Base{}, fmt.Errorf("make base current: the description of generation %q changed meanwhile", nb.PrevPath)
 	}

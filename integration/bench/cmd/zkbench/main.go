@@ -72,6 +72,7 @@ func run() error {
 	scaleRender := flag.Bool("scale-render", false, "measure nothing: re-render the scale section (-md, -data) from -data's scale.json")
 	scaleKubeAt := flag.Int("scale-kube-at", 300000, "size at which the scale benchmark runs kube-apiserver's 10,000-object load (0: never)")
 	scaleRestarts := flag.Int("scale-restarts", 3, "how many times the scale benchmark restarts one instance (member); its table shows the median")
+	scaleChurn := flag.Float64("scale-churn-share", 0.5, "share of the objects the scale benchmark writes again before its third compaction (zketcd writes a whole base once superseded versions pass half the live data; a small share keeps the log as the generation, whose replay the restarts then measure)")
 	scaleWatchCap := flag.Duration("scale-watch-cap", 20*time.Minute, "how long the scale benchmark's watch catch-up may take; one still behind is noted and the steps after it go on")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json (with -baseline: against that one)")
 	flag.Parse()
@@ -110,7 +111,7 @@ func run() error {
 		return rep.WriteFiles(dir, *md)
 	}
 	if *scale {
-		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *scaleRestarts, *scaleWatchCap, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep, strings.Fields(*zketcdArgs))
+		return runScale(*scaleSizes, *scaleStacks, *scaleHeap, *scaleKubeAt, *scaleRestarts, *scaleChurn, *scaleWatchCap, *repo, *md, *data, *etcdBin, *zketcdBin, *kubeBin, *keep, strings.Fields(*zketcdArgs))
 	}
 	p, ok := bench.Profiles[*profile]
 	if !ok {
@@ -186,7 +187,7 @@ func run() error {
 	return err
 }
 
-func runScale(sizes, stacks, heap string, kubeAt, restarts int, watchCap time.Duration, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool, zketcdArgs []string) error {
+func runScale(sizes, stacks, heap string, kubeAt, restarts int, churn float64, watchCap time.Duration, repo, md, data, etcdBin, zketcdBin, kubeBin string, keep bool, zketcdArgs []string) error {
 	ns, err := ints(sizes)
 	if err != nil {
 		return err
@@ -195,7 +196,7 @@ func runScale(sizes, stacks, heap string, kubeAt, restarts int, watchCap time.Du
 	if err != nil {
 		return err
 	}
-	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, Restarts: restarts, WatchCap: watchCap, RepoRoot: root,
+	opts := bench.ScaleOptions{Sizes: ns, Stacks: list(stacks), ZKHeap: heap, KubeAt: kubeAt, Restarts: restarts, ChurnShare: churn, WatchCap: watchCap, RepoRoot: root,
 		EtcdBin: etcdBin, ZketcdBin: zketcdBin, KubeAPIServerBin: kubeBin, KeepWorkDir: keep, ZketcdArgs: zketcdArgs,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
