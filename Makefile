@@ -230,7 +230,7 @@ bench-long: deps-zookeeper deps-postgresql build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \
 		$(BENCH_BASELINE) -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
-# faults runs the 25 fault-injection scenarios of integration/faults (a real
+# faults runs the 27 fault-injection scenarios of integration/faults (a real
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1;
 # ZooKeeper leaders and followers killed, the ensemble restarted, zketcd
 # SIGSTOPped, killed and partitioned from ZooKeeper, the leader instance
@@ -241,7 +241,8 @@ bench-long: deps-zookeeper deps-postgresql build
 # shorter session timeout than asked), four with --commit-pipeline 8 (the
 # leader killed and SIGSTOPped, the ZooKeeper leader killed, the leader's
 # ZooKeeper link slowed), and two instances both committing with
-# --commit-pipeline 4 while one's ZooKeeper link is slow) for
+# --commit-pipeline 4 while one's ZooKeeper link is slow, and two over a log
+# kept as the generation: the zketcd leader and the ZooKeeper leader killed) for
 # FAULTS_DURATION of workload each, checks
 # linearizability, watch guarantees, lost and duplicated writes and lease
 # expiry, prints the summary table and writes it into docs/reliability.md

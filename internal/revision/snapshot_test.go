@@ -59,3 +59,35 @@ func TestSnapshotRoundTripAnswersLikeTheOriginal(t *testing.T) {
 	// The loaded view keeps applying entries.
 	mustApply(t, w, 5, txn(7, del("d")))
 }
+
+// TestDataBytesCountTheLogAndWhatACompactionRetains: a log of distinct
+// puts carries exactly the data a snapshot of it holds; superseded versions
+// count in the log and, once compacted, no longer in the snapshot.
+func TestDataBytesCountTheLogAndWhatACompactionRetains(t *testing.T) {
+	v := NewView(1, 1)
+	var logged int64
+	apply := func(lsn int64, ops ...Op) {
+		t.Helper()
+		e := &Entry{LSN: lsn, Ops: ops}
+		logged += e.DataBytes()
+		if _, err := v.Apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(2, txn(2, put("a", "1111"), put("bb", "22")), txn(3, put("c", "333")))
+	if got := v.Snapshot().DataBytes(); got != logged || got != 1+4+2+2+1+3 {
+		t.Fatalf("distinct puts: snapshot %d bytes, log %d", got, logged)
+	}
+	apply(3, txn(4, put("a", "x")), txn(5, del("c")), Op{Kind: OpAuth, Auth: []byte("auth")})
+	if want := int64(13 + 2 + 1 + 4); logged != want {
+		t.Fatalf("log %d bytes, want %d", logged, want)
+	}
+	if got := v.Snapshot().DataBytes(); got != 13+2+1 {
+		t.Fatalf("before the compaction: snapshot %d bytes, want every version's 16", got)
+	}
+	apply(4, Op{Kind: OpCompact, Rev: 5})
+	// Retained at 5: a@4 ("a"+"x"), bb@2, c's deletion at 5 (key only).
+	if got := v.Snapshot().DataBytes(); got != 2+4+1 {
+		t.Fatalf("after the compaction: snapshot %d bytes, want 7", got)
+	}
+}
