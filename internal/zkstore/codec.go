@@ -151,14 +151,22 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 		return nil, &FormatError{What: "log entry", Got: int(data[0]), Known: maxEntryFormat}
 	}
 	if data[0] == compressedEntryFormat {
-		record, err := decompressEntry(body)
+		buf := records.Get().(*[]byte)
+		record, err := decompressEntry(body, *buf)
 		if err != nil {
 			return nil, err
 		}
+		var e *revision.Entry
 		if len(record) > 0 && (record[0] == compressedEntryFormat || record[0] == indirectFormat) {
-			return nil, fmt.Errorf("%w: compressed entry holds format %d", ErrCorruptEntry, record[0])
+			err = fmt.Errorf("%w: compressed entry holds format %d", ErrCorruptEntry, record[0])
+		} else {
+			e, err = DecodeEntry(record) // format 1, or a newer one refused as such
 		}
-		return DecodeEntry(record) // format 1, or a newer one refused as such
+		if cap(record) <= maxPooledRecord {
+			*buf = record[:0] // nothing of it is kept: the decoder copies
+			records.Put(buf)
+		}
+		return e, err
 	}
 	d := decoder{b: body}
 	if f := d.byte(); f != entryFormat {

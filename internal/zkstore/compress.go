@@ -74,9 +74,20 @@ func compressEntry(record []byte) []byte {
 	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, crcTable))
 }
 
+// records holds buffers for decompressed entry records (*[]byte): a record
+// is garbage once parsed (the decoder copies every key and value it keeps),
+// and a recovery replaying a log of kube-like entries otherwise left as
+// many bytes of garbage as the log holds data, collected meanwhile.
+var records = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledRecord is the largest record buffer records keeps: one huge
+// entry must not pin its size in every pooled buffer.
+const maxPooledRecord = 1 << 20
+
 // decompressEntry returns the format-1 record a compressedEntryFormat
-// entry holds; data's checksum has been verified.
-func decompressEntry(body []byte) ([]byte, error) {
+// entry holds, appended to into[:0] (which it may reuse); data's checksum
+// has been verified.
+func decompressEntry(body, into []byte) ([]byte, error) {
 	d := decoder{b: body[1:]}
 	n := d.uvarint()
 	if d.err != nil {
@@ -87,7 +98,10 @@ func decompressEntry(body []byte) ([]byte, error) {
 	}
 	// The declared length bounds the first allocation only as far as the
 	// frame could plausibly expand; DecodeAll grows it if needed.
-	out, err := entryCodec().dec.DecodeAll(d.b, make([]byte, 0, min(n, uint64(len(d.b))*64)))
+	if uint64(cap(into)) < min(n, uint64(len(d.b))*64) {
+		into = make([]byte, 0, min(n, uint64(len(d.b))*64))
+	}
+	out, err := entryCodec().dec.DecodeAll(d.b, into[:0])
 	if err != nil {
 		return nil, fmt.Errorf("%w: decompress: %v", ErrCorruptEntry, err)
 	}
