@@ -85,7 +85,10 @@ func TestReSentForwardTheTagIndexNoLongerHoldsIsNotCommittedAgain(t *testing.T) 
 func TestReSentForwardToALeaderRestartedFromABaseIsNotCommittedAgain(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	fw := &memForwarder{peers: map[string]*Engine{}}
-	configure := func(c *Config) { c.ForwardWrites, c.Forwarder, c.InternalURL = true, fw, "mem://a" }
+	configure := func(c *Config) {
+		c.ForwardWrites, c.Forwarder, c.InternalURL = true, fw, "mem://a"
+		c.LogGenerationLimit = -1 // a base, though the log holds little but live keys
+	}
 	a, _ := engine(t, st, "a", configure)
 	testutil.Eventually(t, 5*time.Second, "a leads", leads(a))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -65,11 +65,11 @@ func (s *Snapshot) Each(fn func(KeyHistory) bool) {
 }
 
 // DataBytes returns the bytes of the keys and values of every version Each
-// visits (a key counted once per version, as the log carries it): what a
-// base generation of the snapshot holds before encoding. O(versions); it may
-// run concurrently with the view's applies.
+// visits (a key counted once per version, as the log carries it) and of the
+// auth state: what a base generation of the snapshot holds before encoding.
+// O(versions); it may run concurrently with the view's applies.
 func (s *Snapshot) DataBytes() int64 {
-	var n int64
+	n := int64(len(s.Auth))
 	s.Each(func(kh KeyHistory) bool {
 		for _, kv := range kh.Versions {
 			n += int64(len(kv.Key) + len(kv.Value))

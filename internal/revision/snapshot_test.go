@@ -82,12 +82,13 @@ func TestDataBytesCountTheLogAndWhatACompactionRetains(t *testing.T) {
 	if want := int64(13 + 2 + 1 + 4); logged != want {
 		t.Fatalf("log %d bytes, want %d", logged, want)
 	}
-	if got := v.Snapshot().DataBytes(); got != 13+2+1 {
-		t.Fatalf("before the compaction: snapshot %d bytes, want every version's 16", got)
+	if got := v.Snapshot().DataBytes(); got != 13+2+1+4 {
+		t.Fatalf("before the compaction: snapshot %d bytes, want every version's 16 and the auth state's 4", got)
 	}
 	apply(4, Op{Kind: OpCompact, Rev: 5})
-	// Retained at 5: a@4 ("a"+"x"), bb@2, c's deletion at 5 (key only).
-	if got := v.Snapshot().DataBytes(); got != 2+4+1 {
-		t.Fatalf("after the compaction: snapshot %d bytes, want 7", got)
+	// Retained at 5: a@4 ("a"+"x"), bb@2, c's deletion at 5 (key only),
+	// and the auth state.
+	if got := v.Snapshot().DataBytes(); got != 2+4+1+4 {
+		t.Fatalf("after the compaction: snapshot %d bytes, want 11", got)
 	}
 }
