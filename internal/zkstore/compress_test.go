@@ -177,3 +177,47 @@ func FuzzDecodeCompressedSnapshot(f *testing.F) {
 		_, _ = revision.FromSnapshot(snap)
 	})
 }
+
+// Decoded entries own their bytes: the buffer a compressed record was
+// decompressed into is reused for the next ones, concurrently too, and
+// changes nothing an earlier entry holds.
+func TestDecodedEntriesKeepTheirBytesWhileRecordBuffersAreReused(t *testing.T) {
+	entry := func(n int) *revision.Entry {
+		e := compressibleEntry()
+		for i := range e.Ops[0].Changes {
+			c := &e.Ops[0].Changes[i]
+			c.Value = bytes.Repeat([]byte{byte('a' + n%26)}, 300+n)
+		}
+		return e
+	}
+	var decoded []*revision.Entry
+	for n := 0; n < 64; n++ {
+		got, err := DecodeEntry(EncodeEntryFormat(entry(n), 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded = append(decoded, got)
+	}
+	done := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		go func() {
+			for n := 64; n < 128; n++ {
+				if _, err := DecodeEntry(EncodeEntryFormat(entry(n), 2)); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, got := range decoded {
+		if !reflect.DeepEqual(got, entry(n)) {
+			t.Fatalf("entry %d changed after later decodes", n)
+		}
+	}
+}
