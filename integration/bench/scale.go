@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -101,6 +103,9 @@ type ScaleRow struct {
 	// Notes are what a step did not finish without stopping the row.
 	Notes []string      `json:"notes,omitempty"`
 	Load  [2][3]float64 `json:"load_avg"` // at start and end
+	// Measured says when and from which zketcd build (the repository's
+	// commit) the row was measured: a report keeps rows of earlier runs.
+	Measured string `json:"measured,omitempty"`
 }
 
 // ScaleReport is a run of the scale benchmark.
@@ -187,6 +192,7 @@ func RunScale(ctx context.Context, opts ScaleOptions) (*ScaleReport, error) {
 		return nil, err
 	}
 	env.EtcdExtraArgs = []string{"--quota-backend-bytes", strconv.FormatInt(scaleQuota, 10)}
+	measured := rep.Date + ", build " + repoBuild(ctx, opts.RepoRoot)
 	for _, n := range opts.Sizes {
 		for _, stack := range opts.Stacks {
 			if ctx.Err() != nil {
@@ -195,6 +201,7 @@ func RunScale(ctx context.Context, opts ScaleOptions) (*ScaleReport, error) {
 			opts.Logf("scale: %s at %d objects", stack, n)
 			cellStart := time.Now()
 			row := runScaleCell(ctx, env, &opts, stack, n, filepath.Join(work, fmt.Sprintf("%s-%d", stack, n)))
+			row.Measured = measured
 			rep.Rows = append(rep.Rows, row)
 			sort.SliceStable(rep.Rows, func(i, j int) bool { return rep.Rows[i].Objects < rep.Rows[j].Objects })
 			for _, e := range row.Errors {
@@ -1073,4 +1080,18 @@ func (row *ScaleRow) get(k string) (float64, bool) {
 	}
 	v, ok := row.M[k]
 	return v, ok && !math.IsNaN(v)
+}
+
+// repoBuild names the commit checked out at repo, "+changes" when the work
+// tree differs from it, or "unknown" when git cannot tell.
+func repoBuild(ctx context.Context, repo string) string {
+	out, err := exec.CommandContext(ctx, "git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	build := strings.TrimSpace(string(out))
+	if st, err := exec.CommandContext(ctx, "git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		build += "+changes"
+	}
+	return build
 }

@@ -48,6 +48,28 @@ func TestScaleSectionIsSplicedOnceAndCarriedByTheMainReport(t *testing.T) {
 	}
 }
 
+// A report holding rows of more than one run says which run measured
+// which rows; one of a single run says nothing of it.
+func TestScaleReportSaysWhichRunMeasuredWhichRows(t *testing.T) {
+	row := func(stack string, n int, measured string) ScaleRow {
+		return ScaleRow{Stack: stack, Objects: n, DataBytes: 300 << 20, Measured: measured, M: map[string]float64{"list_s": 2}}
+	}
+	one := &ScaleReport{Rows: []ScaleRow{row(ScaleZketcd, 100000, "now, build b"), row(ScaleEtcd, 100000, "now, build b")}}
+	if s := one.Markdown("bench", nil); strings.Contains(s, "more than one run") {
+		t.Fatalf("a single run's report names runs:\n%s", s)
+	}
+	mixed := &ScaleReport{Rows: []ScaleRow{row(ScaleZketcd, 100000, "now, build b"), row(ScaleZketcd, 1000000, "")}}
+	s := mixed.Markdown("bench", nil)
+	for _, want := range []string{
+		"- now, build b: " + ScaleZketcd + " at 100,000\n",
+		"- an earlier run that did not record its build: " + ScaleZketcd + " at 1,000,000\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("no %q in:\n%s", want, s)
+		}
+	}
+}
+
 // BenchmarkTouchFreshHeap measures what a fresh process pays to touch
 // memory the first time: 100 MB of 3.2 KB values, the size of the kube-like
 // objects a recovering instance decodes into its view (go test -run '^$'

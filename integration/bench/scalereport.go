@@ -107,6 +107,7 @@ func (r *ScaleReport) Markdown(rel string, plots []plotFile) string {
 		"loaded with kube-like objects by %d clients, each object created by a transaction as kube-apiserver creates it. "+
 		"The measured turns took %.0f min in all.\n\n",
 		r.Date, r.Machine.CPUModel, r.Machine.NProc, fmtLoad(r.Machine.LoadStart), r.ZKHeap, r.Clients, r.Elapsed/60)
+	r.writeProvenance(&b)
 	b.WriteString("The objects (integration/kubedata, seeded, so every run writes the same bytes): real Kubernetes objects built with " +
 		"k8s.io/api and serialized by apimachinery's own protobuf serializer into kube-apiserver's storage envelope, and one custom " +
 		"resource kind as JSON, under the keys kube-apiserver uses (`/registry/<resource>/<namespace>/<name>`):\n\n")
@@ -381,4 +382,31 @@ func plotutilColor(i int) color.Color {
 	palette := []color.RGBA{{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff},
 		{0xd6, 0x27, 0x28, 0xff}, {0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}}
 	return palette[i%len(palette)]
+}
+
+// writeProvenance says which run measured which rows, when the report
+// holds rows of more than one (a run replaces only the sizes and stacks it
+// measures): the figures of different runs compare different builds and
+// machine states.
+func (r *ScaleReport) writeProvenance(b *strings.Builder) {
+	var runs []string
+	cells := map[string][]string{}
+	for _, row := range r.Rows {
+		m := row.Measured
+		if m == "" {
+			m = "an earlier run that did not record its build"
+		}
+		if _, ok := cells[m]; !ok {
+			runs = append(runs, m)
+		}
+		cells[m] = append(cells[m], fmt.Sprintf("%s at %s", row.Stack, fmtNum(float64(row.Objects))))
+	}
+	if len(runs) < 2 {
+		return
+	}
+	b.WriteString("The rows come from more than one run; compare figures within a run:\n\n")
+	for _, m := range runs {
+		fmt.Fprintf(b, "- %s: %s\n", m, strings.Join(cells[m], ", "))
+	}
+	b.WriteString("\n")
 }

@@ -46,7 +46,7 @@ func (b *Engine) compactLoop() {
 		case <-t.C:
 		case <-b.compactKick:
 		}
-		b.trimCompacted()
+		freed := b.trimCompacted()
 		b.updateSpaceMetrics()
 		b.checkSizing(lg)
 		leader, fence, _ := b.election.State()
@@ -56,10 +56,19 @@ func (b *Engine) compactLoop() {
 			if err := b.refreshBase(); err != nil && b.ctx.Err() == nil {
 				lg.WithError(err).Debug("read base generation")
 			}
-			continue
+		} else {
+			published, err := b.compactOnce(lg, fence)
+			if err != nil && b.ctx.Err() == nil {
+				lg.WithError(err).Warn("physical compaction")
+			}
+			freed = freed || published
 		}
-		if err := b.compactOnce(lg, fence); err != nil && b.ctx.Err() == nil {
-			lg.WithError(err).Warn("physical compaction")
+		// One release per round, after the trim and the generation it
+		// allowed: each release is a whole collection and a return of
+		// every free page, which stalls the instance for as long as the
+		// heap is large.
+		if freed && b.cfg.AfterCompaction != nil {
+			b.cfg.AfterCompaction()
 		}
 	}
 }
@@ -70,49 +79,53 @@ func (b *Engine) compactLoop() {
 const trimBatch = 2048
 
 // trimCompacted drops the versions the view's last compaction made
-// invisible, a batch of keys at a time, yielding between batches.
-func (b *Engine) trimCompacted() {
+// invisible, a batch of keys at a time, yielding between batches. It
+// reports whether it dropped any.
+func (b *Engine) trimCompacted() bool {
 	trimmed := false
 	for b.ctx.Err() == nil && b.view.TrimCompacted(trimBatch) {
 		trimmed = true
 		runtime.Gosched()
 	}
-	if trimmed && b.cfg.AfterCompaction != nil {
-		b.cfg.AfterCompaction()
-	}
+	return trimmed
 }
 
-func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
+// compactOnce makes the view's last compaction physical if it is past the
+// current generation's, and reports whether it published a generation
+// (what the caller's memory release follows); an error says which step
+// failed, the generation before staying current.
+func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) (bool, error) {
 	base, err := b.store.ReadBase()
 	if err != nil {
-		return err
+		return false, err
 	}
 	b.space.setBase(base)
 	b.view.PruneRemoved(base.Rev)
 	st := b.view.State()
 	if st.CompactRev <= base.CompactRev || st.CompactRev <= 0 {
-		return nil
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Minute)
 	defer cancel()
 	start := time.Now()
 	snap := b.view.Snapshot()
 	if logData, keep := b.logServesAsBase(base, snap); keep {
-		return b.keepLog(lg, fence, base, snap, logData, start)
+		err := b.keepLog(lg, fence, base, snap, logData, start)
+		return err == nil, err
 	}
 	nb, err := b.store.PrepareBase(ctx, snap, base, b.nonce)
 	if err != nil {
-		return fmt.Errorf("write base generation at entry %d: %w", snap.State.LSN, err)
+		return false, fmt.Errorf("write base generation at entry %d: %w", snap.State.LSN, err)
 	}
 	if err := b.hook("base-prepared"); err != nil {
-		return err
+		return false, err
 	}
 	nb.PrevSize, nb.LogBytes = base.StoredSize(), b.space.keptLogBytes(base, nb.Gen)
 	if len(nb.Deltas) > 0 {
 		nb.PrevSize = 0 // a delta shares every layer of the previous generation
 	}
 	if nb, err = b.store.PublishBase(fence, nb); err != nil {
-		return fmt.Errorf("publish base generation at entry %d: %w", snap.State.LSN, err)
+		return false, fmt.Errorf("publish base generation at entry %d: %w", snap.State.LSN, err)
 	}
 	b.space.setBase(nb)
 	wrote := time.Since(start)
@@ -122,27 +135,24 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 		b.metrics.compactions.WithLabelValues("whole").Inc()
 	}
 	if err := b.hook("base-published"); err != nil {
-		return err
+		return true, err
 	}
 	var deleted int
 	if base.Gen > 0 {
 		if deleted, err = b.store.TruncateLog(ctx, fence, base.Gen); err != nil {
-			return fmt.Errorf("truncate log below entry %d: %w", base.Gen, err)
+			return true, fmt.Errorf("truncate log below entry %d: %w", base.Gen, err)
 		}
 	}
 	if err := b.hook("log-truncated"); err != nil {
-		return err
+		return true, err
 	}
 	gens, err := b.store.CollectBases(ctx, fence, nb)
 	if err != nil {
-		return err
+		return true, err
 	}
 	chunks, err := b.store.CollectChunks(ctx, fence, chunkGrace.Milliseconds())
 	if err != nil {
-		return err
-	}
-	if b.cfg.AfterCompaction != nil {
-		b.cfg.AfterCompaction()
+		return true, err
 	}
 	lg.WithFields(logrus.Fields{
 		"generation": nb.Gen, "revision": nb.Rev, "compacted": nb.CompactRev,
@@ -150,7 +160,7 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) error {
 		"log_entries_deleted": deleted, "old_generations_deleted": gens, "chunks_deleted": chunks,
 		"write_took": wrote.Round(time.Millisecond), "took": time.Since(start).Round(time.Millisecond),
 	}).Info("physical compaction")
-	return nil
+	return true, nil
 }
 
 // defaultLogGenerationLimit is Config.LogGenerationLimit's default.
@@ -189,9 +199,6 @@ func (b *Engine) keepLog(lg *logrus.Entry, fence zkstore.Fence, cur zkstore.Base
 	b.metrics.compactions.WithLabelValues("log").Inc()
 	if err := b.hook("base-published"); err != nil {
 		return err
-	}
-	if b.cfg.AfterCompaction != nil {
-		b.cfg.AfterCompaction() // what the compaction hash allocated meanwhile
 	}
 	lg.WithFields(logrus.Fields{
 		"compacted": nb.CompactRev, "entry": snap.State.LSN, "log_data_bytes": logData,
