@@ -93,8 +93,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 		"lsn": s.LSN, "revision": s.Rev, "keys": b.view.KeyCount(),
 		"generation": rec.base.Gen, "base_took": rec.baseTook.Round(time.Millisecond),
 		"log_entries": len(rec.sizes), "log_took": rec.logTook.Round(time.Millisecond),
-		"log_apply_took": rec.applyTook.Round(time.Millisecond),
-		"took": time.Since(began).Round(time.Millisecond),
+		"log_apply_took": rec.applyTook.Round(time.Millisecond), "took": time.Since(began).Round(time.Millisecond),
 	}).Info("recovered view from the zookeeper log")
 	b.hub = watchbridge.NewHub(b.view)
 	b.host = cfg.Host
