@@ -3,6 +3,8 @@ package kubedata
 import (
 	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"testing"
 
@@ -14,7 +16,9 @@ import (
 // of data: n objects applied as the tailer applies them (entries of 64
 // objects, decoded from their stored form), the live heap after a
 // collection, before and after a compaction that leaves one version of
-// each. It only logs (KUBEDATA_VIEWMEM=n objects).
+// each, and after the compaction where the heap's pages are (live objects,
+// the free room inside partly used spans, whole free spans the runtime
+// kept). It only logs (KUBEDATA_VIEWMEM=n objects).
 func TestViewMemoryPerByteOfKubeData(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("KUBEDATA_VIEWMEM"))
 	if n == 0 {
@@ -60,6 +64,7 @@ func TestViewMemoryPerByteOfKubeData(t *testing.T) {
 	loaded := live() - base
 	t.Logf("%d objects, %d MB of keys and values: view heap %d MB = %.3f bytes per byte, %.0f bytes per object beyond the data",
 		n, data>>20, loaded>>20, float64(loaded)/float64(data), float64(int64(loaded)-data)/float64(n))
+	held(t, "after the load, its memory released", data)
 	// Write a tenth again (the same bytes), compact to the head, trim.
 	counting = false
 	for i := 0; i < n/10; i += 64 {
@@ -73,5 +78,42 @@ func TestViewMemoryPerByteOfKubeData(t *testing.T) {
 	}
 	compacted := live() - base
 	t.Logf("after compaction: view heap %d MB = %.3f bytes per byte", compacted>>20, float64(compacted)/float64(data))
+	held(t, "after the compaction's memory release", data)
 	runtime.KeepAlive(v)
+}
+
+// held returns the freed memory to the system, as the compaction loop
+// does, and logs where the pages the process still holds are: the
+// objects, the free slots of spans that still hold some (the room of
+// garbage that was interleaved with live objects of its size class, which
+// a non-moving collector cannot return), whole free spans kept, and the
+// runtime's own (stacks, metadata).
+func held(t *testing.T, when string, data int64) {
+	debug.FreeOSMemory()
+	m := heapClasses()
+	total := m["/memory/classes/total:bytes"] - m["/memory/classes/heap/released:bytes"]
+	objects, unused, free := m["/memory/classes/heap/objects:bytes"], m["/memory/classes/heap/unused:bytes"], m["/memory/classes/heap/free:bytes"]
+	t.Logf("%s: held %d MB = %.3f bytes per byte: objects %d MB, free slots in used spans %d MB, free spans kept %d MB, runtime %d MB",
+		when, total>>20, float64(total)/float64(data), objects>>20, unused>>20, free>>20, (total-objects-unused-free)>>20)
+}
+
+// heapClasses reads the runtime's memory classes, in bytes.
+func heapClasses() map[string]uint64 {
+	names := []string{
+		"/memory/classes/total:bytes",
+		"/memory/classes/heap/released:bytes",
+		"/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/unused:bytes",
+		"/memory/classes/heap/free:bytes",
+	}
+	samples := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		samples[i].Name = n
+	}
+	metrics.Read(samples)
+	out := make(map[string]uint64, len(names))
+	for _, s := range samples {
+		out[s.Name] = s.Value.Uint64()
+	}
+	return out
 }
