@@ -35,6 +35,7 @@ type Engine struct {
 	election    zkstore.Leadership
 	renewals    chan *renewal
 	compactKick chan struct{}
+	releaseKick chan struct{} // a compaction observer dropped its copy (OnCompact)
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
 	expiryScans atomic.Int64              // scans of the expiry loop done (for tests)
 	submitted   atomic.Int64              // proposals handed to the committer (for tests)
@@ -95,9 +96,29 @@ func (b *Engine) State() revision.State { return b.view.State() }
 // the whole view (the read lock is held meanwhile).
 func (b *Engine) Snapshot() *revision.Snapshot { return b.view.Snapshot() }
 
-// OnCompact registers f to run with the view's state before every
-// compaction it applies (see revision.View.OnCompact); f must not block.
-func (b *Engine) OnCompact(f func(before *revision.Snapshot, rev int64)) { b.view.OnCompact(f) }
+// OnCompact registers f (nil: none) to run with a copy of the view's state
+// before every compaction it applies (see revision.View.OnCompact: under
+// the view's write lock, so f must not block). The copy holds every version
+// the compaction removes: f calls dropped once it no longer holds it (from
+// any goroutine; more than once only costs another release), and the
+// compaction loop then returns the memory they took (Config.AfterCompaction).
+// Until then the trim of the compacted versions frees nothing.
+func (b *Engine) OnCompact(f func(before *revision.Snapshot, rev int64, dropped func())) {
+	if f == nil {
+		b.view.OnCompact(nil)
+		return
+	}
+	b.view.OnCompact(func(before *revision.Snapshot, rev int64) { f(before, rev, b.copyDropped) })
+}
+
+// copyDropped asks the compaction loop for a memory release: an observer
+// of compactions (OnCompact) dropped its copy of the view.
+func (b *Engine) copyDropped() {
+	select {
+	case b.releaseKick <- struct{}{}:
+	default: // one is pending: it releases this copy's memory too
+	}
+}
 
 // NewWatchStream opens a watch stream on the instance's hub, holding at
 // most maxWatchers watchers (0: no bound).

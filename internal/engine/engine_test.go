@@ -515,6 +515,45 @@ func TestCompactionPublishesABaseTruncatesTheLogAndRecoversFromIt(t *testing.T) 
 	checkLogReplaysToView(t, st, b)
 }
 
+func TestMemoryIsReleasedOnceTheCompactionObserverDropsItsCopy(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	releases := make(chan struct{}, 64)
+	a, _ := engine(t, st, "a", func(c *Config) {
+		c.AfterCompaction = func() { releases <- struct{}{} }
+	})
+	var held atomic.Pointer[func()]
+	a.OnCompact(func(before *revision.Snapshot, rev int64, dropped func()) {
+		if before.State.CompactRev >= rev {
+			t.Errorf("observer called for a compaction to %d with the state after it (compacted to %d)", rev, before.State.CompactRev)
+		}
+		held.Store(&dropped) // held until the test drops it
+	})
+	for i := 0; i < 10; i++ {
+		put(t, a, fmt.Sprintf("k%d", i%3), fmt.Sprint(i))
+	}
+	if _, err := a.Compact(context.Background(), &pb.CompactionRequest{Revision: a.State().Rev, Physical: true}); err != nil {
+		t.Fatal(err)
+	}
+	if held.Load() == nil {
+		t.Fatal("the compaction's observer was not called")
+	}
+	// The compaction's own releases (its trim, its generation) come and
+	// go; then none until the observer drops the copy.
+	for quiet := false; !quiet; {
+		select {
+		case <-releases:
+		case <-time.After(3 * compactCheckEvery):
+			quiet = true
+		}
+	}
+	(*held.Load())()
+	select {
+	case <-releases:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no memory release after the observer dropped its copy of the view")
+	}
+}
+
 func TestTailerBehindATruncatedLogReloadsTheView(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	a, _ := engine(t, st, "a", nil)

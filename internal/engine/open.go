@@ -145,6 +145,7 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 		proposals:     make(chan *proposal, 4*cfg.MaxBatchRequests),
 		renewals:      make(chan *renewal, 1024),
 		compactKick:   make(chan struct{}, 1),
+		releaseKick:   make(chan struct{}, 1),
 		kick:          make(chan struct{}, 1),
 		rb:            newRollbackGuard(cfg.Registerer),
 		inspect:       inspect,

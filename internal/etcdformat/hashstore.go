@@ -26,10 +26,12 @@ type storedHash struct {
 	err  error
 }
 
-// Compacted is a revision.View.OnCompact observer: it computes the
-// compaction's hash (CompactionHash) in the background from the copy
-// before, and keeps it with the newest nine others.
-func (hs *HashStore) Compacted(before *revision.Snapshot, rev int64) {
+// Compacted is a compaction observer (engine.Engine.OnCompact): it computes
+// the compaction's hash (CompactionHash) in the background from the copy
+// before, keeps it with the newest nine others, and then, holding before no
+// longer, calls dropped (if not nil) from the goroutine that computed it.
+// It returns at once.
+func (hs *HashStore) Compacted(before *revision.Snapshot, rev int64, dropped func()) {
 	sh := &storedHash{rev: rev, done: make(chan struct{})}
 	hs.mu.Lock()
 	hs.hashes = append(hs.hashes, sh)
@@ -40,7 +42,11 @@ func (hs *HashStore) Compacted(before *revision.Snapshot, rev int64) {
 	hs.mu.Unlock()
 	go func() {
 		sh.h, sh.err = CompactionHash(before, rev)
+		before = nil // the versions the compaction removed go with it
 		close(sh.done)
+		if dropped != nil {
+			dropped()
+		}
 	}()
 }
 

@@ -9,7 +9,7 @@ func TestHashStoreKeepsTheNewestTenCompactionHashes(t *testing.T) {
 	var hs HashStore
 	before := testView(t).Snapshot()
 	for rev := int64(1); rev <= 12; rev++ {
-		hs.Compacted(before, min(rev, before.State.Rev))
+		hs.Compacted(before, min(rev, before.State.Rev), nil)
 	}
 	ctx := context.Background()
 	if _, ok, _ := hs.Lookup(ctx, 1); ok {
@@ -25,5 +25,28 @@ func TestHashStoreKeepsTheNewestTenCompactionHashes(t *testing.T) {
 	}
 	if _, ok, _ := hs.Lookup(ctx, 99); ok {
 		t.Fatal("a hash for a revision never compacted to")
+	}
+}
+
+func TestHashStoreDropsTheCopyOnceTheHashIsKept(t *testing.T) {
+	var hs HashStore
+	before := testView(t).Snapshot()
+	dropped := make(chan struct{})
+	hs.Compacted(before, before.State.Rev, func() { close(dropped) })
+	<-dropped
+	// The hash is kept by then: a lookup finds it computed.
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, sh := range hs.hashes {
+		select {
+		case <-sh.done:
+		default:
+			t.Fatalf("the copy was dropped before the hash of the compaction to %d was kept", sh.rev)
+		}
+	}
+	sh := hs.hashes[len(hs.hashes)-1]
+	want, _ := CompactionHash(before, before.State.Rev)
+	if sh.err != nil || sh.h != want {
+		t.Fatalf("kept hash %+v (%v), want %+v", sh.h, sh.err, want)
 	}
 }

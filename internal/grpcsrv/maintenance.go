@@ -53,8 +53,10 @@ type Maintenance interface {
 	Linearize(ctx context.Context) error
 	// OnCompact registers f to run, under the view's write lock, with the
 	// state before each compaction the view applies (etcd keeps the hash
-	// of the key space at each compaction); f must not block.
-	OnCompact(f func(before *revision.Snapshot, rev int64))
+	// of the key space at each compaction); f must not block, and calls
+	// dropped once it no longer holds before (which holds every version
+	// the compaction removes, so their memory is returned only then).
+	OnCompact(f func(before *revision.Snapshot, rev int64, dropped func()))
 }
 
 type maintenanceServer struct {
