@@ -35,7 +35,7 @@ type Engine struct {
 	election    zkstore.Leadership
 	renewals    chan *renewal
 	compactKick chan struct{}
-	releaseKick chan struct{} // a compaction observer dropped its copy (OnCompact)
+	releaseKick chan struct{}             // a compaction observer dropped its copy (OnCompact)
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
 	expiryScans atomic.Int64              // scans of the expiry loop done (for tests)
 	submitted   atomic.Int64              // proposals handed to the committer (for tests)
