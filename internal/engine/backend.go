@@ -36,6 +36,7 @@ type Engine struct {
 	renewals    chan *renewal
 	compactKick chan struct{}
 	releaseKick chan struct{}             // a compaction observer dropped its copy (OnCompact)
+	copiesHeld  atomic.Int64              // copies of the view compaction observers hold
 	leases      leaseClock                // the leader's lease deadlines (expiry.go)
 	expiryScans atomic.Int64              // scans of the expiry loop done (for tests)
 	submitted   atomic.Int64              // proposals handed to the committer (for tests)
@@ -99,21 +100,27 @@ func (b *Engine) Snapshot() *revision.Snapshot { return b.view.Snapshot() }
 // OnCompact registers f (nil: none) to run with a copy of the view's state
 // before every compaction it applies (see revision.View.OnCompact: under
 // the view's write lock, so f must not block). The copy holds every version
-// the compaction removes: f calls dropped once it no longer holds it (from
-// any goroutine; more than once only costs another release), and the
-// compaction loop then returns the memory they took (Config.AfterCompaction).
-// Until then the trim of the compacted versions frees nothing.
+// the compaction removes: f must call dropped once it no longer holds it
+// (from any goroutine; calls after the first do nothing). Until then the
+// trim of the compacted versions frees nothing, so the compaction loop
+// returns freed memory (Config.AfterCompaction) only once no copy is held:
+// one release after the observer's work, never one beside it.
 func (b *Engine) OnCompact(f func(before *revision.Snapshot, rev int64, dropped func())) {
 	if f == nil {
 		b.view.OnCompact(nil)
 		return
 	}
-	b.view.OnCompact(func(before *revision.Snapshot, rev int64) { f(before, rev, b.copyDropped) })
+	b.view.OnCompact(func(before *revision.Snapshot, rev int64) {
+		b.copiesHeld.Add(1)
+		var once sync.Once
+		f(before, rev, func() { once.Do(b.copyDropped) })
+	})
 }
 
-// copyDropped asks the compaction loop for a memory release: an observer
-// of compactions (OnCompact) dropped its copy of the view.
+// copyDropped counts a copy of the view (OnCompact) dropped and asks the
+// compaction loop for a memory release.
 func (b *Engine) copyDropped() {
+	b.copiesHeld.Add(-1)
 	select {
 	case b.releaseKick <- struct{}{}:
 	default: // one is pending: it releases this copy's memory too

@@ -39,6 +39,7 @@ func (b *Engine) compactLoop() {
 	lg := b.log.WithField("component", "compactor")
 	t := time.NewTicker(compactCheckEvery)
 	defer t.Stop()
+	pending := false // memory freed that no release returned yet
 	for {
 		dropped := false
 		select {
@@ -71,10 +72,13 @@ func (b *Engine) compactLoop() {
 		// every free page, which stalls the instance for as long as the
 		// heap is large. An observer that still holds the copy of the
 		// view before the compaction (OnCompact: the compaction's hash,
-		// seconds at a million keys) keeps what the trim dropped alive;
-		// the round its drop wakes releases that.
-		if freed && b.cfg.AfterCompaction != nil {
+		// seconds at a million keys) keeps what the trim dropped alive,
+		// and a release beside its work would free nothing and slow both;
+		// the round its drop wakes releases it all.
+		pending = pending || freed
+		if pending && b.copiesHeld.Load() == 0 && b.cfg.AfterCompaction != nil {
 			b.cfg.AfterCompaction()
+			pending = false
 		}
 	}
 }

@@ -87,9 +87,10 @@ type Config struct {
 	// round in which the view dropped what a compaction released, a
 	// generation was published (a base written, or the log kept) or an
 	// observer of compactions dropped its copy of the view (OnCompact),
-	// after all of them: the zketcd command returns the freed memory to the
-	// operating system there (debug.FreeOSMemory), which a library must not
-	// do for its host.
+	// after all of them and once no observer holds a copy (the copy keeps
+	// what the trim dropped alive): the zketcd command returns the freed
+	// memory to the operating system there (debug.FreeOSMemory), which a
+	// library must not do for its host.
 	AfterCompaction func()
 	// BeforeRecovery, if set, is called by New when the instance is about
 	// to rebuild its view from a base generation or a log generation, with

@@ -537,20 +537,23 @@ func TestMemoryIsReleasedOnceTheCompactionObserverDropsItsCopy(t *testing.T) {
 	if held.Load() == nil {
 		t.Fatal("the compaction's observer was not called")
 	}
-	// The compaction's own releases (its trim, its generation) come and
-	// go; then none until the observer drops the copy.
-	for quiet := false; !quiet; {
-		select {
-		case <-releases:
-		case <-time.After(3 * compactCheckEvery):
-			quiet = true
-		}
+	// The copy keeps what the trim dropped alive: no release while it is
+	// held (it would free nothing), one once it is dropped.
+	select {
+	case <-releases:
+		t.Fatal("memory released while the observer held its copy of the view")
+	case <-time.After(3 * compactCheckEvery):
 	}
-	(*held.Load())()
+	drop := *held.Load()
+	drop()
+	drop() // calls after the first do nothing
 	select {
 	case <-releases:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no memory release after the observer dropped its copy of the view")
+	}
+	if n := a.copiesHeld.Load(); n != 0 {
+		t.Fatalf("%d copies of the view counted as held after the only one was dropped", n)
 	}
 }
 
