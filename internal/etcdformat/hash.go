@@ -52,7 +52,7 @@ func HashKV(s *revision.Snapshot, rev int64) (KVHash, error) {
 		}
 		return true
 	})
-	return hashRecords(s, rev, compacted, keep)
+	return hashRecords(s, rev, compacted, keep, 0, nil)
 }
 
 // CompactionHash is the hash etcd 3.7 computes while it compacts to rev
@@ -65,15 +65,26 @@ func HashKV(s *revision.Snapshot, rev int64) (KVHash, error) {
 // exactly the previous compacted revision never counts. The answer's
 // compact_revision is the previous compacted revision.
 func CompactionHash(before *revision.Snapshot, rev int64) (KVHash, error) {
+	return PacedCompactionHash(before, rev, 0, nil)
+}
+
+// PacedCompactionHash is CompactionHash calling pace (if not nil) after
+// every slice keys and every slice records it reads (slice > 0): a hash
+// computed in the background can yield its CPU there (see HashStore).
+func PacedCompactionHash(before *revision.Snapshot, rev int64, slice int, pace func()) (KVHash, error) {
 	keep := make(map[Rev]struct{})
+	n := 0
 	before.Each(func(kh revision.KeyHistory) bool {
 		vis := visibleAt(kh.Versions, rev)
 		if vis != nil && (vis.Version != 0 || vis.ModRevision == rev) {
 			keep[Rev{Main: vis.ModRevision, Sub: vis.Sub}] = struct{}{}
 		}
+		if n++; pace != nil && slice > 0 && n%slice == 0 {
+			pace()
+		}
 		return true
 	})
-	return hashRecords(before, rev, before.State.CompactRev, keep)
+	return hashRecords(before, rev, before.State.CompactRev, keep, slice, pace)
 }
 
 // visibleAt returns the newest version with ModRevision <= rev, or nil.
@@ -88,14 +99,18 @@ func visibleAt(vs []*revision.KeyValue, rev int64) *revision.KeyValue {
 	return vis
 }
 
-// hashRecords is etcd's kvHasher over the records of s up to rev.
-func hashRecords(s *revision.Snapshot, rev, compacted int64, keep map[Rev]struct{}) (KVHash, error) {
+// hashRecords is etcd's kvHasher over the records of s up to rev, calling
+// pace (if not nil) after every slice records.
+func hashRecords(s *revision.Snapshot, rev, compacted int64, keep map[Rev]struct{}, slice int, pace func()) (KVHash, error) {
 	h := crc32.New(castagnoli)
 	h.Write([]byte(KeyBucket))
 	var kbuf, vbuf []byte
-	for _, r := range Records(s, rev) {
+	for i, r := range Records(s, rev) {
 		if r.Rev.Main > rev {
 			break
+		}
+		if pace != nil && slice > 0 && i > 0 && i%slice == 0 {
+			pace()
 		}
 		if r.Rev.Main <= compacted && len(keep) > 0 {
 			if _, ok := keep[Rev{Main: r.Rev.Main, Sub: r.Rev.Sub}]; !ok {

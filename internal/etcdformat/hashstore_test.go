@@ -50,3 +50,18 @@ func TestHashStoreDropsTheCopyOnceTheHashIsKept(t *testing.T) {
 		t.Fatalf("kept hash %+v (%v), want %+v", sh.h, sh.err, want)
 	}
 }
+
+func TestPacedCompactionHashIsTheHashAndPauses(t *testing.T) {
+	before := testView(t).Snapshot()
+	for rev := before.State.CompactRev + 1; rev <= before.State.Rev; rev++ {
+		want, werr := CompactionHash(before, rev)
+		paces := 0
+		got, err := PacedCompactionHash(before, rev, 1, func() { paces++ })
+		if got != want || (err == nil) != (werr == nil) {
+			t.Fatalf("paced hash at %d = %+v %v, want %+v %v", rev, got, err, want, werr)
+		}
+		if paces == 0 {
+			t.Fatalf("the hash at %d never paused", rev)
+		}
+	}
+}
