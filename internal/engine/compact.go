@@ -41,16 +41,14 @@ func (b *Engine) compactLoop() {
 	defer t.Stop()
 	pending := false // memory freed that no release returned yet
 	for {
-		dropped := false
 		select {
 		case <-b.ctx.Done():
 			return
 		case <-t.C:
 		case <-b.compactKick:
-		case <-b.releaseKick:
-			dropped = true
+		case <-b.releaseKick: // a copy dropped: the pending release may go
 		}
-		freed := b.trimCompacted() || dropped
+		freed := b.trimCompacted()
 		b.updateSpaceMetrics()
 		b.checkSizing(lg)
 		leader, fence, _ := b.election.State()

@@ -65,13 +65,13 @@ func HashKV(s *revision.Snapshot, rev int64) (KVHash, error) {
 // exactly the previous compacted revision never counts. The answer's
 // compact_revision is the previous compacted revision.
 func CompactionHash(before *revision.Snapshot, rev int64) (KVHash, error) {
-	return PacedCompactionHash(before, rev, 0, nil)
+	return pacedCompactionHash(before, rev, 0, nil)
 }
 
-// PacedCompactionHash is CompactionHash calling pace (if not nil) after
+// pacedCompactionHash is CompactionHash calling pace (if not nil) after
 // every slice keys and every slice records it reads (slice > 0): a hash
-// computed in the background can yield its CPU there (see HashStore).
-func PacedCompactionHash(before *revision.Snapshot, rev int64, slice int, pace func()) (KVHash, error) {
+// computed in the background yields its CPU there (see HashStore).
+func pacedCompactionHash(before *revision.Snapshot, rev int64, slice int, pace func()) (KVHash, error) {
 	keep := make(map[Rev]struct{})
 	n := 0
 	before.Each(func(kh revision.KeyHistory) bool {

@@ -59,7 +59,7 @@ func (hs *HashStore) Compacted(before *revision.Snapshot, rev int64, dropped fun
 	}
 	hs.mu.Unlock()
 	go func() {
-		sh.h, sh.err = PacedCompactionHash(before, rev, hashSlice, halfDuty())
+		sh.h, sh.err = pacedCompactionHash(before, rev, hashSlice, halfDuty())
 		before = nil // the versions the compaction removed go with it
 		close(sh.done)
 		if dropped != nil {

@@ -56,7 +56,7 @@ func TestPacedCompactionHashIsTheHashAndPauses(t *testing.T) {
 	for rev := before.State.CompactRev + 1; rev <= before.State.Rev; rev++ {
 		want, werr := CompactionHash(before, rev)
 		paces := 0
-		got, err := PacedCompactionHash(before, rev, 1, func() { paces++ })
+		got, err := pacedCompactionHash(before, rev, 1, func() { paces++ })
 		if got != want || (err == nil) != (werr == nil) {
 			t.Fatalf("paced hash at %d = %+v %v, want %+v %v", rev, got, err, want, werr)
 		}
