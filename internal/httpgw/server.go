@@ -270,6 +270,21 @@ func (s *Server) dispatch(raw net.Conn) {
 		}
 		c, h2 = tc, isH2
 	}
+	s.serveClassified(raw, c, secure, h2)
+}
+
+// ServeTLSConn serves a connection whose TLS handshake another party (a
+// Front) completed, as Serve serves the connections it accepts. It returns
+// once the connection is handed to its server, or, for HTTP/2 other than
+// gRPC, served. raw is the connection under the TLS one: its deadline
+// bounds the classification (the handshake timeout), then it is cleared.
+func (s *Server) ServeTLSConn(raw net.Conn, c *tls.Conn) {
+	raw.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	s.serveClassified(raw, c, true, c.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS)
+}
+
+// serveClassified classifies c (past any TLS handshake) and hands it on.
+func (s *Server) serveClassified(raw, c net.Conn, secure, h2 bool) {
 	c, kind, err := classify(c, secure, h2)
 	if err != nil {
 		s.lg.WithError(err).WithField("remote", raw.RemoteAddr().String()).Debug("client connection refused")
