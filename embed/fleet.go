@@ -68,6 +68,7 @@ type Fleet struct {
 	registry *prometheus.Registry // the fleet's own series; tenants' are gathered with a tenant label
 	front    *httpgw.Front
 	refuse   *refusal
+	admin    *adminServer
 	clients  []net.Listener
 	metricsL []net.Listener
 	http     []*http.Server
@@ -83,6 +84,7 @@ type Fleet struct {
 	admins   map[string]bool
 	stacks   map[string]*tenantStack
 	starting map[string]*pendingStack
+	deleting map[string]bool // deletes this instance is completing
 	stopped  bool
 }
 
@@ -119,7 +121,7 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	f := &Fleet{
 		cfg: cfg, lg: cfg.Logger.WithField("component", "fleet"), errc: make(chan error, 1),
 		records: map[string]zkstore.TenantRecord{}, byCN: map[string]string{}, admins: map[string]bool{},
-		stacks: map[string]*tenantStack{}, starting: map[string]*pendingStack{},
+		stacks: map[string]*tenantStack{}, starting: map[string]*pendingStack{}, deleting: map[string]bool{},
 		registry: prometheus.NewRegistry(),
 	}
 	for _, cn := range cfg.Tenants.AdminCNs {
@@ -141,6 +143,9 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	}
 	f.apply(recs)
 	if f.refuse, err = newRefusal(cfg.Logger); err != nil {
+		return nil, err
+	}
+	if f.admin, err = newAdminServer(f); err != nil {
 		return nil, err
 	}
 	if f.front, err = httpgw.NewFront(httpgw.FrontConfig{
@@ -228,9 +233,7 @@ func (f *Fleet) route(st tls.ConnectionState) (*httpgw.Server, error) {
 		f.lg.Info("a client certificate without a CN: no tenant")
 		return f.refuse.gw, nil
 	case admin:
-		// The administration is served by the zketcd tenant commands
-		// (ZooKeeper) for now; an admin's etcd calls reach no tenant.
-		return f.refuse.gw, nil
+		return f.admin.gw, nil
 	case !ok:
 		f.lg.WithField("cn", cn).Info("a client certificate whose CN names no tenant")
 		return f.refuse.gw, nil
@@ -324,6 +327,11 @@ func (f *Fleet) apply(recs []zkstore.TenantRecord) {
 				continue
 			}
 			byCN[cn] = r.Name
+		}
+	}
+	for _, r := range recs {
+		if r.State == zkstore.TenantDeleting {
+			f.finishDelete(r.Name)
 		}
 	}
 	var gone []*tenantStack
@@ -485,6 +493,9 @@ func (f *Fleet) Close(grace time.Duration) {
 		wg.Wait()
 		if f.refuse != nil {
 			f.refuse.close()
+		}
+		if f.admin != nil {
+			f.admin.close()
 		}
 		for _, hs := range f.http {
 			hs.Close()

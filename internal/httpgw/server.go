@@ -58,6 +58,9 @@ type Config struct {
 	Warnings func() []string
 	// Metrics serves /metrics (nil: not served).
 	Metrics http.Handler
+	// Handlers are more HTTP routes (pattern to handler, as
+	// http.ServeMux takes them), beside the gateway's.
+	Handlers map[string]http.Handler
 	// Debug, if not nil, serves /debug/ (the runtime profiles of
 	// --enable-pprof).
 	Debug http.Handler
@@ -190,6 +193,9 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("/version", serveVersion)
 	if cfg.Metrics != nil {
 		mux.Handle("/metrics", cfg.Metrics)
+	}
+	for pattern, h := range cfg.Handlers {
+		mux.Handle(pattern, h)
 	}
 	if cfg.Debug != nil {
 		mux.Handle("/debug/", cfg.Debug)

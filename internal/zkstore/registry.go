@@ -22,6 +22,7 @@ import (
 //	<fleet>/tenants/<name>    the tenant's record (TenantRecord, JSON)
 //	<fleet>/cns/<cn>          the tenant a client certificate CN is served (its name)
 //	<fleet>/roots/<name>      the tenant's root: meta, head, log, ... as layout.go
+//	<fleet>/roles/<role>      a role of the fleet's administration (its permissions, as given)
 //
 // A record and its CN znodes are created and deleted in one multi, so a CN
 // names at most one tenant and a record never lacks its CNs. Every change
@@ -35,6 +36,8 @@ func (l fleetLayout) tenant(name string) string { return l.root + "/tenants/" + 
 func (l fleetLayout) cns() string               { return l.root + "/cns" }
 func (l fleetLayout) cn(cn string) string       { return l.root + "/cns/" + cnNode(cn) }
 func (l fleetLayout) roots() string             { return l.root + "/roots" }
+func (l fleetLayout) roles() string             { return l.root + "/roles" }
+func (l fleetLayout) role(name string) string   { return l.root + "/roles/" + name }
 
 // TenantRoot is the root znode of tenant name under the fleet root.
 func TenantRoot(fleetRoot, name string) string { return fleetLayout{fleetRoot}.roots() + "/" + name }
@@ -71,6 +74,13 @@ type TenantRecord struct {
 	// Limits are the tenant's own limits, as the tenant package encodes
 	// them (zkstore keeps them as given).
 	Limits json.RawMessage `json:"limits,omitempty"`
+	// Roles are the administration's roles granted to the tenant (an
+	// etcd administrator's view of the fleet: see package fleetadmin).
+	Roles []string `json:"roles,omitempty"`
+	// Ranges are key ranges the administration keeps mapped to the tenant
+	// after the role that granted them was deleted (as its owner encodes
+	// them).
+	Ranges json.RawMessage `json:"ranges,omitempty"`
 	// Created is when the tenant was created (UTC).
 	Created time.Time `json:"created"`
 	// Version is the record znode's data version (not stored): the
@@ -140,6 +150,7 @@ func (r *Registry) ensure() error {
 		&zk.CreateRequest{Path: r.l.tenants(), Acl: s.acl},
 		&zk.CreateRequest{Path: r.l.cns(), Acl: s.acl},
 		&zk.CreateRequest{Path: r.l.roots(), Acl: s.acl},
+		&zk.CreateRequest{Path: r.l.roles(), Acl: s.acl},
 	)
 	switch {
 	case err == nil:
@@ -236,18 +247,30 @@ func (r *Registry) Tenant(name string) (TenantRecord, error) {
 }
 
 // Tenants lists every tenant's record, sorted by name, and the registry's
-// change count they were read at or after; watch, if not nil, is closed at
-// the registry's next change after that.
-func (r *Registry) Tenants(watched bool) (recs []TenantRecord, changes int32, watch <-chan zk.Event, err error) {
+// change count they were read at or after; if watch, changed is closed at
+// the registry's next change after that (or when the session is lost).
+func (r *Registry) Tenants(watch bool) (recs []TenantRecord, changes int32, changed <-chan struct{}, err error) {
 	s := r.s
 	var st *zk.Stat
-	if watched {
-		_, st, watch, err = s.conn.GetW(r.l.tenants())
+	var ev <-chan zk.Event
+	if watch {
+		_, st, ev, err = s.conn.GetW(r.l.tenants())
 	} else {
 		_, st, err = s.conn.Get(r.l.tenants())
 	}
 	if err != nil {
 		return nil, 0, nil, s.wrap("read "+r.l.tenants(), err)
+	}
+	if watch {
+		ch := make(chan struct{})
+		go func() {
+			select {
+			case <-ev:
+			case <-s.closed:
+			}
+			close(ch)
+		}()
+		changed = ch
 	}
 	names, _, err := s.conn.Children(r.l.tenants())
 	if err != nil {
@@ -264,7 +287,19 @@ func (r *Registry) Tenants(watched bool) (recs []TenantRecord, changes int32, wa
 		}
 		recs = append(recs, rec)
 	}
-	return recs, st.Version, watch, nil
+	return recs, st.Version, changed, nil
+}
+
+// UpdateTenant writes rec's roles and ranges over its record if the
+// record is still at rec.Version (else zk's ErrBadVersion, wrapped;
+// ErrTenantNotFound if it went). Its name, CNs, state and creation stay.
+func (r *Registry) UpdateTenant(rec TenantRecord) (TenantRecord, error) {
+	cur, err := r.Tenant(rec.Name)
+	if err != nil {
+		return TenantRecord{}, err
+	}
+	cur.Roles, cur.Ranges, cur.Version = rec.Roles, rec.Ranges, rec.Version
+	return r.update(cur)
 }
 
 // SetTenantLimits replaces a tenant's limits if its record is still at
@@ -294,6 +329,22 @@ func (r *Registry) update(rec TenantRecord) (TenantRecord, error) {
 	return rec, nil
 }
 
+// MarkDeleting marks a tenant's record deleting (no instance serves it
+// from then on; DeleteTenant completes the delete) and returns it.
+func (r *Registry) MarkDeleting(name string) (TenantRecord, error) {
+	for {
+		rec, err := r.Tenant(name)
+		if err != nil || rec.State == TenantDeleting {
+			return rec, err
+		}
+		rec.State = TenantDeleting
+		rec, err = r.update(rec)
+		if err == nil || !errors.Is(err, zk.ErrBadVersion) {
+			return rec, err
+		}
+	}
+}
+
 // DeleteTenant deletes a tenant and every znode of its root: it marks the
 // record deleting (instances then stop serving it and their member znodes
 // go), waits up to wait for the tenant's members to leave, deletes the
@@ -301,15 +352,9 @@ func (r *Registry) update(rec TenantRecord) (TenantRecord, error) {
 // znodes deleted so far every few seconds. Re-running it after a failure
 // continues where it stopped.
 func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Duration, progress func(deleted int64)) error {
-	rec, err := r.Tenant(name)
+	rec, err := r.MarkDeleting(name)
 	if err != nil {
 		return err
-	}
-	if rec.State != TenantDeleting {
-		rec.State = TenantDeleting
-		if rec, err = r.update(rec); err != nil {
-			return err
-		}
 	}
 	root := TenantRoot(r.l.root, name)
 	members := layout{root}.members()
@@ -458,4 +503,111 @@ func (s *Store) deleteBatch(ps []string, deleted *atomic.Int64) error {
 		}
 	}
 	return nil
+}
+
+// Changes returns the registry's change count: it moves at every change
+// of a tenant or a role.
+func (r *Registry) Changes() (int32, error) {
+	_, st, err := r.s.conn.Get(r.l.tenants())
+	if err != nil {
+		return 0, r.s.wrap("read "+r.l.tenants(), err)
+	}
+	return st.Version, nil
+}
+
+// ErrRoleExists and ErrRoleNotFound are the role calls' refusals.
+var (
+	ErrRoleExists   = errors.New("role already exists")
+	ErrRoleNotFound = errors.New("role not found")
+)
+
+// Role is a role of the fleet's administration: its name and data (the
+// permissions, as its owner encodes them), at a znode version.
+type Role struct {
+	Name    string
+	Data    []byte
+	Version int32
+}
+
+// ensureRoles creates the roles znode of a fleet made before it existed.
+func (r *Registry) ensureRoles() error {
+	if _, err := r.s.conn.Create(r.l.roles(), nil, 0, r.s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return r.s.wrap("create "+r.l.roles(), err)
+	}
+	return nil
+}
+
+// CreateRole registers a role (ErrRoleExists if it is).
+func (r *Registry) CreateRole(name string, data []byte) error {
+	if err := r.ensureRoles(); err != nil {
+		return err
+	}
+	_, err := r.s.conn.Multi(
+		&zk.CreateRequest{Path: r.l.role(name), Data: data, Acl: r.s.acl},
+		&zk.SetDataRequest{Path: r.l.tenants(), Version: -1},
+	)
+	switch {
+	case errors.Is(err, zk.ErrNodeExists):
+		return fmt.Errorf("%w: %q", ErrRoleExists, name)
+	case err != nil:
+		return r.s.wrap("create role "+name, err)
+	}
+	return nil
+}
+
+// GetRole reads a role (ErrRoleNotFound if there is none).
+func (r *Registry) GetRole(name string) (Role, error) {
+	data, st, err := r.s.conn.Get(r.l.role(name))
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return Role{}, fmt.Errorf("%w: %q", ErrRoleNotFound, name)
+	case err != nil:
+		return Role{}, r.s.wrap("read role "+name, err)
+	}
+	return Role{Name: name, Data: data, Version: st.Version}, nil
+}
+
+// SetRole replaces a role's data if it is still at role.Version (else
+// zk's ErrBadVersion, wrapped; ErrRoleNotFound if it went).
+func (r *Registry) SetRole(role Role) error {
+	_, err := r.s.conn.Multi(
+		&zk.SetDataRequest{Path: r.l.role(role.Name), Data: role.Data, Version: role.Version},
+		&zk.SetDataRequest{Path: r.l.tenants(), Version: -1},
+	)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("%w: %q", ErrRoleNotFound, role.Name)
+	case err != nil:
+		return r.s.wrap("update role "+role.Name, err)
+	}
+	return nil
+}
+
+// DeleteRole deletes a role (ErrRoleNotFound if there is none); the
+// tenants granted it keep its name until their roles are rewritten.
+func (r *Registry) DeleteRole(name string) error {
+	_, err := r.s.conn.Multi(
+		&zk.DeleteRequest{Path: r.l.role(name), Version: -1},
+		&zk.SetDataRequest{Path: r.l.tenants(), Version: -1},
+	)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("%w: %q", ErrRoleNotFound, name)
+	case err != nil:
+		return r.s.wrap("delete role "+name, err)
+	}
+	return nil
+}
+
+// RoleNames lists the roles, sorted.
+func (r *Registry) RoleNames() ([]string, error) {
+	names, _, err := r.s.conn.Children(r.l.roles())
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, r.s.wrap("list roles", err)
+	}
+	slices.Sort(names)
+	return names, nil
 }
