@@ -404,6 +404,9 @@ func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Dura
 		ops = append(ops, &zk.DeleteRequest{Path: r.l.cn(cn), Version: -1})
 	}
 	if _, err := r.s.conn.Multi(ops...); err != nil {
+		if _, terr := r.Tenant(name); errors.Is(terr, ErrTenantNotFound) {
+			return nil // another deleter (an instance, a command) completed it
+		}
 		return r.s.wrap("delete the record of tenant "+name, err)
 	}
 	r.s.log.WithFields(logrus.Fields{"tenant": name, "znodes": deleted.Load()}).Info("tenant deleted")
