@@ -42,6 +42,10 @@ type TenantsConfig struct {
 	// Defaults are the limits of a tenant whose record sets none (a zero
 	// field: tenant.DefaultLimits' value for it).
 	Defaults tenant.Limits
+	// Sessions is how many ZooKeeper sessions this instance's tenants share
+	// (0: DefaultTenantSessions): each tenant's root is opened on one of
+	// them, the one with the fewest tenants when it starts.
+	Sessions int
 	// IdleTimeout is how long a tenant's engine runs on this instance
 	// with no request and no watcher before it stops (0:
 	// DefaultTenantIdleTimeout; negative: never). Its next connection
@@ -51,6 +55,12 @@ type TenantsConfig struct {
 
 // DefaultTenantIdleTimeout is TenantsConfig.IdleTimeout's default.
 const DefaultTenantIdleTimeout = 10 * time.Minute
+
+// DefaultTenantSessions is TenantsConfig.Sessions' default: a few
+// sessions, so that one tenant's slow request holds up few others
+// (ZooKeeper answers each session's requests in order), well inside
+// ZooKeeper's default of 60 connections per client host.
+const DefaultTenantSessions = 4
 
 // tenantStartTimeout bounds a tenant engine's start (connecting, recovering
 // its view).
@@ -65,6 +75,7 @@ type Fleet struct {
 	cfg      Config
 	lg       *logrus.Entry
 	reg      *zkstore.Registry
+	sessions []*zkstore.Session // opened on first use
 	registry *prometheus.Registry // the fleet's own series; tenants' are gathered with a tenant label
 	front    *httpgw.Front
 	refuse   *refusal
@@ -117,11 +128,15 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	if cfg.Tenants.IdleTimeout == 0 {
 		cfg.Tenants.IdleTimeout = DefaultTenantIdleTimeout
 	}
+	if cfg.Tenants.Sessions <= 0 {
+		cfg.Tenants.Sessions = DefaultTenantSessions
+	}
 	cfg.Tenants.Defaults = cfg.Tenants.Defaults.Effective(tenant.DefaultLimits())
 	f := &Fleet{
 		cfg: cfg, lg: cfg.Logger.WithField("component", "fleet"), errc: make(chan error, 1),
 		records: map[string]zkstore.TenantRecord{}, byCN: map[string]string{}, admins: map[string]bool{},
 		stacks: map[string]*tenantStack{}, starting: map[string]*pendingStack{}, deleting: map[string]bool{},
+		sessions: make([]*zkstore.Session, cfg.Tenants.Sessions),
 		registry: prometheus.NewRegistry(),
 	}
 	for _, cn := range cfg.Tenants.AdminCNs {
@@ -501,6 +516,15 @@ func (f *Fleet) Close(grace time.Duration) {
 			hs.Close()
 		}
 		f.wg.Wait()
+		f.mu.Lock()
+		sessions := f.sessions
+		f.sessions = nil
+		f.mu.Unlock()
+		for _, s := range sessions {
+			if s != nil {
+				s.Close()
+			}
+		}
 		if f.reg != nil {
 			f.reg.Close()
 		}
@@ -533,4 +557,45 @@ func newRefusal(lg *logrus.Entry) (*refusal, error) {
 func (r *refusal) close() {
 	r.gw.Close()
 	r.srv.Stop()
+}
+
+// session returns the least used of the tenants' ZooKeeper sessions,
+// opening it if it is not yet.
+func (f *Fleet) session(ctx context.Context) (*zkstore.Session, error) {
+	f.mu.Lock()
+	best, used := -1, 0
+	for i, s := range f.sessions {
+		n := 0
+		if s != nil {
+			n = s.Stores()
+		}
+		if best < 0 || n < used {
+			best, used = i, n
+		}
+	}
+	if best < 0 {
+		f.mu.Unlock()
+		return nil, errors.New("the fleet is stopping")
+	}
+	if s := f.sessions[best]; s != nil {
+		f.mu.Unlock()
+		return s, nil
+	}
+	f.mu.Unlock()
+	s, err := zkstore.OpenSession(ctx, f.cfg.Engine.Store)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped || len(f.sessions) == 0 {
+		s.Close()
+		return nil, errors.New("the fleet is stopping")
+	}
+	if cur := f.sessions[best]; cur != nil {
+		s.Close() // opened meanwhile by another start
+		return cur, nil
+	}
+	f.sessions[best] = s
+	return s, nil
 }

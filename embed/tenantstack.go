@@ -58,7 +58,22 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	// endpoint serves one cluster (forwarding per tenant is not built).
 	ec.ForwardWrites, ec.Forwarder, ec.InternalURL, ec.ReadLease = false, nil, "", false
 	ec.BeforeRecovery = nil // the heap preparation is for one cluster per process
-	if s.be, err = engine.Open(ctx, ec); err != nil {
+	sess, err := f.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := sess.Open(ctx, ec.Store.Root)
+	if err != nil {
+		return nil, err
+	}
+	inspectCfg := ec.Store
+	if s.be, err = engine.NewInspected(ctx, ec, st, func(ctx context.Context) (engine.Log, error) {
+		in, err := zkstore.OpenInspector(ctx, inspectCfg)
+		if err != nil {
+			return nil, err
+		}
+		return in, nil
+	}); err != nil {
 		return nil, err
 	}
 	s.adm = tenant.NewAdmission(limits, s.be.LeaseCount, nil)
