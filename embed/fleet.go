@@ -75,7 +75,7 @@ type Fleet struct {
 	cfg      Config
 	lg       *logrus.Entry
 	reg      *zkstore.Registry
-	sessions []*zkstore.Session // opened on first use
+	sessions []*zkstore.Session   // opened on first use
 	registry *prometheus.Registry // the fleet's own series; tenants' are gathered with a tenant label
 	front    *httpgw.Front
 	refuse   *refusal

@@ -317,4 +317,3 @@ func permsOf(reg *zkstore.Registry, rec zkstore.TenantRecord) ([]perm, error) {
 	}
 	return out, nil
 }
-
