@@ -40,12 +40,13 @@ type metrics struct {
 	// barrierTrips counts the round trips.
 	linearizableReads *prometheus.CounterVec
 	barrierTrips      prometheus.Counter
-	// quotaRefused counts writes refused by the space quota check;
-	// dbSize and dbSizeInUse follow the space accounting, alarms the
-	// active alarms by type (updated every compaction check, 2 s).
-	quotaRefused        prometheus.Counter
-	dbSize, dbSizeInUse prometheus.Gauge
-	alarms              *prometheus.GaugeVec
+	// quotaRefused counts writes refused by the space quota check (or the
+	// ZooKeeper heap check); dbSize and dbSizeInUse follow the space
+	// accounting before compression, rootStored the stored bytes, alarms
+	// the active alarms by type (updated every compaction check, 2 s).
+	quotaRefused                    prometheus.Counter
+	dbSize, dbSizeInUse, rootStored prometheus.Gauge
+	alarms                          *prometheus.GaugeVec
 	// corruptChecks counts the corruption check's rounds (on the leader),
 	// corruptMismatches the members found with another hash.
 	corruptChecks, corruptMismatches prometheus.Counter
@@ -137,15 +138,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "quota_refused_total",
-			Help: "Writes refused because they did not fit in --quota-backend-bytes.",
+			Help: "Writes refused because they did not fit in --quota-backend-bytes, or in what ZooKeeper's heap holds (half of --zk-heap-bytes).",
 		}),
 		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "db_size_bytes",
-			Help: "Bytes the root holds in ZooKeeper (base generations and log entries), as etcd's DB size.",
+			Help: "Bytes the root holds (base generations and log entries) before compression: etcd's DB size, what the quota counts.",
 		}),
 		dbSizeInUse: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "db_size_in_use_bytes",
-			Help: "Bytes of the current base generation and the log after it (what a defragment leaves).",
+			Help: "Bytes before compression of the current base generation and the log after it (what a defragment leaves).",
+		}),
+		rootStored: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zookeeper_root_bytes",
+			Help: "Bytes the root holds in ZooKeeper as stored (compressed), counted as db_size_bytes is: what ZooKeeper's heap holds of it, what the ZooKeeper heap check counts.",
 		}),
 		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "alarms_active",
@@ -190,7 +195,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.pipelineLimit, m.pipelineInFlight, m.pipelineRefusals)
 		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
 			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
-			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)
+			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.rootStored, m.alarms, m.corruptChecks, m.corruptMismatches)
 	}
 	return m
 }
