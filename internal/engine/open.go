@@ -117,6 +117,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 		b.log.Warn(w)
 	}
 	b.registerACLGauge(cfg.Registerer)
+	b.registerStateMetrics(cfg.Registerer)
 	return b, nil
 }
 
@@ -182,13 +183,14 @@ func (b *Engine) run(auto *compactor.Compactor) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(7)
+	b.wg.Add(8)
 	go b.answerHashChecks()
 	if b.cfg.CorruptCheckTime > 0 {
 		b.wg.Add(1)
 		go b.corruptCheckLoop()
 	}
 	go b.watchRollback()
+	go b.followLeaderAndSession()
 	go b.tail()
 	go b.commitLoop()
 	go b.renewLoop()
