@@ -41,7 +41,7 @@ type stateCollector struct {
 	serverVersion, clusterVersion, goVersion, serverID   *prometheus.Desc
 	alarms                                               *prometheus.Desc
 	buildInfo                                            *prometheus.Desc
-	appliedRev, appliedLSN, lagEntries, staleSeconds     *prometheus.Desc
+	appliedRev, appliedLSN, staleSeconds                 *prometheus.Desc
 	sessionConnected                                     *prometheus.Desc
 	build                                                buildinfo.Info
 	serverVersionValue, clusterVersionValue, goVersionID string
@@ -56,7 +56,7 @@ func newStateCollector(b *Engine) *stateCollector {
 	return &stateCollector{
 		b: b,
 		hasLeader: d("etcd_server_has_leader",
-			"1 while this instance serves: it has a ZooKeeper session, its view caught up with the log's head within --zk-stale-after (3 s) and it has not halted; Status then names a leader (etcd: raft knows a leader)."),
+			"1 while this instance serves: it has a ZooKeeper session, its view caught up with the log's head within the last 3 s and it has not halted; Status then names a leader (etcd: raft knows a leader)."),
 		isLeader: d("etcd_server_is_leader",
 			"1 while this instance is the elected leader instance (it expires leases, compacts and, with --forward-writes, commits every write)."),
 		proposalsCommitted: d("etcd_server_proposals_committed_total",
@@ -99,10 +99,8 @@ func newStateCollector(b *Engine) *stateCollector {
 			"Revision of this instance's view (set from recovery on)."),
 		appliedLSN: d("zketcd_applied_log_position",
 			"Log entry this instance's view has applied (set from recovery on): compare across instances for lag."),
-		lagEntries: d("zketcd_apply_lag_entries",
-			"Log entries between the newest head this instance saw and what its view applied."),
 		staleSeconds: d("zketcd_view_stale_seconds",
-			"Seconds since this instance's view was last caught up with the log's head (the tailer looks at least every second; past --zk-stale-after, 3 s, the instance reports no leader)."),
+			"Seconds since this instance's view was last caught up with the log's head (the tailer looks at least every second; past 3 s the instance reports no leader)."),
 		sessionConnected: d("zketcd_zookeeper_session_connected",
 			"1 while this instance is connected to ZooKeeper with a live session."),
 		build:               buildinfo.Get(),
@@ -119,7 +117,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.quota, c.dbTotal, c.dbInUse, c.keys, c.currentRev, c.compactRev,
 		c.watchers, c.watchStreams, c.slowWatchers,
 		c.serverVersion, c.clusterVersion, c.goVersion, c.serverID, c.alarms, c.buildInfo,
-		c.appliedRev, c.appliedLSN, c.lagEntries, c.staleSeconds, c.sessionConnected,
+		c.appliedRev, c.appliedLSN, c.staleSeconds, c.sessionConnected,
 	} {
 		ch <- d
 	}
@@ -168,7 +166,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.buildInfo, 1, c.build.Version, c.build.Commit, c.build.GoVersion)
 	gauge(c.appliedRev, float64(st.Rev))
 	gauge(c.appliedLSN, float64(st.LSN))
-	gauge(c.lagEntries, float64(max(0, head.LSN-st.LSN)))
 	stale := 0.0
 	if hs := b.lastHead.Load(); hs != nil {
 		stale = time.Since(hs.at).Seconds()

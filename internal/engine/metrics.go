@@ -158,7 +158,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "quota_refused_total",
-			Help: "Writes refused because they did not fit in --quota-backend-bytes, or in what ZooKeeper's heap holds (half of --zk-heap-bytes).",
+			Help: "Writes refused because they did not fit in --quota-backend-bytes, or in what ZooKeeper's heap holds (half of --zk-heap-bytes, while the quota is left at its default).",
 		}),
 		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "db_size_bytes",

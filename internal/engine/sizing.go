@@ -15,14 +15,15 @@ import (
 // the JVM's maximum), so the operator gives it (Config.ZooKeeperHeapBytes,
 // --zk-heap-bytes: each server's -Xmx). From it:
 //
-//   - the ZooKeeper heap check (checkQuota): a write that would take the
-//     root's bytes as stored (ZooKeeperBytes: compressed, a compaction's
-//     previous generation counted too) past ZKHeapDataShare of the heap is
-//     refused with NOSPACE, as one past the quota is: the quota counts the
-//     bytes before compression (DBSize, what every instance holds), this
-//     check what ZooKeeper holds, so with compressible data it is the
-//     quota that binds first, with incompressible data and a small heap
-//     this check;
+//   - the ZooKeeper heap check (checkQuota), while --quota-backend-bytes
+//     is left at its default: a write that would take the root's bytes as
+//     stored (ZooKeeperBytes: compressed, a compaction's previous
+//     generation counted too) past ZKHeapDataShare of the heap is refused
+//     with NOSPACE, as one past the quota is. The quota counts the bytes
+//     before compression (DBSize, what every instance holds), this check
+//     what ZooKeeper holds; an explicit quota is the operator's choice for
+//     both (a quota bounds the stored bytes too: they are never more than
+//     the bytes before compression), and the heap then only warns;
 //   - zketcd warns (log, zketcd_zookeeper_heap_warning) when ZooKeeper's
 //     data nears that share: zk_approximate_data_size from mntr when the
 //     servers answer it (every tenant of the ensemble counted), else the
@@ -47,12 +48,19 @@ func (b *Engine) QuotaBytes() int64 {
 }
 
 // zkHeapLimit returns the most bytes the root may hold in ZooKeeper as
-// stored (ZooKeeperBytes): ZKHeapDataShare of --zk-heap-bytes, or -1 when
-// that is not given (no check beyond the quota).
+// stored (ZooKeeperBytes): ZKHeapDataShare of --zk-heap-bytes while
+// --quota-backend-bytes is left at its default, else -1 (no check beyond
+// the quota).
 func (b *Engine) zkHeapLimit() int64 {
-	if b.cfg.ZooKeeperHeapBytes <= 0 {
+	if b.cfg.ZooKeeperHeapBytes <= 0 || b.cfg.QuotaBackendBytes != 0 {
 		return -1
 	}
+	return b.zkHeapHolds()
+}
+
+// zkHeapHolds returns what --zk-heap-bytes holds of data:
+// ZKHeapDataShare of it (the heap warning's reference).
+func (b *Engine) zkHeapHolds() int64 {
 	return int64(float64(b.cfg.ZooKeeperHeapBytes) * ZKHeapDataShare)
 }
 
@@ -78,7 +86,7 @@ func newSizing(reg prometheus.Registerer) *sizing {
 		}),
 		warning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "zookeeper_heap_warning",
-			Help: "1 while ZooKeeper's data is above 80% of what its heap holds (half of --zk-heap-bytes; past it writes are refused with NOSPACE).",
+			Help: "1 while ZooKeeper's data is above 80% of what its heap holds (half of --zk-heap-bytes; past it, while --quota-backend-bytes is left at its default, writes are refused with NOSPACE).",
 		}),
 	}
 	if reg != nil {
@@ -111,7 +119,7 @@ func (b *Engine) checkSizing(lg *logrus.Entry) {
 	if heap <= 0 {
 		return
 	}
-	holds := b.zkHeapLimit()
+	holds := b.zkHeapHolds()
 	if float64(data) < zkHeapWarnShare*float64(holds) {
 		s.warning.Set(0)
 		return

@@ -15,16 +15,17 @@ import (
 )
 
 // The quota is etcd's whatever --zk-heap-bytes says; the heap bounds the
-// root's stored bytes on its own (half the heap), and its warning turns on
-// once the root's data passes 80% of that half.
+// root's stored bytes on its own (half the heap) while the quota is left
+// at its default, and its warning turns on once the root's data passes 80%
+// of that half.
 func TestTheZooKeeperHeapSetsItsOwnLimitAndTheWarning(t *testing.T) {
 	for _, tc := range []struct {
 		quota, heap, want, heapLimit int64
 	}{
 		{0, 0, translate.DefaultQuotaBytes, -1},
 		{0, 8 << 30, translate.DefaultQuotaBytes, 4 << 30},
-		{1 << 30, 8 << 30, 1 << 30, 4 << 30},
-		{-1, 8 << 30, -1, 4 << 30},
+		{1 << 30, 8 << 30, 1 << 30, -1},
+		{-1, 8 << 30, -1, -1},
 	} {
 		b := &Engine{cfg: Config{QuotaBackendBytes: tc.quota, ZooKeeperHeapBytes: tc.heap}}
 		if got, limit := b.QuotaBytes(), b.zkHeapLimit(); got != tc.want || limit != tc.heapLimit {
@@ -53,11 +54,12 @@ func TestTheZooKeeperHeapSetsItsOwnLimitAndTheWarning(t *testing.T) {
 	}
 }
 
-// With no quota at all, --zk-heap-bytes still refuses the write that would
-// take the root's stored bytes past half the heap, with etcd's NOSPACE.
+// With the quota at its default (2 GiB, far off here), --zk-heap-bytes
+// refuses the write that would take the root's stored bytes past half the
+// heap, with etcd's NOSPACE.
 func TestTheZooKeeperHeapCheckRefusesWritesPastHalfTheHeap(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	b, _ := engine(t, st, "a", func(c *Config) { c.QuotaBackendBytes = -1; c.ZooKeeperHeapBytes = 64 << 10 })
+	b, _ := engine(t, st, "a", func(c *Config) { c.ZooKeeperHeapBytes = 64 << 10 })
 	n := fill(t, b)
 	if stored := b.ZooKeeperBytes(); n == 0 || stored > 32<<10 || stored < 32<<10-2<<10 {
 		t.Fatalf("refused after %d puts with %d bytes stored, want just under 32 KiB", n, stored)
