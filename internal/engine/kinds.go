@@ -113,6 +113,8 @@ func (k *kind[R, T]) face() WriteKind {
 // write commits req here or through the leader (writeFwd), between begin
 // and the end it returns.
 func (k *kind[R, T]) write(ctx context.Context, b *Engine, req R, entropy []byte) (resp T, err error) {
+	answered := b.proposalStarted()
+	defer func() { answered(err) }()
 	var dup func(lsn, rev int64) (T, error)
 	if k.dup != nil {
 		dup = func(_, rev int64) (T, error) { return k.dup(b, req, rev) }

@@ -117,6 +117,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 		b.log.Warn(w)
 	}
 	b.registerACLGauge(cfg.Registerer)
+	b.registerStateMetrics(cfg.Registerer)
 	return b, nil
 }
 
@@ -182,13 +183,14 @@ func (b *Engine) run(auto *compactor.Compactor) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(7)
+	b.wg.Add(8)
 	go b.answerHashChecks()
 	if b.cfg.CorruptCheckTime > 0 {
 		b.wg.Add(1)
 		go b.corruptCheckLoop()
 	}
 	go b.watchRollback()
+	go b.followLeaderAndSession()
 	go b.tail()
 	go b.commitLoop()
 	go b.renewLoop()
@@ -269,9 +271,10 @@ func Replay(ctx context.Context, st History, window int, each func(*revision.Ent
 // replayed is what a replay read, for the space accounting: the base
 // generation and the size of each entry after it.
 type replayed struct {
-	base  zkstore.Base
-	sizes []int
-	raws  []int64 // each entry's Entry.DataBytes
+	base     zkstore.Base
+	sizes    []int
+	logicals []int64 // each entry's zkstore.RecordBytes
+	raws     []int64 // each entry's Entry.DataBytes
 	// baseTook is the base generation's load into a view; logTook the
 	// log's replay after it, of which applyTook was spent applying
 	// entries (the rest waiting for ZooKeeper and decoding, which run
@@ -283,7 +286,7 @@ type replayed struct {
 func (rec *replayed) account(sp *space) {
 	sp.reset()
 	for i, n := range rec.sizes {
-		sp.applied(rec.base.Gen+1+int64(i), n, rec.raws[i])
+		sp.applied(rec.base.Gen+1+int64(i), n, rec.logicals[i], rec.raws[i])
 	}
 	sp.setBase(rec.base)
 }
@@ -346,6 +349,7 @@ func replayOnce(ctx context.Context, st History, window int, each func(*revision
 		}
 		if rec != nil {
 			rec.sizes = append(rec.sizes, n)
+			rec.logicals = append(rec.logicals, int64(zkstore.RecordBytes(e)))
 			rec.raws = append(rec.raws, e.DataBytes())
 		}
 		if each != nil {

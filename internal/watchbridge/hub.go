@@ -189,6 +189,7 @@ type Hub struct {
 	synced   group
 	unsynced group
 	victims  map[*watcher]Response
+	streams  int // open streams (NewStream, not yet closed)
 
 	wake   chan struct{}
 	stop   chan struct{}
@@ -446,6 +447,8 @@ func (h *Hub) Resync() {
 
 // Stats is a snapshot of the hub's watchers.
 type Stats struct {
+	// Streams counts the open streams (with or without watchers).
+	Streams int
 	// Synced, Unsynced and Victims count watchers by state.
 	Synced, Unsynced, Victims int
 	// Queued is the number of responses waiting in the channels of the
@@ -458,7 +461,7 @@ type Stats struct {
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := Stats{Synced: h.synced.size, Unsynced: h.unsynced.size, Victims: len(h.victims)}
+	st := Stats{Streams: h.streams, Synced: h.synced.size, Unsynced: h.unsynced.size, Victims: len(h.victims)}
 	streams := map[*Stream]bool{}
 	count := func(w *watcher) {
 		if !streams[w.stream] {
