@@ -309,6 +309,36 @@ func TestAuthenticateAndChecks(t *testing.T) {
 	wantErr(t, err, rpctypes.ErrGRPCInvalidAuthToken)
 }
 
+// TestARightPasswordIsRememberedAndNothingElse: a password that succeeded
+// is known right again without bcrypt (Remembered); a wrong one, another
+// user's, or the old one after a password change, is not.
+func TestARightPasswordIsRememberedAndNothingElse(t *testing.T) {
+	st, apply := newTestStore(t, nil)
+	setupRootAndAlice(t, apply)
+	must(t, apply(&pb.AuthEnableRequest{}))
+	if st.Remembered("alice", "alicepw") {
+		t.Fatal("remembered before any login")
+	}
+	_, err := st.Authenticate("alice", "wrong")
+	wantErr(t, err, rpctypes.ErrGRPCAuthFailed)
+	_, err = st.Authenticate("alice", "alicepw")
+	must(t, err)
+	for _, tc := range []struct {
+		user, password string
+		want           bool
+	}{{"alice", "alicepw", true}, {"alice", "wrong", false}, {"root", "alicepw", false}, {"nobody", "alicepw", false}} {
+		if got := st.Remembered(tc.user, tc.password); got != tc.want {
+			t.Errorf("Remembered(%s, %s) = %v, want %v", tc.user, tc.password, got, tc.want)
+		}
+	}
+	must(t, apply(&pb.AuthUserChangePasswordRequest{Name: "alice", Password: "new"}))
+	if st.Remembered("alice", "alicepw") {
+		t.Fatal("the old password is remembered after a change")
+	}
+	_, err = st.Authenticate("alice", "alicepw")
+	wantErr(t, err, rpctypes.ErrGRPCAuthFailed)
+}
+
 func TestNoPasswordUserCannotAuthenticate(t *testing.T) {
 	st, apply := newTestStore(t, nil)
 	setupRootAndAlice(t, apply)
