@@ -74,6 +74,71 @@ func TestWorldReadableRootIsWarnedAndRefusesAuthEnable(t *testing.T) {
 	}
 }
 
+// TestClosedRootWithOpenChildrenIsWorldReadable: a root closed by hand
+// (setAcl ip:127.0.0.1) to an instance without --zk-auth is not closed:
+// the instance creates every znode under it with world:anyone, and
+// ZooKeeper checks no parent's ACL on a read, so an anonymous session reads
+// the log by its paths. Such a root is reported and refuses AuthEnable as
+// an open one does.
+func TestClosedRootWithOpenChildrenIsWorldReadable(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	const root = "/closed-by-hand"
+	admin, _, err := zk.Connect([]string{zkSrv.Addr()}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Create(root, nil, 0, []zk.ACL{{Perms: zk.PermAll, Scheme: "ip", ID: "127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{Root: root, StrictZooKeeper: true}))
+	c := in.Client(t)
+	ctx := ctx30s(t)
+	if _, err := c.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	entry := fmt.Sprintf("%s/log/%010d/%020d", root, 0, in.Engine().State().LSN)
+	acl, _, err := admin.GetACL(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acl) != 1 || acl[0].Scheme != "world" {
+		t.Fatalf("the log entry's ACL %v: want the instance to have created it open (the premise of the test)", acl)
+	}
+
+	st, err := c.Status(ctx, in.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(st.Errors, "\n"), "world-readable") {
+		t.Errorf("Status errors %q: want the world-readable root", st.Errors)
+	}
+	resp, err := http.Get("http://" + in.Endpoint() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "--zk-auth") {
+		t.Errorf("/health %s: want the warning", body)
+	}
+	if v := worldReadableGauge(t, in); v != 1 {
+		t.Errorf("zketcd_zookeeper_world_readable %v, want 1", v)
+	}
+	if _, err := c.UserAdd(ctx, "root", "rootpw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RoleAdd(ctx, "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = c.AuthEnable(ctx); err == nil || !strings.Contains(err.Error(), "--zk-auth") {
+		t.Fatalf("AuthEnable on a root whose children are open: %v, want a refusal naming --zk-auth", err)
+	}
+}
+
 // worldReadableGauge reads the instance's zketcd_zookeeper_world_readable.
 func worldReadableGauge(t *testing.T, in *embedtest.Instance) float64 {
 	t.Helper()

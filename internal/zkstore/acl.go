@@ -19,11 +19,15 @@ type ACLReport struct {
 	// Identity names the configured identity ("digest:alice",
 	// "x509:CN=zketcd,O=example", "sasl:zketcd"), "" without one.
 	Identity string
-	// WorldReadable is set while anyone may read the root (world:anyone
-	// with READ): every znode zketcd writes is then readable by whoever
-	// reaches ZooKeeper.
+	// WorldReadable is set while anyone may read what zketcd keeps under
+	// the root: always without an identity (every znode zketcd creates
+	// then carries world:anyone, whatever the root's own ACL, and
+	// ZooKeeper checks no parent's ACL when a znode is read by its path),
+	// and with one while the root or one of its fixed znodes lets
+	// world:anyone read (an ACL changed by hand).
 	WorldReadable bool
-	// ACL is the root's ACL as zkCli prints it (digest hashes left out).
+	// ACL is the ACL that makes the root world-readable, as zkCli prints
+	// it (digest hashes left out), with where it is; else the root's.
 	ACL string
 	// Checked is when the root's ACL was read.
 	Checked time.Time
@@ -54,7 +58,10 @@ func (l layout) fixedZnodes() []string {
 	return []string{l.meta(), l.head(), l.log(), l.members(), l.election(), l.leases(), l.chunks(), l.base(), l.compact(), l.tokens()}
 }
 
-// refreshACL reads the root's ACL into the report.
+// refreshACL judges the root (see ACLReport.WorldReadable) into the
+// report: it reads the root's ACL and, with an identity, its fixed
+// znodes' ACLs (the other znodes get the identity's ACL when zketcd
+// creates them, and Open re-ACLs a root whose fixed znodes differ).
 func (s *Store) refreshACL() error {
 	acl, _, err := s.conn.GetACL(s.l.root)
 	if errors.Is(err, zk.ErrNoAuth) {
@@ -64,6 +71,25 @@ func (s *Store) refreshACL() error {
 		return s.wrap("read the ACL of "+s.l.root, err)
 	}
 	r := ACLReport{WorldReadable: worldReadable(acl), ACL: describeACL(acl), Checked: time.Now()}
+	switch {
+	case s.id == nil:
+		r.WorldReadable = true
+		r.ACL = describeACL(s.acl) + " on every znode this instance creates, as it has no identity (the root's own: " + r.ACL + ")"
+	case !r.WorldReadable:
+		for _, p := range s.l.fixedZnodes() {
+			facl, _, err := s.conn.GetACL(p)
+			if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNoAuth) {
+				continue // not there, or closed to this session too
+			}
+			if err != nil {
+				return s.wrap("read the ACL of "+p, err)
+			}
+			if worldReadable(facl) {
+				r.WorldReadable, r.ACL = true, describeACL(facl)+" on "+p
+				break
+			}
+		}
+	}
 	if s.id != nil {
 		r.Identity = s.id.String()
 	}
@@ -72,7 +98,7 @@ func (s *Store) refreshACL() error {
 	s.aclReport = r
 	s.mu.Unlock()
 	if r.WorldReadable && !prev.WorldReadable && !prev.Checked.IsZero() {
-		s.log.WithFields(logrus.Fields{"root": s.l.root, "acl": r.ACL}).Warn("the root's ACL became world-readable")
+		s.log.WithFields(logrus.Fields{"root": s.l.root, "acl": r.ACL}).Warn("the root's ZooKeeper data became world-readable")
 	}
 	return nil
 }

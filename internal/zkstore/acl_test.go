@@ -126,6 +126,44 @@ func TestAddingAnIdentityReACLsEveryZnodeOfAnOpenRoot(t *testing.T) {
 	}
 }
 
+// TestWorldReadableIsJudgedBeyondTheRootsOwnACL: the report follows what
+// a reader can reach, not the root's ACL alone. Without an identity a root
+// closed by hand stays world-readable (every znode the store creates is
+// open); with one, a fixed znode opened by hand makes the root
+// world-readable at the next check, naming the znode.
+func TestWorldReadableIsJudgedBeyondTheRootsOwnACL(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	admin := anonymous(t, srv.Addr())
+	closed := "/acl-closed-by-hand"
+	if _, err := admin.Create(closed, nil, 0, []zk.ACL{{Perms: zk.PermAll, Scheme: "ip", ID: "127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: closed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.ACLReport(); !r.WorldReadable || !strings.Contains(r.ACL, "'ip,'127.0.0.1") {
+		t.Fatalf("a root closed by hand, without an identity: %+v, want world-readable, naming the root's own ACL", r)
+	}
+
+	withID, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: "/acl-opened-by-hand", Auth: []string{"digest:zketcd:s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := withID.ACLReport(); r.WorldReadable {
+		t.Fatalf("a root with an identity: %+v", r)
+	}
+	if _, err := withID.conn.SetACL(withID.l.meta(), zk.WorldACL(zk.PermRead), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := withID.refreshACL(); err != nil {
+		t.Fatal(err)
+	}
+	if r := withID.ACLReport(); !r.WorldReadable || !strings.Contains(r.ACL, withID.l.meta()) {
+		t.Fatalf("meta opened by hand: %+v, want world-readable naming it", r)
+	}
+}
+
 // TestReACLClosesZnodesCreatedDuringTheWalk: an instance still running
 // without the identity creates a log entry in a bucket after the walk
 // listed the bucket and before it closed it; the re-ACL closes that entry
