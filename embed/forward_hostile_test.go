@@ -494,3 +494,78 @@ func TestClientCertificateIdentityIsForwardedOnlyOverMutualTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardedSimpleTokenIdlePastItsTTLIsRefused: a simple token idle for
+// longer than --auth-token-ttl is refused on the client API, and also when
+// a holder of the internal endpoint (its token, and a peer certificate
+// under mutual TLS) forwards a write with it to the leader; a token kept
+// alive by use through a follower for longer than its TTL since it was
+// issued still has its writes forwarded and committed by the leader.
+func TestForwardedSimpleTokenIdlePastItsTTLIsRefused(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	const ttl = 2 * time.Second
+	certs := testcerts.New(t)
+	for _, mutual := range []bool{false, true} {
+		configure := func(cn string) func(*embed.Config) {
+			return func(c *embed.Config) {
+				c.GRPC.Auth.BcryptCost = bcrypt.MinCost
+				tp, err := auth.NewTokenProvider("simple", ttl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.GRPC.Auth.Tokens = tp
+				if mutual {
+					cert, key := certs.Peer(t, cn, "127.0.0.1")
+					c.Peer = embed.PeerTLS{CertFile: cert, KeyFile: key, TrustedCAFile: certs.CAFile, ClientCertAuth: true}
+				}
+			}
+		}
+		leader := forwardingLeader(t, zk, configure("zketcd-a"))
+		follower := embedtest.Start(t, []string{zk}, embedtest.Options{Root: leader.Root(), ForwardWrites: true, SessionTimeout: 4 * time.Second,
+			Configure: configure("zketcd-b")})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		enableAuth(t, follower.Client(t))
+		_, tok := login(t, ctx, follower.Endpoint(), "root", "rootpw")
+		kv := pb.NewKVClient(rawConn(t, follower.Endpoint()))
+		withTok := metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, tok)
+
+		// Kept alive by reads through the follower past its TTL since
+		// issue, then a write: forwarded, and committed by the leader.
+		for end := time.Now().Add(ttl + time.Second); time.Now().Before(end); time.Sleep(ttl / 4) {
+			if _, err := kv.Range(withTok, &pb.RangeRequest{Key: []byte("k")}); err != nil {
+				t.Fatalf("mutual TLS %v: a read with a token in use: %v", mutual, err)
+			}
+		}
+		forwarded := map[string]string{"method": "put", "outcome": "ok"}
+		before := counter(t, follower, "zketcd_forward_requests_total", forwarded)
+		if _, err := kv.Put(withTok, &pb.PutRequest{Key: []byte("alive"), Value: []byte("v")}); err != nil {
+			t.Fatalf("mutual TLS %v: a write with a token kept alive: %v", mutual, err)
+		}
+		if n := counter(t, follower, "zketcd_forward_requests_total", forwarded) - before; n != 1 {
+			t.Fatalf("mutual TLS %v: the write with a token kept alive was forwarded %v times, want once (not committed by the follower itself)", mutual, n)
+		}
+
+		time.Sleep(ttl + time.Second) // idle past its TTL
+		if _, err := kv.Put(withTok, &pb.PutRequest{Key: []byte("idle"), Value: []byte("v")}); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+			t.Fatalf("mutual TLS %v: the client API took an idle token: %v", mutual, err)
+		}
+		scheme, peerTLS := "http://", (*tls.Config)(nil)
+		if mutual {
+			cert, key := certs.Peer(t, "zketcd-c", "127.0.0.1")
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scheme, peerTLS = "https://", &tls.Config{RootCAs: certs.CA, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+		}
+		err := newAttacker(t, leader, scheme, peerTLS).send(ctx, auth.Caller{Token: tok}, &pb.PutRequest{Key: []byte("forged"), Value: []byte("v")}, nil)
+		if err == nil {
+			t.Errorf("mutual TLS %v: the leader took a forwarded write with a token idle past its TTL", mutual)
+		}
+		rootC, _ := login(t, ctx, follower.Endpoint(), "root", "rootpw")
+		if resp, err := rootC.Get(ctx, "forged"); err != nil || len(resp.Kvs) != 0 {
+			t.Errorf("mutual TLS %v: the forged write: %v %v, want nothing stored", mutual, resp, err)
+		}
+	}
+}

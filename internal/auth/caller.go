@@ -20,17 +20,27 @@ type Caller struct {
 	// it authenticates (ClientCertAuth, no token, not the gateway's own
 	// certificate); "" otherwise.
 	CertCN string
+	// Use is the receiving instance's proof that it accepted Token when
+	// the request arrived (TokenProvider.Vouch): the instance the request
+	// is forwarded to counts a simple token's idle lifetime from it. ""
+	// for none. It is not part of the caller's identity.
+	Use string
 }
 
 // Empty reports whether c carries no credential.
 func (c Caller) Empty() bool { return c.Token == "" && c.CertCN == "" }
 
 // CallerOf returns the credential ctx's request presents, as AuthInfo
-// would read it, without checking it (auth may be off).
+// would read it, without checking it (auth may be off), with this
+// instance's proof that it accepts the token now (Caller.Use) if it does.
 func (s *Store) CallerOf(ctx context.Context) Caller {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if tok, ok := tokenOf(md); ok {
-		return Caller{Token: tok}
+		c := Caller{Token: tok}
+		if st, _ := s.Current(); st.Enabled {
+			c.Use = s.cfg.Tokens.Vouch(tok, st)
+		}
+		return c
 	}
 	if !s.cfg.ClientCertAuth {
 		return Caller{}
@@ -73,11 +83,11 @@ type forwardedKey struct{}
 // WithForwardedCaller returns a context whose request is another
 // instance's forward on behalf of c: AuthInfo then authenticates c, never
 // the metadata or the certificate of the connection it arrived on. Its
-// token is checked as the instance that received it checked it, but for
-// its idle lifetime, which that instance enforces (a simple token is
-// valid while its signature is: user, password and auth secret
-// unchanged); its CertCN is taken as is, so only a caller whose
-// forwarding instance proved its own identity (mutual TLS) may carry one.
+// token is checked as the instance that received it checked it, a simple
+// token's idle lifetime counted from the latest of its issue, its last use
+// here and the use c.Use proves (TokenProvider.Verify); its CertCN is
+// taken as is, so only a caller whose forwarding instance proved its own
+// identity (mutual TLS) may carry one.
 func WithForwardedCaller(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, forwardedKey{}, c)
 }
@@ -91,7 +101,7 @@ func (s *Store) forwardedInfo(ctx context.Context, st *State) (ai *Info, ok bool
 	}
 	switch {
 	case c.Token != "":
-		info, valid := s.cfg.Tokens.Verify(c.Token, st)
+		info, valid := s.cfg.Tokens.Verify(c.Token, c.Use, st)
 		if !valid {
 			return nil, true, rpctypes.ErrGRPCInvalidAuthToken
 		}

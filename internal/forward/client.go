@@ -304,5 +304,8 @@ func withCaller(ctx context.Context, to engine.Peer) context.Context {
 	if c.CertCN != "" {
 		kv = append(kv, mdCallerCN, c.CertCN)
 	}
+	if c.Use != "" {
+		kv = append(kv, mdCallerUse, c.Use)
+	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }

@@ -171,7 +171,7 @@ func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	caller := auth.Caller{Token: first(md, mdCallerToken)}
+	caller := auth.Caller{Token: first(md, mdCallerToken), Use: first(md, mdCallerUse)}
 	if cn := first(md, mdCallerCN); cn != "" && caller.Token == "" && peerVerified(ctx) {
 		caller.CertCN = cn
 	}
