@@ -13,6 +13,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc64"
 	"io"
 	"math/rand/v2"
@@ -24,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	zkclient "github.com/go-zookeeper/zk"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,6 +43,7 @@ import (
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // forwardingLeader starts one forwarding instance (the leader of its
@@ -567,5 +570,131 @@ func TestForwardedSimpleTokenIdlePastItsTTLIsRefused(t *testing.T) {
 		if resp, err := rootC.Get(ctx, "forged"); err != nil || len(resp.Kvs) != 0 {
 			t.Errorf("mutual TLS %v: the forged write: %v %v, want nothing stored", mutual, resp, err)
 		}
+	}
+}
+
+// sendAs forwards req on behalf of caller under tag, as send does.
+func (a *attacker) sendAs(ctx context.Context, caller auth.Caller, req proto.Message, tag revision.WriterTag) error {
+	k, ok := engine.WriteKindOf(req)
+	if !ok {
+		return errors.New("not forwardable")
+	}
+	state, _ := a.in.Engine().AuthState()
+	var fp uint64
+	if len(state) > 0 {
+		fp = crc64.Checksum(state, crc64.MakeTable(crc64.ECMA)) | 1
+	}
+	_, err := a.c.Forward(auth.WithCaller(ctx, caller), a.peer, engine.ForwardCall{
+		Origin: tag, AuthFP: fp, Req: req, Resp: k.NewResponse(), Fresh: true,
+	})
+	return err
+}
+
+// lastOriginTag reads the log of root as a ZooKeeper session without any
+// identity reads an open root (or as whoever holds the identity or a
+// backup), and returns the forwarded requests' tag with the highest
+// sequence number: the follower's nonce, and the sequence its next
+// forwarded request takes once increased.
+func lastOriginTag(t *testing.T, zkAddr, root string) revision.WriterTag {
+	t.Helper()
+	conn, _, err := zkclient.Connect([]string{zkAddr}, 5*time.Second, zkclient.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var last revision.WriterTag
+	buckets, _, err := conn.Children(root + "/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bucket := range buckets {
+		entries, _, err := conn.Children(root + "/log/" + bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range entries {
+			data, _, err := conn.Get(root + "/log/" + bucket + "/" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := zkstore.DecodeEntry(data)
+			if err != nil {
+				t.Fatalf("entry %s: %v", name, err)
+			}
+			for _, op := range e.Ops {
+				if op.Kind == revision.OpOrigin && op.Origin.Seq > last.Seq {
+					last = op.Origin
+				}
+			}
+		}
+	}
+	if last.Nonce == 0 {
+		t.Fatal("no forwarded request in the log")
+	}
+	return last
+}
+
+// TestForgedForwardsUnderAFollowersNextTagsDoNotAnswerItsWrites: a holder
+// of the leader's internal token reads the follower's nonce and last
+// sequence number in ZooKeeper's data and forwards its own requests under
+// the follower's next tags, before the follower sends its own: an alarm
+// activation (accepted without any credential), or puts of its own with
+// alice's credential. Each request of root's through the follower under
+// those tags must still be committed and answered with its own response:
+// a tag answers only the same request of the same caller.
+func TestForgedForwardsUnderAFollowersNextTagsDoNotAnswerItsWrites(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	for _, tc := range []struct {
+		name   string
+		caller func(aliceTok string) auth.Caller
+		forged func(follower *embedtest.Instance, i int) proto.Message
+	}{
+		{"an alarm, without a credential", func(string) auth.Caller { return auth.Caller{} },
+			func(f *embedtest.Instance, _ int) proto.Message {
+				return &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: f.Engine().MemberID(), Alarm: pb.AlarmType_NONE}
+			}},
+		{"alice's own puts", func(tok string) auth.Caller { return auth.Caller{Token: tok} },
+			func(_ *embedtest.Instance, i int) proto.Message {
+				return &pb.PutRequest{Key: []byte("/bar"), Value: []byte(fmt.Sprintf("mallory-%d", i))}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leader := forwardingLeader(t, zk, nil)
+			follower := embedtest.Start(t, []string{zk}, embedtest.Options{Root: leader.Root(), ForwardWrites: true, SessionTimeout: 4 * time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			enableAuth(t, follower.Client(t))
+			rootC, _ := login(t, ctx, follower.Endpoint(), "root", "rootpw")
+			_, aliceTok := login(t, ctx, follower.Endpoint(), "alice", "alicepw")
+			if _, err := rootC.Put(ctx, "warm", "1"); err != nil {
+				t.Fatal(err)
+			}
+			last := lastOriginTag(t, zk, leader.Root())
+			a := newAttacker(t, leader, "http://", nil)
+			const n = 5
+			for i := 1; i <= n; i++ {
+				tag := revision.WriterTag{Nonce: last.Nonce, Seq: last.Seq + uint64(i)}
+				if err := a.sendAs(ctx, tc.caller(aliceTok), tc.forged(follower, i), tag); err != nil {
+					t.Fatalf("the forged request under the follower's tag %d (accepted for what it is): %v", tag.Seq, err)
+				}
+			}
+			for i := 1; i <= n; i++ {
+				key := fmt.Sprintf("root-%d", i)
+				resp, err := rootC.Put(ctx, key, "v")
+				if err != nil {
+					t.Fatalf("root's put %d through the follower: %v", i, err)
+				}
+				if resp.Header == nil || resp.Header.Revision == 0 {
+					t.Fatalf("root's put %d answered %v", i, resp)
+				}
+				got, err := rootC.Get(ctx, key)
+				if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != resp.Header.Revision {
+					t.Fatalf("root's put %d answered OK at revision %d; stored: %v %v", i, resp.Header.Revision, got, err)
+				}
+			}
+			if err := follower.Engine().Health(); err != nil {
+				t.Fatalf("the follower after the attack: %v", err)
+			}
+		})
 	}
 }
