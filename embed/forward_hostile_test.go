@@ -590,23 +590,20 @@ func (a *attacker) sendAs(ctx context.Context, caller auth.Caller, req proto.Mes
 	return err
 }
 
-// lastOriginTag reads the log of root as a ZooKeeper session without any
-// identity reads an open root (or as whoever holds the identity or a
-// backup), and returns the forwarded requests' tag with the highest
-// sequence number: the follower's nonce, and the sequence its next
-// forwarded request takes once increased.
-func lastOriginTag(t *testing.T, zkAddr, root string) revision.WriterTag {
+// logOf reads the log of root as a ZooKeeper session without any identity
+// reads an open root (or as whoever holds the identity, or a backup).
+func logOf(t *testing.T, zkAddr, root string) []*revision.Entry {
 	t.Helper()
 	conn, _, err := zkclient.Connect([]string{zkAddr}, 5*time.Second, zkclient.WithLogInfo(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	var last revision.WriterTag
 	buckets, _, err := conn.Children(root + "/log")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []*revision.Entry
 	for _, bucket := range buckets {
 		entries, _, err := conn.Children(root + "/log/" + bucket)
 		if err != nil {
@@ -621,27 +618,36 @@ func lastOriginTag(t *testing.T, zkAddr, root string) revision.WriterTag {
 			if err != nil {
 				t.Fatalf("entry %s: %v", name, err)
 			}
-			for _, op := range e.Ops {
-				if op.Kind == revision.OpOrigin && op.Origin.Seq > last.Seq {
-					last = op.Origin
-				}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// originNonce returns the nonce of the forwarded requests in root's log
+// (logOf): the follower's, whose tags count their sequence from 1.
+func originNonce(t *testing.T, zkAddr, root string) uint64 {
+	t.Helper()
+	for _, e := range logOf(t, zkAddr, root) {
+		for _, op := range e.Ops {
+			if op.Kind == revision.OpOrigin {
+				return op.Origin.Nonce
 			}
 		}
 	}
-	if last.Nonce == 0 {
-		t.Fatal("no forwarded request in the log")
-	}
-	return last
+	t.Fatal("no forwarded request in the log")
+	return 0
 }
 
 // TestForgedForwardsUnderAFollowersNextTagsDoNotAnswerItsWrites: a holder
-// of the leader's internal token reads the follower's nonce and last
-// sequence number in ZooKeeper's data and forwards its own requests under
-// the follower's next tags, before the follower sends its own: an alarm
-// activation (accepted without any credential), or puts of its own with
-// alice's credential. Each request of root's through the follower under
-// those tags must still be committed and answered with its own response:
-// a tag answers only the same request of the same caller.
+// of the leader's internal token reads the follower's nonce in ZooKeeper's
+// data and forwards its own requests under the follower's next tags (a
+// sequence counted from 1: it sends under the first 40), before the
+// follower sends its own: an alarm activation (accepted without any
+// credential), or puts of its own with alice's credential. Each request of
+// root's through the follower under those tags must still be committed
+// and answered with its own response: a tag answers only the same request
+// of the same caller.
 func TestForgedForwardsUnderAFollowersNextTagsDoNotAnswerItsWrites(t *testing.T) {
 	zk := zkservertest.Standalone(t).Addr()
 	for _, tc := range []struct {
@@ -669,15 +675,15 @@ func TestForgedForwardsUnderAFollowersNextTagsDoNotAnswerItsWrites(t *testing.T)
 			if _, err := rootC.Put(ctx, "warm", "1"); err != nil {
 				t.Fatal(err)
 			}
-			last := lastOriginTag(t, zk, leader.Root())
+			nonce := originNonce(t, zk, leader.Root())
 			a := newAttacker(t, leader, "http://", nil)
-			const n = 5
-			for i := 1; i <= n; i++ {
-				tag := revision.WriterTag{Nonce: last.Nonce, Seq: last.Seq + uint64(i)}
-				if err := a.sendAs(ctx, tc.caller(aliceTok), tc.forged(follower, i), tag); err != nil {
-					t.Fatalf("the forged request under the follower's tag %d (accepted for what it is): %v", tag.Seq, err)
+			for seq := uint64(1); seq <= 40; seq++ {
+				tag := revision.WriterTag{Nonce: nonce, Seq: seq}
+				if err := a.sendAs(ctx, tc.caller(aliceTok), tc.forged(follower, int(seq)), tag); err != nil {
+					t.Fatalf("the forged request under the follower's tag %d (accepted for what it is): %v", seq, err)
 				}
 			}
+			const n = 5
 			for i := 1; i <= n; i++ {
 				key := fmt.Sprintf("root-%d", i)
 				resp, err := rootC.Put(ctx, key, "v")
