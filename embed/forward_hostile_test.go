@@ -18,6 +18,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -590,7 +591,7 @@ func (a *attacker) sendAs(ctx context.Context, caller auth.Caller, req proto.Mes
 	return err
 }
 
-// logOf reads the log of root as a ZooKeeper session without any identity
+// logOf reads the log of root, in log order, as a ZooKeeper session without any identity
 // reads an open root (or as whoever holds the identity, or a backup).
 func logOf(t *testing.T, zkAddr, root string) []*revision.Entry {
 	t.Helper()
@@ -603,12 +604,14 @@ func logOf(t *testing.T, zkAddr, root string) []*revision.Entry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sort.Strings(buckets) // names are zero-padded positions
 	var out []*revision.Entry
 	for _, bucket := range buckets {
 		entries, _, err := conn.Children(root + "/log/" + bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
+		sort.Strings(entries)
 		for _, name := range entries {
 			data, _, err := conn.Get(root + "/log/" + bucket + "/" + name)
 			if err != nil {

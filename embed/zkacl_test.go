@@ -2,6 +2,7 @@ package embed_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +21,14 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // TestWorldReadableRootIsWarnedAndRefusesAuthEnable: outside zketcd dev,
@@ -334,5 +338,97 @@ func TestSimpleTokensKeyedInZooKeeperAreWarnedAtEveryStart(t *testing.T) {
 	in.Restart()
 	if strings.Contains(out.String(), warning) {
 		t.Fatalf("warned with a secret file:\n%s", out.String())
+	}
+}
+
+// TestAnIdentityAddedToAnOpenRootRotatesTheTokenSecret: while a root is
+// open, anyone who reaches ZooKeeper copies the auth state from the log
+// (the simple tokens' secret and root's password hash) and can mint root's
+// token from it. Once the root gets an identity — at the start of an
+// instance with --zk-auth, or by zketcd zk-acl before that start — a token
+// minted from that copy is refused from the instance's first request on,
+// while root logs in as before.
+func TestAnIdentityAddedToAnOpenRootRotatesTheTokenSecret(t *testing.T) {
+	zkSrv := zkservertest.Standalone(t)
+	const identity = "digest:zketcd:s3cret"
+	for _, tc := range []struct {
+		name  string
+		reACL func(t *testing.T, root string)
+	}{
+		{"restarted with --zk-auth", func(*testing.T, string) {}},
+		{"zketcd zk-acl, then restarted", func(t *testing.T, root string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			lg := logrus.New()
+			lg.SetLevel(logrus.WarnLevel)
+			s, err := zkstore.OpenInspector(ctx, zkstore.Config{Servers: []string{zkSrv.Addr()}, Root: root, Auth: []string{identity}, Logger: logrus.NewEntry(lg)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.ReACL(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := "/rotate-" + strings.ReplaceAll(tc.name, " ", "-")
+			in := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{Root: root}))
+			enableAuth(t, in.Client(t))
+			// The copy: the latest auth state in the open root's log.
+			var copied []byte
+			for _, e := range logOf(t, zkSrv.Addr(), root) {
+				for _, op := range e.Ops {
+					if op.Kind == revision.OpAuth {
+						copied = op.Auth
+					}
+				}
+			}
+			st, err := auth.Decode(copied)
+			if err != nil || !st.Enabled {
+				t.Fatalf("the copied auth state: %v", err)
+			}
+			mint, err := auth.NewTokenProvider("simple", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mint.Close()
+			minted, err := mint.Assign("root", st, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv := pb.NewKVClient(rawConn(t, in.Endpoint()))
+			ctx := ctx30s(t)
+			put := func() error {
+				_, err := kv.Put(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, minted), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+				return err
+			}
+			if err := put(); err != nil {
+				t.Fatalf("root's token minted from the open root's data, before the identity: %v (the premise of the test)", err)
+			}
+			in.Close()
+
+			tc.reACL(t, root)
+			secured := embedtest.Start(t, []string{zkSrv.Addr()}, fastBcrypt(embedtest.Options{Root: root, StrictZooKeeper: true, ZKAuth: []string{identity}}))
+			kv = pb.NewKVClient(rawConn(t, secured.Endpoint()))
+			if err := put(); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+				t.Fatalf("the minted token after the identity was added: %v, want %v", err, rpctypes.ErrInvalidAuthToken)
+			}
+			checkAlice(t, secured.Endpoint())
+			// Rotated once: a restart keeps the secret.
+			rc, err := userClient(t, secured.Endpoint(), "root", "rootpw")
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, _ := secured.Engine().AuthState()
+			secured.Restart()
+			after, _ := secured.Engine().AuthState()
+			if !bytes.Equal(before, after) {
+				t.Fatal("the auth state changed at a restart with the same identity")
+			}
+			if _, err := rc.Get(ctx, "k"); err != nil {
+				t.Fatalf("root after the restart: %v", err)
+			}
+		})
 	}
 }

@@ -465,6 +465,44 @@ func TestForwardedSimpleTokenLivesByItsOriginsProofOfUse(t *testing.T) {
 	}
 }
 
+// TestRotatingTheSecretVoidsEverySimpleTokenAndNothingElse: Rotate gives
+// an enabled state a new secret (tokens signed before are refused, new
+// ones verify), keeps users, roles and the auth revision, and leaves a
+// disabled state as it is.
+func TestRotatingTheSecretVoidsEverySimpleTokenAndNothingElse(t *testing.T) {
+	st := enabledState(t)
+	tp := newSimpleTokens(time.Minute)
+	defer tp.Close()
+	old, err := tp.Assign("alice", st, 1)
+	must(t, err)
+	next, resp, err := Rotate(bytes.Repeat([]byte{3}, 32))(st.Encode())
+	must(t, err)
+	if next == nil || resp != nil {
+		t.Fatalf("Rotate of an enabled state: %v %v", next, resp)
+	}
+	rotated, err := Decode(next)
+	must(t, err)
+	if !rotated.Enabled || rotated.Revision != st.Revision || rotated.User("alice") == nil || rotated.User("root") == nil {
+		t.Fatalf("rotated state: enabled %v, revision %d (was %d)", rotated.Enabled, rotated.Revision, st.Revision)
+	}
+	if _, ok := tp.Info(old, rotated); ok {
+		t.Fatal("a token signed with the former secret is valid")
+	}
+	fresh, err := tp.Assign("alice", rotated, 2)
+	must(t, err)
+	if _, ok := tp.Info(fresh, rotated); !ok {
+		t.Fatal("a token signed with the new secret is refused")
+	}
+	disabled, _, err := st.Apply(&pb.AuthDisableRequest{}, nil)
+	must(t, err)
+	if next, _, err := Rotate(bytes.Repeat([]byte{3}, 32))(disabled.Encode()); err != nil || next != nil {
+		t.Fatalf("Rotate of a disabled state: %v %v, want no change", next, err)
+	}
+	if _, _, err := Rotate([]byte("short"))(st.Encode()); err == nil {
+		t.Fatal("Rotate with 5 bytes of entropy")
+	}
+}
+
 func TestSimpleTokenIsValidOnEveryInstanceAndVoidedByChanges(t *testing.T) {
 	st := enabledState(t)
 	a, b := newSimpleTokens(time.Minute), newSimpleTokens(time.Minute)

@@ -280,7 +280,10 @@ func (s *Store) CheckACL(ctx context.Context) (checked, wrong int64, err error) 
 }
 
 // ReACL sets the identity's ACL on every znode of the root, the root last,
-// after proving the session holds the identity (probeIdentity). progress,
+// after proving the session holds the identity (probeIdentity) and
+// leaving the rekey znode, which asks the instances to rotate the auth
+// store's token secret (RekeyPending): it was readable under the former
+// ACL. progress,
 // if not nil, is called every few seconds with the znodes done. Znodes
 // deleted meanwhile are skipped. It returns the znodes of the root and
 // those created during the walk that it also had to set.
@@ -300,6 +303,11 @@ func (s *Store) ReACL(ctx context.Context, progress func(done int64)) (int64, er
 	}
 	if err := s.probeIdentity(); err != nil {
 		return 0, err
+	}
+	// Before anything changes: whatever the root held was readable under
+	// its former ACL, and a walk that fails half way is done again.
+	if _, err := s.conn.Create(s.l.rekey(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return 0, s.aclErr(s.l.rekey(), err)
 	}
 	n, err := s.walk(ctx, func(p string) error {
 		if p == s.l.root {
@@ -448,4 +456,32 @@ func (s *Store) Identity() string {
 		return ""
 	}
 	return s.id.String()
+}
+
+// RekeyPending reports whether a re-ACL (ReACL: at the start of an
+// instance given an identity, or zketcd zk-acl) asked for the auth
+// store's token secret to be rotated, and the re-ACL is complete: the root
+// and its fixed znodes carry this store's identity, so a secret drawn now
+// is written where only the identity reads it. Without an identity it is
+// always false (the root is open). Safe for concurrent use.
+func (s *Store) RekeyPending() (bool, error) {
+	if s.id == nil {
+		return false, nil
+	}
+	ok, _, err := s.conn.Exists(s.l.rekey())
+	if err != nil {
+		return false, s.wrap("stat "+s.l.rekey(), err)
+	}
+	if !ok {
+		return false, nil
+	}
+	return s.rootACLIsIdentity()
+}
+
+// RekeyDone removes the rekey znode once the secret was rotated.
+func (s *Store) RekeyDone() error {
+	if err := s.conn.Delete(s.l.rekey(), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return s.wrap("delete "+s.l.rekey(), err)
+	}
+	return nil
 }

@@ -164,6 +164,61 @@ func TestWorldReadableIsJudgedBeyondTheRootsOwnACL(t *testing.T) {
 	}
 }
 
+// TestAReACLAsksForTheTokenSecretToBeRotated: re-ACLing an open root
+// leaves the rekey znode; it is pending for an instance with the identity
+// only once the re-ACL is complete (the root's own ACL is set last), never
+// for one without an identity, and RekeyDone withdraws it.
+func TestAReACLAsksForTheTokenSecretToBeRotated(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	root := "/acl-rekey"
+	open, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := open.RekeyPending(); err != nil || pending {
+		t.Fatalf("an open root: pending %v, %v", pending, err)
+	}
+	open.Close()
+	s, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root, Auth: []string{"digest:zketcd:s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || !pending {
+		t.Fatalf("after the re-ACL at open: pending %v, %v; want pending", pending, err)
+	}
+	// A walk not complete yet: the root's own ACL is still the former one.
+	if _, err := s.conn.SetACL(root, zk.WorldACL(zk.PermAll), -1); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || pending {
+		t.Fatalf("while the root is not closed yet: pending %v, %v", pending, err)
+	}
+	if _, err := s.conn.SetACL(root, s.acl, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RekeyDone(); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || pending {
+		t.Fatalf("after RekeyDone: pending %v, %v", pending, err)
+	}
+	if err := s.RekeyDone(); err != nil {
+		t.Fatalf("RekeyDone again: %v", err)
+	}
+	// zketcd zk-acl's path: an inspector's ReACL asks for it too.
+	in, err := OpenInspector(context.Background(), Config{Servers: []string{srv.Addr()}, Root: root, Auth: []string{"digest:zketcd:s3cret"}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := in.ReACL(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || !pending {
+		t.Fatalf("after zk-acl's re-ACL: pending %v, %v; want pending", pending, err)
+	}
+}
+
 // TestReACLClosesZnodesCreatedDuringTheWalk: an instance still running
 // without the identity creates a log entry in a bucket after the walk
 // listed the bucket and before it closed it; the re-ACL closes that entry

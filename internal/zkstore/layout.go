@@ -160,6 +160,11 @@ func (l layout) chunk(name string) string { return l.root + "/chunks/" + name }
 
 func (l layout) tokens() string { return l.root + "/tokens" }
 
+// rekey is the znode a re-ACL leaves for the instances (see
+// Store.RekeyPending): what the root held was readable under another ACL,
+// the auth store's token secret among it.
+func (l layout) rekey() string { return l.root + "/rekey" }
+
 func (l layout) token(name string) string { return l.root + "/tokens/" + name }
 
 // generation names a new base generation's znode for a snapshot at lsn.
