@@ -27,6 +27,7 @@ const bucketShift = 14
 //	<root>/members/<id>             ephemeral member znodes (Member, JSON)
 //	<root>/election/n_<seq>         ephemeral sequential election znodes
 //	<root>/readlease                ephemeral: the leader serves reads from memory (--read-lease)
+//	<root>/rekey                    left by a re-ACL until the token secret is rotated
 //	<root>/compact                  the current base generation (Base, JSON)
 //	<root>/base/<lsn>-<nonce>/<i>   chunks of a base generation's snapshot
 type layout struct{ root string }
