@@ -291,7 +291,7 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 	}
 	method := label
 	m := b.fwd.metrics
-	var tag *revision.WriterTag // set once the request may have reached a leader
+	var tag *revision.WriterTag  // set once the request may have reached a leader
 	var bound revision.WriterTag // tag bound to the request and its caller (boundTag)
 	caller := auth.CallerFrom(ctx)
 	var authFP uint64
