@@ -20,10 +20,11 @@ type Caller struct {
 	// it authenticates (ClientCertAuth, no token, not the gateway's own
 	// certificate); "" otherwise.
 	CertCN string
-	// Use is the receiving instance's proof that it accepted Token when
-	// the request arrived (TokenProvider.Vouch): the instance the request
-	// is forwarded to counts a simple token's idle lifetime from it. ""
-	// for none. It is not part of the caller's identity.
+	// Use, at the instance a request was forwarded to, is the forwarding
+	// instance's proof that it accepted Token when it sent the request
+	// (TokenProvider.Vouch, made then through VouchFrom): a simple token's
+	// idle lifetime counts from it. "" for none. It is not part of the
+	// caller's identity.
 	Use string
 }
 
@@ -31,16 +32,11 @@ type Caller struct {
 func (c Caller) Empty() bool { return c.Token == "" && c.CertCN == "" }
 
 // CallerOf returns the credential ctx's request presents, as AuthInfo
-// would read it, without checking it (auth may be off), with this
-// instance's proof that it accepts the token now (Caller.Use) if it does.
+// would read it, without checking it (auth may be off).
 func (s *Store) CallerOf(ctx context.Context) Caller {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if tok, ok := tokenOf(md); ok {
-		c := Caller{Token: tok}
-		if st, _ := s.Current(); st.Enabled {
-			c.Use = s.cfg.Tokens.Vouch(tok, st)
-		}
-		return c
+		return Caller{Token: tok}
 	}
 	if !s.cfg.ClientCertAuth {
 		return Caller{}
@@ -76,6 +72,38 @@ func WithCaller(ctx context.Context, c Caller) context.Context {
 func CallerFrom(ctx context.Context) Caller {
 	c, _ := ctx.Value(callerKey{}).(Caller)
 	return c
+}
+
+// Voucher returns the function that makes this instance's proof that it
+// accepts token at the moment it is called (TokenProvider.Vouch on the
+// current state; "" when auth is off or the token is not valid here), for
+// WithVouch.
+func (s *Store) Voucher(token string) func() string {
+	return func() string {
+		st, _ := s.Current()
+		if !st.Enabled {
+			return ""
+		}
+		return s.cfg.Tokens.Vouch(token, st)
+	}
+}
+
+type vouchKey struct{}
+
+// WithVouch returns a context whose request, forwarded, carries the proof
+// vouch makes when it is sent (VouchFrom): made only for the requests
+// forwarded, and fresh at each send.
+func WithVouch(ctx context.Context, vouch func() string) context.Context {
+	return context.WithValue(ctx, vouchKey{}, vouch)
+}
+
+// VouchFrom returns the proof of use of the caller's token that the
+// function WithVouch attached to ctx makes now, "" if none.
+func VouchFrom(ctx context.Context) string {
+	if v, ok := ctx.Value(vouchKey{}).(func() string); ok && v != nil {
+		return v()
+	}
+	return ""
 }
 
 type forwardedKey struct{}

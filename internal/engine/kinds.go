@@ -133,9 +133,10 @@ func (k *kind[R, T]) answered(resp proto.Message) error {
 
 // answerOf checks the leader's answer resp to the forwarded request req
 // before the origin passes it on: of req's response type and, for a
-// request whose answer carries the revision (kind.headed), with a header. A leader of this build answers no other way; an answer
-// that is not so (a leader of another build gone wrong, or answering
-// another request's response) must reach no client.
+// request whose answer carries the revision (kind.headed), with a header.
+// A leader of this build answers no other way; an answer that is not so
+// (a leader gone wrong, or one answering with another request's response)
+// must reach no client.
 func answerOf(req, resp proto.Message) error {
 	k, ok := kindOf(req)
 	if !ok {
