@@ -113,6 +113,7 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 			return nil, err
 		}
 	}
+	b.rekeyAtStart(ctx)
 	for _, w := range b.Warnings() {
 		b.log.Warn(w)
 	}
@@ -185,6 +186,7 @@ func (b *Engine) run(auto *compactor.Compactor) {
 	}
 	b.wg.Add(8)
 	go b.answerHashChecks()
+	go b.rekeyLoop()
 	if b.cfg.CorruptCheckTime > 0 {
 		b.wg.Add(1)
 		go b.corruptCheckLoop()
