@@ -184,7 +184,7 @@ func (b *Engine) run(auto *compactor.Compactor) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(8)
+	b.wg.Add(9) // the nine loops below; the rest add their own
 	go b.answerHashChecks()
 	go b.rekeyLoop()
 	if b.cfg.CorruptCheckTime > 0 {
