@@ -269,28 +269,48 @@ func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func
 	return err
 }
 
-// corsOrigins checks --cors as etcd does: "*", or origins of the form
-// scheme://host:port (http or https, no path).
+// corsOrigins checks --cors as etcd 3.7.3 parses it (its flag and its
+// config file's cors: the same URL list) and returns the origins in
+// etcd's form: "*", or URLs of scheme http or https with a host:port and
+// no path (unix and unixs URLs are accepted too, as etcd accepts them,
+// though no browser sends such an origin), each as url.URL.String() writes
+// it (the scheme in lower case). etcd refuses an origin without a port,
+// so zketcd does, saying which form to write: a browser's Origin without
+// a port (its scheme's default) matches the listing with 80 or 443.
 func corsOrigins(values []string) ([]string, error) {
+	out := make([]string, 0, len(values))
 	for _, v := range values {
 		if v == "*" {
+			out = append(out, v)
 			continue
 		}
 		u, err := url.Parse(v)
 		if err != nil {
 			return nil, fmt.Errorf("--cors %q: %w", v, err)
 		}
-		if u.Scheme != "http" && u.Scheme != "https" {
+		switch u.Scheme {
+		case "http", "https":
+			if _, _, err := net.SplitHostPort(u.Host); err != nil {
+				if u.Host == "" {
+					return nil, fmt.Errorf("--cors %q: an origin must have the form scheme://host:port, as etcd requires", v)
+				}
+				port := "80"
+				if u.Scheme == "https" {
+					port = "443"
+				}
+				return nil, fmt.Errorf("--cors %q: an origin must have the form scheme://host:port, as etcd requires (%s://%s:%s: a browser's Origin %s://%s, without a port, matches it)",
+					v, u.Scheme, u.Host, port, u.Scheme, u.Host)
+			}
+			if u.Path != "" {
+				return nil, fmt.Errorf("--cors %q: an origin has no path", v)
+			}
+		case "unix", "unixs":
+		default:
 			return nil, fmt.Errorf("--cors %q: the scheme must be http or https", v)
 		}
-		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return nil, fmt.Errorf("--cors %q: the origin must have the form scheme://host:port", v)
-		}
-		if u.Path != "" || u.RawQuery != "" {
-			return nil, fmt.Errorf("--cors %q: an origin has no path", v)
-		}
+		out = append(out, u.String())
 	}
-	return values, nil
+	return out, nil
 }
 
 // faultTagGenerationEnv names the fault-injection hook that sets how many

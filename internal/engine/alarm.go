@@ -60,18 +60,36 @@ func (b *Engine) Alarms() []*pb.AlarmMember {
 }
 
 // checkQuota is etcd's quota check before a Put, Txn or LeaseGrant enters
-// the log: if the request's cost does not fit beside DBSize, it raises the
-// NOSPACE alarm for this member (once: a raise of an active alarm stages
-// nothing) and refuses the request with ErrGRPCNoSpace.
+// the log: if the request's cost does not fit beside DBSize (the bytes
+// before compression) under the quota, or, with --zk-heap-bytes, beside
+// ZooKeeperBytes (as stored) under what ZooKeeper's heap holds
+// (zkHeapLimit), it raises the NOSPACE alarm for this member (once: a raise
+// of an active alarm stages nothing) and refuses the request with
+// ErrGRPCNoSpace.
 func (b *Engine) checkQuota(req any) error {
 	cost := translate.QuotaCost(req)
-	if translate.QuotaAvailable(b.QuotaBytes(), b.DBSize(), cost) {
+	if cost == 0 {
 		return nil
 	}
+	limit, size, stored := b.QuotaBytes(), b.DBSize(), int64(-1)
+	what := "space quota exceeded"
+	if translate.QuotaAvailable(limit, size, cost) {
+		heap := b.zkHeapLimit()
+		if heap < 0 {
+			return nil
+		}
+		if stored = b.ZooKeeperBytes(); translate.QuotaAvailable(heap, stored, cost) {
+			return nil
+		}
+		limit, what = heap, "ZooKeeper's heap full (half of --zk-heap-bytes)"
+	}
 	b.metrics.quotaRefused.Inc()
+	if stored < 0 {
+		stored = b.ZooKeeperBytes()
+	}
 	if !revision.HasAlarm(b.view.Alarms(), int32(pb.AlarmType_NOSPACE)) {
-		b.log.WithFields(logrus.Fields{"db_size": b.DBSize(), "quota": b.QuotaBytes(), "cost": cost}).
-			Warn("space quota exceeded: raising the NOSPACE alarm")
+		b.log.WithFields(logrus.Fields{"db_size": size, "zookeeper_bytes": stored, "limit": limit, "cost": cost}).
+			Warn(what + ": raising the NOSPACE alarm")
 		raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: b.memberID, Alarm: pb.AlarmType_NOSPACE}
 		// The server raises it, not the client: not under the request's
 		// auth check or deadline (the refusal still waits for the raise).
@@ -96,9 +114,10 @@ func memberHex(id uint64) string {
 
 // updateSpaceMetrics sets the DB size and alarm gauges.
 func (b *Engine) updateSpaceMetrics() {
-	total, inUse := b.space.sizes(b.view.State().LSN)
-	b.metrics.dbSize.Set(float64(total))
-	b.metrics.dbSizeInUse.Set(float64(inUse))
+	logical, stored := b.space.sizes(b.view.State().LSN)
+	b.metrics.dbSize.Set(float64(logical.total))
+	b.metrics.dbSizeInUse.Set(float64(logical.inUse))
+	b.metrics.rootStored.Set(float64(stored.total))
 	counts := map[string]int{pb.AlarmType_NOSPACE.String(): 0, pb.AlarmType_CORRUPT.String(): 0}
 	for _, a := range b.view.Alarms() {
 		counts[pb.AlarmType(a.Type).String()]++

@@ -35,12 +35,15 @@ type Engine struct {
 	election    zkstore.Leadership
 	renewals    chan *renewal
 	compactKick chan struct{}
-	releaseKick chan struct{}             // a compaction observer dropped its copy (OnCompact)
-	copiesHeld  atomic.Int64              // copies of the view compaction observers hold
-	leases      leaseClock                // the leader's lease deadlines (expiry.go)
-	expiryScans atomic.Int64              // scans of the expiry loop done (for tests)
-	submitted   atomic.Int64              // proposals handed to the committer (for tests)
-	proof       atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
+	releaseKick chan struct{} // a compaction observer dropped its copy (OnCompact)
+	copiesHeld  atomic.Int64  // copies of the view compaction observers hold
+	leases      leaseClock    // the leader's lease deadlines (expiry.go)
+	expiryScans atomic.Int64  // scans of the expiry loop done (for tests)
+	submitted   atomic.Int64  // proposals handed to the committer (for tests)
+	// pendingWrites counts the writes received and not answered yet
+	// (etcd_server_proposals_pending; etcdmetrics.go).
+	pendingWrites atomic.Int64
+	proof         atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
 	// readLeaseRefused says why the read lease is refused (nil: it is not).
 	readLeaseRefused atomic.Pointer[string]
 	readLease        atomic.Pointer[heldLease] // the read lease, while held (readlease.go)

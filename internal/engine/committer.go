@@ -26,12 +26,14 @@ type proposal struct {
 	// guards, if not nil, makes the proposal exclusive: it is committed in
 	// an entry of its own, under the preconditions guards returns.
 	guards func() []zkstore.Guard
-	// origin, if not nil, is the tag of a request forwarded by another
-	// instance (or re-proposed by its origin after becoming the leader):
-	// it is committed only by the leader, at most once (a tag already in
-	// the log answers as a duplicate), with an OpOrigin op after its own.
-	// authFP is the fingerprint of the auth state its origin checked it on.
+	// origin, if not nil, is the bound tag (boundTag) of a request
+	// forwarded by another instance (or re-proposed by its origin after
+	// becoming the leader), which its origin sent under sent: it is
+	// committed only by the leader, at most once (a tag already in the log
+	// answers as a duplicate), with an OpOrigin op after its own. authFP
+	// is the fingerprint of the auth state its origin checked it on.
 	origin  *revision.WriterTag
+	sent    revision.WriterTag
 	authFP  uint64
 	checkFP bool // a forwarded request: check authFP in the batch
 	// after, for a re-sent origin, is the position its origin had applied
@@ -668,7 +670,7 @@ func (b *Engine) evaluate(pending []*proposal, limit int, last *flight) (group, 
 				break
 			}
 			if p.origin != nil {
-				switch lsn, rev, v := b.origins.lookup(*p.origin, p.after); v {
+				switch lsn, rev, v := b.origins.lookup(*p.origin, p.sent, p.after); v {
 				case tagFound:
 					// Committed before (by a leader since deposed, or
 					// before its answer was lost): never twice.

@@ -128,9 +128,10 @@ func (b *Engine) compactOnce(lg *logrus.Entry, fence zkstore.Fence) (bool, error
 	if err := b.hook("base-prepared"); err != nil {
 		return false, err
 	}
-	nb.PrevSize, nb.LogBytes = base.StoredSize(), b.space.keptLogBytes(base, nb.Gen)
+	nb.LogRaw, nb.LogBytes = b.space.keptLog(base, nb.Gen)
+	nb.PrevSize, nb.PrevRaw = base.StoredSize(), baseLogical(base)
 	if len(nb.Deltas) > 0 {
-		nb.PrevSize = 0 // a delta shares every layer of the previous generation
+		nb.PrevSize, nb.PrevRaw = 0, 0 // a delta shares every layer of the previous generation
 	}
 	if nb, err = b.store.PublishBase(fence, nb); err != nil {
 		return false, fmt.Errorf("publish base generation at entry %d: %w", snap.State.LSN, err)

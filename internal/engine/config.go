@@ -49,13 +49,15 @@ type Config struct {
 	// revisions; only the leader instance compacts.
 	AutoCompaction compactor.Config
 	// QuotaBackendBytes is etcd's --quota-backend-bytes: writes that would
-	// take DBSize past it raise the NOSPACE alarm and are refused (0:
-	// translate.DefaultQuotaBytes, 2 GiB; negative: no quota).
+	// take DBSize (the bytes before compression) past it raise the NOSPACE
+	// alarm and are refused (0: translate.DefaultQuotaBytes, 2 GiB;
+	// negative: no quota).
 	QuotaBackendBytes int64
 	// ZooKeeperHeapBytes is each ZooKeeper server's JVM heap (-Xmx),
-	// --zk-heap-bytes (0: not given). With it the quota's default is
-	// ZKHeapDataShare of it and zketcd warns when ZooKeeper's data nears
-	// that (sizing.go).
+	// --zk-heap-bytes (0: not given). With it zketcd warns when ZooKeeper's
+	// data nears ZKHeapDataShare of it and, while QuotaBackendBytes is 0,
+	// refuses writes that would take the root's stored bytes past that
+	// (sizing.go).
 	ZooKeeperHeapBytes int64
 	// CorruptCheckTime is etcd's --corrupt-check-time: the period of the
 	// leader instance's check that every instance's HashKV agrees at one

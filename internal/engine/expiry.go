@@ -322,7 +322,7 @@ func (b *Engine) expireDue(lg *logrus.Entry, fence zkstore.Fence) {
 			continue
 		}
 		lg.WithField("lease", fmt.Sprintf("%x", id)).Debug("lease expired")
-		b.metrics.leasesExpired.Inc()
+		b.metrics.leaseExpired()
 		locked(id, func(*leaseDeadline) { delete(c.deadlines, id) })
 	}
 }

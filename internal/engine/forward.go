@@ -63,6 +63,13 @@ type Peer struct {
 type ForwardCall struct {
 	Origin revision.WriterTag
 	AuthFP uint64
+	// Caller is the credential of the client the request came from: at
+	// the origin auth.CallerFrom of its context (a Forwarder sends that
+	// one), at the leader as the origin sent it, verified or not. With
+	// Origin, the request's kind and its bytes it binds the tag
+	// (boundTag); it authorizes nothing (the leader's Authorizer checks
+	// the credential).
+	Caller auth.Caller
 	Req    proto.Message
 	// Entropy is the random bytes an auth change was evaluated with at
 	// its origin (nil for other requests).
@@ -129,8 +136,9 @@ type forwarding struct {
 	peerAt      time.Time
 	peerForeign bool
 	// calls are the forwarded requests this instance serves as leader, by
-	// tag, and those answered in the last callKeep (a re-send after a lost
-	// answer gets the same answer).
+	// bound tag (boundTag: the tag, the request and its caller), and those
+	// answered in the last callKeep (a re-send after a lost answer gets
+	// the same answer).
 	calls map[revision.WriterTag]*fwdCall
 	done  []*fwdCall // answered, oldest first
 
@@ -138,7 +146,7 @@ type forwarding struct {
 }
 
 type fwdCall struct {
-	tag   revision.WriterTag
+	tag   revision.WriterTag // bound
 	ready chan struct{}
 	resp  proto.Message
 	reply ForwardReply
@@ -283,7 +291,9 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 	}
 	method := label
 	m := b.fwd.metrics
-	var tag *revision.WriterTag // set once the request may have reached a leader
+	var tag *revision.WriterTag  // set once the request may have reached a leader
+	var bound revision.WriterTag // tag bound to the request and its caller (boundTag)
+	caller := auth.CallerFrom(ctx)
 	var authFP uint64
 	// Once tagged: when it was first sent, the position the view had
 	// applied before (the request can only land after it), and until when
@@ -327,8 +337,12 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 		switch {
 		case self:
 			// A request of ours is checked in the batch by its context's
-			// auth check, so no fingerprint.
-			p := &proposal{size: size, leaderOnly: tag == nil, origin: tag, after: after}
+			// auth check, so no fingerprint. Sent before, it is found in the
+			// log under its tag bound as the leader it went to bound it.
+			p := &proposal{size: size, leaderOnly: tag == nil, after: after}
+			if tag != nil {
+				p.origin, p.sent = &bound, *tag
+			}
 			resp, out, err := proposeAs(actx, b, p, eval)
 			acancel()
 			if err != nil && tag != nil && ctx.Err() == nil && actx.Err() != nil {
@@ -382,8 +396,19 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 			after = b.view.State().LSN
 			b.fwd.mu.Lock()
 			b.fwd.seq++
-			tag = &revision.WriterTag{Nonce: b.nonce, Seq: b.fwd.seq}
+			sent := revision.WriterTag{Nonce: b.nonce, Seq: b.fwd.seq}
 			b.fwd.mu.Unlock()
+			k, ok := kindOf(req)
+			if !ok {
+				acancel()
+				return zero, fmt.Errorf("zketcd: %T cannot be forwarded", req)
+			}
+			var err error
+			if bound, err = boundTag(sent, k, req, caller); err != nil {
+				acancel()
+				return zero, err
+			}
+			tag = &sent
 			start = time.Now()
 			deadline = start.Add(b.resendLimit())
 			acancel()
@@ -394,9 +419,20 @@ func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req
 		}
 		resp := newResp()
 		go b.cancelOnLeaderChange(actx, acancel, peer.ID)
-		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Req: req, Entropy: entropy,
+		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Caller: caller, Req: req, Entropy: entropy,
 			Resp: resp, Fresh: fresh, After: resendAfter})
 		acancel()
+		if err == nil && !reply.Dup {
+			if aerr := answerOf(req, resp); aerr != nil {
+				// Never passed on: the client would get another request's
+				// answer, or one its server cannot complete. What the leader
+				// did is unknown.
+				m.requests.WithLabelValues(method, "error").Inc()
+				lg.WithError(aerr).WithFields(logrus.Fields{"leader": fmt.Sprintf("%x", peer.ID), "seq": tag.Seq}).
+					Error("the leader's answer to a forwarded request is malformed")
+				return zero, rpctypes.ErrGRPCTimeoutDueToConnectionLost
+			}
+		}
 		var final *FinalError
 		switch {
 		case err == nil:

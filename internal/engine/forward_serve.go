@@ -16,17 +16,19 @@ import (
 // The leader's side of forwarding: the internal endpoint calls these.
 
 // ServeForward commits a write another instance forwarded (call.Req, with
-// its tag and auth fingerprint; call.Resp and call.Fresh are not used; an
-// auth change is evaluated with entropy drawn here, never call.Entropy)
-// under ctx's auth check (auth.WithCheck: the caller's, which the endpoint
-// attaches) and
-// returns its response (nil for a duplicate) and the position to wait for.
-// A request whose tag is being served already joins that call; one
-// answered in the last 10 s gets the same answer again; one found in the
-// log is answered as a duplicate. Errors: ErrNotLeader (nothing done),
-// ErrAuthChanged, a *FinalError for the request's own failure (nothing
-// written); any other error leaves the outcome unknown (the origin sends
-// the request again). Safe for concurrent use.
+// its tag, its caller's credential as sent and the auth fingerprint;
+// call.Resp and call.Fresh are not used; an auth change is evaluated with
+// entropy drawn here, never call.Entropy) under ctx's auth check
+// (auth.WithCheck: the caller's, which the endpoint attaches) and returns
+// its response (nil for a duplicate) and the position to wait for. The
+// tag is bound to the request and its caller (boundTag): only the same
+// request of the same caller under the same tag joins the call being
+// served, gets the answer given in the last 10 s again, or is answered as
+// a duplicate of one found in the log; another request under the tag is a
+// request of its own. Errors: ErrNotLeader (nothing done), ErrAuthChanged,
+// a *FinalError for the request's own failure (nothing written); any other
+// error leaves the outcome unknown (the origin sends the request again).
+// Safe for concurrent use.
 func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Message, ForwardReply, error) {
 	if err := b.servable(); err != nil {
 		return nil, ForwardReply{}, err
@@ -39,6 +41,10 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 		return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
 	}
 	method := k.label()
+	bound, err := boundTag(call.Origin, k, call.Req, call.Caller)
+	if err != nil {
+		return nil, ForwardReply{}, &FinalError{Err: err}
+	}
 	f := &b.fwd
 	f.mu.Lock()
 	now := time.Now()
@@ -48,7 +54,7 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 		}
 		f.done = f.done[1:]
 	}
-	if c := f.calls[call.Origin]; c != nil {
+	if c := f.calls[bound]; c != nil {
 		f.mu.Unlock()
 		select {
 		case <-c.ready:
@@ -58,17 +64,17 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 			return nil, ForwardReply{}, ctx.Err()
 		}
 	}
-	c := &fwdCall{tag: call.Origin, ready: make(chan struct{})}
+	c := &fwdCall{tag: bound, ready: make(chan struct{})}
 	if f.calls == nil {
 		f.calls = map[revision.WriterTag]*fwdCall{}
 	}
-	f.calls[call.Origin] = c
+	f.calls[bound] = c
 	f.mu.Unlock()
 
 	// The request is answered when the committer answers it, even if the
 	// caller went away meanwhile: until then a re-send of the same tag
 	// joins it, never evaluates it a second time.
-	c.resp, c.reply, c.err = b.serveForward(context.WithoutCancel(ctx), k, call)
+	c.resp, c.reply, c.err = b.serveForward(context.WithoutCancel(ctx), k, bound, call)
 	var final *FinalError
 	keep := c.err == nil || errors.As(c.err, &final)
 	f.mu.Lock()
@@ -77,7 +83,7 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 	if keep {
 		f.done = append(f.done, c)
 	} else {
-		delete(f.calls, call.Origin) // the committer is done with it: a re-send evaluates it anew
+		delete(f.calls, bound) // the committer is done with it: a re-send evaluates it anew
 	}
 	f.mu.Unlock()
 	outcome := "ok"
@@ -93,9 +99,8 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 	return c.resp, c.reply, c.err
 }
 
-func (b *Engine) serveForward(ctx context.Context, k anyKind, call ForwardCall) (proto.Message, ForwardReply, error) {
-	origin := call.Origin
-	p := &proposal{size: proto.Size(call.Req), origin: &origin, authFP: call.AuthFP, checkFP: true, after: call.After}
+func (b *Engine) serveForward(ctx context.Context, k anyKind, bound revision.WriterTag, call ForwardCall) (proto.Message, ForwardReply, error) {
+	p := &proposal{size: proto.Size(call.Req), origin: &bound, sent: call.Origin, authFP: call.AuthFP, checkFP: true, after: call.After}
 	return k.serve(ctx, b, p, call)
 }
 

@@ -40,6 +40,9 @@ type memForwarder struct {
 	// position.
 	authChanged int
 	calls       []ForwardCall
+	// emptyAnswers makes that many forwards served by the leader answer
+	// an empty response (a malformed answer).
+	emptyAnswers int
 }
 
 func (f *memForwarder) peer(url string) (*Engine, error) {
@@ -74,7 +77,7 @@ func (f *memForwarder) Forward(ctx context.Context, to Peer, call ForwardCall) (
 		return ForwardReply{}, ErrAuthChanged
 	}
 	req := proto.Clone(call.Req)
-	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Req: req, Entropy: call.Entropy, After: call.After})
+	resp, reply, err := b.ServeForward(ctx, ForwardCall{Origin: call.Origin, AuthFP: call.AuthFP, Caller: auth.CallerFrom(ctx), Req: req, Entropy: call.Entropy, After: call.After})
 	f.mu.Lock()
 	f.served++
 	lose := f.loseAnswers > 0
@@ -92,7 +95,13 @@ func (f *memForwarder) Forward(ctx context.Context, to Peer, call ForwardCall) (
 	if err != nil {
 		return ForwardReply{}, err
 	}
-	if resp != nil {
+	f.mu.Lock()
+	empty := f.emptyAnswers > 0
+	if empty {
+		f.emptyAnswers--
+	}
+	f.mu.Unlock()
+	if resp != nil && !empty {
 		proto.Merge(call.Resp, resp)
 	}
 	return reply, nil

@@ -66,6 +66,11 @@ type anyKind interface {
 	face() WriteKind
 	// label is face().Label, without building the face.
 	label() string
+	// rpc is face().RPC, without building the face.
+	rpc() string
+	// answered checks a leader's answer to a forwarded request of this
+	// kind before the origin passes it on (see answerOf).
+	answered(resp proto.Message) error
 	// serve commits a forwarded request of this kind at the leader as p
 	// describes (tag and fingerprint): as serveAs.
 	serve(ctx context.Context, b *Engine, p *proposal, call ForwardCall) (proto.Message, ForwardReply, error)
@@ -82,6 +87,10 @@ type kind[R, T proto.Message] struct {
 	// request itself, once per tag, never taking the caller's (an
 	// AuthEnable's is the simple tokens' secret).
 	leaderEntropy bool
+	// headed: eval answers with a header (holding the revision: the KV and
+	// Lease requests; an auth change's or alarm's answer has none, its
+	// server adds it), so a leader's answer without one is malformed.
+	headed bool
 	// eval returns req's evaluation in a commit batch; entropy is the
 	// random bytes an auth change was drawn with (ignored by the others).
 	eval func(b *Engine, req R, entropy []byte) func(*revision.Batch) (T, error)
@@ -104,8 +113,40 @@ type kind[R, T proto.Message] struct {
 
 func (k *kind[R, T]) label() string { return k.labelName }
 
+func (k *kind[R, T]) rpc() string { return "/etcdserverpb." + k.service + "/" + k.method }
+
+func (k *kind[R, T]) answered(resp proto.Message) error {
+	t, ok := resp.(T)
+	if !ok {
+		return fmt.Errorf("zketcd: a %s answered with %T", k.method, resp)
+	}
+	if !k.headed {
+		return nil
+	}
+	r := t.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName("header")
+	if fd == nil || !r.Has(fd) {
+		return fmt.Errorf("zketcd: a %s answered without a header", k.method)
+	}
+	return nil
+}
+
+// answerOf checks the leader's answer resp to the forwarded request req
+// before the origin passes it on: of req's response type and, for a
+// request whose answer carries the revision (kind.headed), with a header.
+// A leader of this build answers no other way; an answer that is not so
+// (a leader gone wrong, or one answering with another request's response)
+// must reach no client.
+func answerOf(req, resp proto.Message) error {
+	k, ok := kindOf(req)
+	if !ok {
+		return fmt.Errorf("zketcd: %T cannot be forwarded", req)
+	}
+	return k.answered(resp)
+}
+
 func (k *kind[R, T]) face() WriteKind {
-	return WriteKind{Method: k.method, RPC: "/etcdserverpb." + k.service + "/" + k.method, Label: k.labelName,
+	return WriteKind{Method: k.method, RPC: k.rpc(), Label: k.labelName,
 		NewRequest:  func() proto.Message { return newMessage[R]() },
 		NewResponse: func() proto.Message { return newMessage[T]() }}
 }
@@ -113,6 +154,8 @@ func (k *kind[R, T]) face() WriteKind {
 // write commits req here or through the leader (writeFwd), between begin
 // and the end it returns.
 func (k *kind[R, T]) write(ctx context.Context, b *Engine, req R, entropy []byte) (resp T, err error) {
+	answered := b.proposalStarted()
+	defer func() { answered(err) }()
 	var dup func(lsn, rev int64) (T, error)
 	if k.dup != nil {
 		dup = func(_, rev int64) (T, error) { return k.dup(b, req, rev) }
@@ -173,23 +216,23 @@ func newMessage[M proto.Message]() M {
 
 // The kinds whose entry points are typed (Put, LeaseGrant, ...).
 var (
-	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{service: "KV", method: "Put", labelName: "put",
+	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{service: "KV", method: "Put", labelName: "put", headed: true,
 		eval: func(_ *Engine, req *pb.PutRequest, _ []byte) func(*revision.Batch) (*pb.PutResponse, error) {
 			return func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) }
 		},
 		dup: func(b *Engine, req *pb.PutRequest, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) },
 	}
-	deleteRangeKind = &kind[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse]{service: "KV", method: "DeleteRange", labelName: "delete_range",
+	deleteRangeKind = &kind[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse]{service: "KV", method: "DeleteRange", labelName: "delete_range", headed: true,
 		eval: func(_ *Engine, req *pb.DeleteRangeRequest, _ []byte) func(*revision.Batch) (*pb.DeleteRangeResponse, error) {
 			return func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) }
 		},
 	}
-	txnKind = &kind[*pb.TxnRequest, *pb.TxnResponse]{service: "KV", method: "Txn", labelName: "txn",
+	txnKind = &kind[*pb.TxnRequest, *pb.TxnResponse]{service: "KV", method: "Txn", labelName: "txn", headed: true,
 		eval: func(_ *Engine, req *pb.TxnRequest, _ []byte) func(*revision.Batch) (*pb.TxnResponse, error) {
 			return func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }
 		},
 	}
-	compactKind = &kind[*pb.CompactionRequest, *pb.CompactionResponse]{service: "KV", method: "Compact", labelName: "compaction",
+	compactKind = &kind[*pb.CompactionRequest, *pb.CompactionResponse]{service: "KV", method: "Compact", labelName: "compaction", headed: true,
 		eval: func(_ *Engine, req *pb.CompactionRequest, _ []byte) func(*revision.Batch) (*pb.CompactionResponse, error) {
 			return func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
 		},
@@ -202,7 +245,7 @@ var (
 	}
 	// A lease grant is forwarded with its ID chosen (LeaseGrant), so that
 	// one found committed after a lost answer can be answered.
-	leaseGrantKind = &kind[*pb.LeaseGrantRequest, *pb.LeaseGrantResponse]{service: "Lease", method: "LeaseGrant", labelName: "lease_grant",
+	leaseGrantKind = &kind[*pb.LeaseGrantRequest, *pb.LeaseGrantResponse]{service: "Lease", method: "LeaseGrant", labelName: "lease_grant", headed: true,
 		eval: func(_ *Engine, req *pb.LeaseGrantRequest, _ []byte) func(*revision.Batch) (*pb.LeaseGrantResponse, error) {
 			return func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) }
 		},
@@ -225,7 +268,7 @@ var (
 			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: req.ID, TTL: max(req.TTL, MinLeaseTTL)}, nil
 		},
 	}
-	leaseRevokeKind = &kind[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse]{service: "Lease", method: "LeaseRevoke", labelName: "lease_revoke",
+	leaseRevokeKind = &kind[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse]{service: "Lease", method: "LeaseRevoke", labelName: "lease_revoke", headed: true,
 		eval: func(_ *Engine, req *pb.LeaseRevokeRequest, _ []byte) func(*revision.Batch) (*pb.LeaseRevokeResponse, error) {
 			return func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) }
 		},

@@ -21,10 +21,17 @@ type metrics struct {
 	// predecessor: sent again) and "guard" (a precondition).
 	pipelineLimit, pipelineInFlight prometheus.Gauge
 	pipelineRefusals                *prometheus.CounterVec
-	appliedRev                      prometheus.Gauge
-	appliedLSN                      prometheus.Gauge
 	barrierWait                     prometheus.Histogram
-	leasesExpired                   prometheus.Counter
+	// leasesExpired counts the leases this leader expired, under zketcd's
+	// name and etcd's (etcdLeasesExpired).
+	leasesExpired, etcdLeasesExpired prometheus.Counter
+	// backendCommit is etcd's backend commit histogram (its name and
+	// buckets) over the same commit multis as commitSeconds.
+	backendCommit prometheus.Histogram
+	// leaderChanges, proposalsFailed: etcd's counters (etcdmetrics.go);
+	// sessionExpirations counts ZooKeeper sessions lost (a new one
+	// replacing one this instance had).
+	leaderChanges, proposalsFailed, sessionExpirations prometheus.Counter
 	// renewals counts keepalives answered after a ZooKeeper multi,
 	// renewalMultis those multis and renewalTokens the token writes in them
 	// (keepalives of one lease in one multi share a write).
@@ -40,12 +47,13 @@ type metrics struct {
 	// barrierTrips counts the round trips.
 	linearizableReads *prometheus.CounterVec
 	barrierTrips      prometheus.Counter
-	// quotaRefused counts writes refused by the space quota check;
-	// dbSize and dbSizeInUse follow the space accounting, alarms the
-	// active alarms by type (updated every compaction check, 2 s).
-	quotaRefused        prometheus.Counter
-	dbSize, dbSizeInUse prometheus.Gauge
-	alarms              *prometheus.GaugeVec
+	// quotaRefused counts writes refused by the space quota check (or the
+	// ZooKeeper heap check); dbSize and dbSizeInUse follow the space
+	// accounting before compression, rootStored the stored bytes, alarms
+	// the active alarms by type (updated every compaction check, 2 s).
+	quotaRefused                    prometheus.Counter
+	dbSize, dbSizeInUse, rootStored prometheus.Gauge
+	alarms                          *prometheus.GaugeVec
 	// corruptChecks counts the corruption check's rounds (on the leader),
 	// corruptMismatches the members found with another hash.
 	corruptChecks, corruptMismatches prometheus.Counter
@@ -90,14 +98,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "commit_refusals_total",
 			Help: "Commits refused, nothing written, by reason: predecessor (chained on a commit that failed), reordered (ZooKeeper received it before the commit it is chained on; sent again as it is), guard (a precondition: fence, lease, read lease).",
 		}, []string{"reason"}),
-		appliedRev: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "applied_revision",
-			Help: "Revision of the view.",
-		}),
-		appliedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "applied_log_position",
-			Help: "Log entry the view has applied.",
-		}),
 		barrierWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "zketcd", Name: "read_barrier_duration_seconds",
 			Help:    "Time linearizable reads waited for the sync barrier and the view.",
@@ -106,6 +106,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "leases_expired_total",
 			Help: "Leases this instance expired as the leader.",
+		}),
+		etcdLeasesExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_debugging_server_lease_expired_total",
+			Help: "Leases this instance expired as the leader (zketcd_leases_expired_total under etcd's name).",
+		}),
+		backendCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "etcd_disk_backend_commit_duration_seconds",
+			Help:    "Time of one commit multi to ZooKeeper, whatever its outcome: what makes a batch of writes durable here (etcd: a bbolt commit). With etcd's buckets; zketcd_commit_duration_seconds has finer ones and the outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_server_leader_changes_seen_total",
+			Help: "Changes of the leader instance this instance saw (to a leader other than the last one seen; the first election counts).",
+		}),
+		proposalsFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_server_proposals_failed_total",
+			Help: "Writes received by this instance that got no verdict: ZooKeeper or the leader not reached in time, the instance stopping, the client gone (not those etcd's rules refused).",
+		}),
+		sessionExpirations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "zketcd", Name: "zookeeper_session_expirations_total",
+			Help: "ZooKeeper sessions this instance lost: each time a new session replaced one it had (its member, election candidacy and pipeline marker went with the old one).",
 		}),
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "lease_keepalives_total",
@@ -137,15 +158,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "zketcd", Name: "quota_refused_total",
-			Help: "Writes refused because they did not fit in --quota-backend-bytes.",
+			Help: "Writes refused because they did not fit in --quota-backend-bytes, or in what ZooKeeper's heap holds (half of --zk-heap-bytes, while the quota is left at its default).",
 		}),
 		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "db_size_bytes",
-			Help: "Bytes the root holds in ZooKeeper (base generations and log entries), as etcd's DB size.",
+			Help: "Bytes the root holds (base generations and log entries) before compression: etcd's DB size, what the quota counts.",
 		}),
 		dbSizeInUse: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "db_size_in_use_bytes",
-			Help: "Bytes of the current base generation and the log after it (what a defragment leaves).",
+			Help: "Bytes before compression of the current base generation and the log after it (what a defragment leaves).",
+		}),
+		rootStored: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "zketcd", Name: "zookeeper_root_bytes",
+			Help: "Bytes the root holds in ZooKeeper as stored (compressed), counted as db_size_bytes is: what ZooKeeper's heap holds of it, what the ZooKeeper heap check counts.",
 		}),
 		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "alarms_active",
@@ -184,13 +209,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Physical compactions this instance published as the leader, by the generation each left: log (the log kept as it is: mostly live data, nothing written), whole (a whole base written), delta (only what changed since the last generation written).",
 		}, []string{"generation"}),
 	}
+	// Every label value a series can take exists from the start (at 0), so
+	// that alerts and dashboards find the series before the first event.
+	for _, reason := range []string{"predecessor", "reordered", "guard"} {
+		m.pipelineRefusals.WithLabelValues(reason)
+	}
+	for _, via := range []string{"barrier", "commit", "lease"} {
+		m.linearizableReads.WithLabelValues(via)
+	}
+	for _, gen := range []string{"log", "whole", "delta"} {
+		m.compactions.WithLabelValues(gen)
+	}
 	if reg != nil {
 		reg.MustRegister(m.compactions)
 		reg.MustRegister(m.proofWindow, m.grantedTimeout, m.zkTick, m.readLease, m.rootFormat)
 		reg.MustRegister(m.pipelineLimit, m.pipelineInFlight, m.pipelineRefusals)
-		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.appliedRev, m.appliedLSN, m.barrierWait, m.leasesExpired,
+		reg.MustRegister(m.etcdLeasesExpired, m.backendCommit, m.leaderChanges, m.proposalsFailed, m.sessionExpirations)
+		reg.MustRegister(m.commitSeconds, m.batchRequests, m.conflicts, m.barrierWait, m.leasesExpired,
 			m.renewals, m.renewalMultis, m.renewalTokens, m.renewalsInMemory, m.leaseTokenReads, m.linearizableReads, m.barrierTrips,
-			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.alarms, m.corruptChecks, m.corruptMismatches)
+			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.rootStored, m.alarms, m.corruptChecks, m.corruptMismatches)
 	}
 	return m
 }
@@ -203,14 +240,20 @@ func (m *metrics) commitTimer() func(zkstore.Outcome, error) {
 		if err != nil {
 			label = "error"
 		}
-		m.commitSeconds.WithLabelValues(label).Observe(time.Since(start).Seconds())
+		took := time.Since(start).Seconds()
+		m.commitSeconds.WithLabelValues(label).Observe(took)
+		m.backendCommit.Observe(took)
 	}
 }
 
+// applied observes an applied entry (the view's position is read when
+// scraped: etcdmetrics.go).
 func (m *metrics) applied(e *revision.Entry) {
-	m.appliedLSN.Set(float64(e.LSN))
-	if r := e.LastRev(); r > 0 {
-		m.appliedRev.Set(float64(r))
-	}
 	m.batchRequests.Observe(float64(len(e.Ops)))
+}
+
+// leaseExpired counts a lease this leader expired.
+func (m *metrics) leaseExpired() {
+	m.leasesExpired.Inc()
+	m.etcdLeasesExpired.Inc()
 }

@@ -121,10 +121,12 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 			return nil, err
 		}
 	}
+	b.rekeyAtStart(ctx)
 	for _, w := range b.Warnings() {
 		b.log.Warn(w)
 	}
 	b.registerACLGauge(cfg.Registerer)
+	b.registerStateMetrics(cfg.Registerer)
 	return b, nil
 }
 
@@ -190,13 +192,15 @@ func (b *Engine) run(auto *compactor.Compactor) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
 	}
-	b.wg.Add(7)
+	b.wg.Add(9) // the nine loops below; the rest add their own
 	go b.answerHashChecks()
+	go b.rekeyLoop()
 	if b.cfg.CorruptCheckTime > 0 {
 		b.wg.Add(1)
 		go b.corruptCheckLoop()
 	}
 	go b.watchRollback()
+	go b.followLeaderAndSession()
 	go b.tail()
 	go b.commitLoop()
 	go b.renewLoop()
@@ -277,9 +281,10 @@ func Replay(ctx context.Context, st History, window int, each func(*revision.Ent
 // replayed is what a replay read, for the space accounting: the base
 // generation and the size of each entry after it.
 type replayed struct {
-	base  zkstore.Base
-	sizes []int
-	raws  []int64 // each entry's Entry.DataBytes
+	base     zkstore.Base
+	sizes    []int
+	logicals []int64 // each entry's zkstore.RecordBytes
+	raws     []int64 // each entry's Entry.DataBytes
 	// baseTook is the base generation's load into a view; logTook the
 	// log's replay after it, of which applyTook was spent applying
 	// entries (the rest waiting for ZooKeeper and decoding, which run
@@ -291,7 +296,7 @@ type replayed struct {
 func (rec *replayed) account(sp *space) {
 	sp.reset()
 	for i, n := range rec.sizes {
-		sp.applied(rec.base.Gen+1+int64(i), n, rec.raws[i])
+		sp.applied(rec.base.Gen+1+int64(i), n, rec.logicals[i], rec.raws[i])
 	}
 	sp.setBase(rec.base)
 }
@@ -354,6 +359,7 @@ func replayOnce(ctx context.Context, st History, window int, each func(*revision
 		}
 		if rec != nil {
 			rec.sizes = append(rec.sizes, n)
+			rec.logicals = append(rec.logicals, int64(zkstore.RecordBytes(e)))
 			rec.raws = append(rec.raws, e.DataBytes())
 		}
 		if each != nil {

@@ -15,14 +15,19 @@ import (
 // the JVM's maximum), so the operator gives it (Config.ZooKeeperHeapBytes,
 // --zk-heap-bytes: each server's -Xmx). From it:
 //
-//   - the quota's default (--quota-backend-bytes 0) is ZKHeapDataShare of
-//     the heap, not etcd's 2 GiB: the root's bytes (DBSize, which counts a
-//     compaction's previous generation too) stop at what the heap holds
-//     with room for the JVM's collector;
+//   - the ZooKeeper heap check (checkQuota), while --quota-backend-bytes
+//     is left at its default: a write that would take the root's bytes as
+//     stored (ZooKeeperBytes: compressed, a compaction's previous
+//     generation counted too) past ZKHeapDataShare of the heap is refused
+//     with NOSPACE, as one past the quota is. The quota counts the bytes
+//     before compression (DBSize, what every instance holds), this check
+//     what ZooKeeper holds; an explicit quota is the operator's choice for
+//     both (a quota bounds the stored bytes too: they are never more than
+//     the bytes before compression), and the heap then only warns;
 //   - zketcd warns (log, zketcd_zookeeper_heap_warning) when ZooKeeper's
 //     data nears that share: zk_approximate_data_size from mntr when the
 //     servers answer it (every tenant of the ensemble counted), else the
-//     root's own DBSize.
+//     root's own ZooKeeperBytes.
 const (
 	// ZKHeapDataShare is the share of a ZooKeeper server's heap its data
 	// may take (docs/operations.md: a stored byte costs the heap about
@@ -36,14 +41,27 @@ const (
 	warnEvery = 10 * time.Minute
 )
 
-// QuotaBytes returns the quota in force: --quota-backend-bytes resolved
-// as etcd does (0: the default; negative: none), where the default is
-// ZKHeapDataShare of --zk-heap-bytes when that is given.
+// QuotaBytes returns the quota in force over DBSize: --quota-backend-bytes
+// resolved as etcd does (0: etcd's default of 2 GiB; negative: none).
 func (b *Engine) QuotaBytes() int64 {
-	if b.cfg.QuotaBackendBytes == 0 && b.cfg.ZooKeeperHeapBytes > 0 {
-		return int64(float64(b.cfg.ZooKeeperHeapBytes) * ZKHeapDataShare)
-	}
 	return translate.QuotaBytes(b.cfg.QuotaBackendBytes)
+}
+
+// zkHeapLimit returns the most bytes the root may hold in ZooKeeper as
+// stored (ZooKeeperBytes): ZKHeapDataShare of --zk-heap-bytes while
+// --quota-backend-bytes is left at its default, else -1 (no check beyond
+// the quota).
+func (b *Engine) zkHeapLimit() int64 {
+	if b.cfg.ZooKeeperHeapBytes <= 0 || b.cfg.QuotaBackendBytes != 0 {
+		return -1
+	}
+	return b.zkHeapHolds()
+}
+
+// zkHeapHolds returns what --zk-heap-bytes holds of data:
+// ZKHeapDataShare of it (the heap warning's reference).
+func (b *Engine) zkHeapHolds() int64 {
+	return int64(float64(b.cfg.ZooKeeperHeapBytes) * ZKHeapDataShare)
 }
 
 // sizing is the state of the heap warning. Used by the compaction loop's
@@ -60,7 +78,7 @@ func newSizing(reg prometheus.Registerer) *sizing {
 	s := &sizing{
 		dataBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "zookeeper_data_bytes",
-			Help: "ZooKeeper's data: zk_approximate_data_size from mntr when the servers answer it, else the bytes this root holds (db_size_bytes).",
+			Help: "ZooKeeper's data: zk_approximate_data_size from mntr when the servers answer it, else the bytes this root holds as stored (zketcd_zookeeper_root_bytes).",
 		}),
 		heapBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "zookeeper_heap_bytes",
@@ -68,7 +86,7 @@ func newSizing(reg prometheus.Registerer) *sizing {
 		}),
 		warning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "zketcd", Name: "zookeeper_heap_warning",
-			Help: "1 while ZooKeeper's data is above 80% of what its heap holds (half of --zk-heap-bytes).",
+			Help: "1 while ZooKeeper's data is above 80% of what its heap holds (half of --zk-heap-bytes; past it, while --quota-backend-bytes is left at its default, writes are refused with NOSPACE).",
 		}),
 	}
 	if reg != nil {
@@ -93,7 +111,7 @@ func (b *Engine) checkSizing(lg *logrus.Entry) {
 		s.lastMntr = time.Now()
 		s.mntrSize, s.mntrOK = ds.ApproximateDataSize(b.ctx, 2*time.Second)
 	}
-	data, source := b.DBSize(), "db_size"
+	data, source := b.ZooKeeperBytes(), "root"
 	if s.mntrOK {
 		data, source = s.mntrSize, "mntr zk_approximate_data_size"
 	}
@@ -101,7 +119,7 @@ func (b *Engine) checkSizing(lg *logrus.Entry) {
 	if heap <= 0 {
 		return
 	}
-	holds := int64(float64(heap) * ZKHeapDataShare)
+	holds := b.zkHeapHolds()
 	if float64(data) < zkHeapWarnShare*float64(holds) {
 		s.warning.Set(0)
 		return

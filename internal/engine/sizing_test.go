@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
@@ -12,21 +14,22 @@ import (
 	"github.com/zketcd/zketcd/internal/translate"
 )
 
-// With --zk-heap-bytes the quota's default is half the heap (an explicit
-// quota still wins), and the heap warning turns on once the root's data
-// passes 80% of that half, and off again below it.
-func TestTheZooKeeperHeapSetsTheQuotaDefaultAndTheWarning(t *testing.T) {
+// The quota is etcd's whatever --zk-heap-bytes says; the heap bounds the
+// root's stored bytes on its own (half the heap) while the quota is left
+// at its default, and its warning turns on once the root's data passes 80%
+// of that half.
+func TestTheZooKeeperHeapSetsItsOwnLimitAndTheWarning(t *testing.T) {
 	for _, tc := range []struct {
-		quota, heap, want int64
+		quota, heap, want, heapLimit int64
 	}{
-		{0, 0, translate.DefaultQuotaBytes},
-		{0, 8 << 30, 4 << 30},
-		{1 << 30, 8 << 30, 1 << 30},
-		{-1, 8 << 30, -1},
+		{0, 0, translate.DefaultQuotaBytes, -1},
+		{0, 8 << 30, translate.DefaultQuotaBytes, 4 << 30},
+		{1 << 30, 8 << 30, 1 << 30, -1},
+		{-1, 8 << 30, -1, -1},
 	} {
 		b := &Engine{cfg: Config{QuotaBackendBytes: tc.quota, ZooKeeperHeapBytes: tc.heap}}
-		if got := b.QuotaBytes(); got != tc.want {
-			t.Errorf("quota %d, heap %d: %d, want %d", tc.quota, tc.heap, got, tc.want)
+		if got, limit := b.QuotaBytes(), b.zkHeapLimit(); got != tc.want || limit != tc.heapLimit {
+			t.Errorf("quota %d, heap %d: quota %d, heap limit %d; want %d, %d", tc.quota, tc.heap, got, limit, tc.want, tc.heapLimit)
 		}
 	}
 
@@ -48,5 +51,20 @@ func TestTheZooKeeperHeapSetsTheQuotaDefaultAndTheWarning(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(b.sizing.heapBytes); v != 256<<10 {
 		t.Fatalf("zketcd_zookeeper_heap_bytes %v", v)
+	}
+}
+
+// With the quota at its default (2 GiB, far off here), --zk-heap-bytes
+// refuses the write that would take the root's stored bytes past half the
+// heap, with etcd's NOSPACE.
+func TestTheZooKeeperHeapCheckRefusesWritesPastHalfTheHeap(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	b, _ := engine(t, st, "a", func(c *Config) { c.ZooKeeperHeapBytes = 64 << 10 })
+	n := fill(t, b)
+	if stored := b.ZooKeeperBytes(); n == 0 || stored > 32<<10 || stored < 32<<10-2<<10 {
+		t.Fatalf("refused after %d puts with %d bytes stored, want just under 32 KiB", n, stored)
+	}
+	if !alarmOf(b, pb.AlarmType_NOSPACE, b.MemberID()) {
+		t.Fatalf("alarms: %v", b.Alarms())
 	}
 }

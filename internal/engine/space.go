@@ -12,8 +12,18 @@ import (
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
-// space accounts for the bytes the root holds in ZooKeeper, etcd's "DB
-// size" (what the quota is checked against) and "DB size in use":
+// space accounts for the bytes the root holds, counted two ways:
+//
+//   - logical: what is stored before compression (a log entry's record,
+//     zkstore.RecordBytes; a base generation's RawSize). It grows with
+//     what is written, as etcd's database does whatever its values hold,
+//     and bounds what every instance keeps in memory: etcd's "DB size"
+//     and "DB size in use", what the quota is checked against;
+//   - stored: the bytes ZooKeeper keeps, compressed (an entry written as
+//     chunks counts its chunks): what ZooKeeper's heap holds of the root,
+//     what the ZooKeeper heap check counts (sizing.go).
+//
+// Each is split the same way:
 //
 //   - in use: the current base generation and the log entries after it —
 //     what recovery reads, and all a defragment leaves;
@@ -21,35 +31,44 @@ import (
 //     (instances a little behind may still tail it): the previous
 //     generation and the log entries after it up to the current one.
 //
-// Entry sizes are those this instance applied (an entry written as chunks
-// counts its chunks); for the part of the log it did not apply (it
-// recovered from the current generation) the description's LogBytes, which
-// the leader that published it counted, stands in. ZooKeeper's own
-// per-znode overhead, the head, members and lease tokens are not counted.
-// Safe for concurrent use.
+// Entry sizes are those this instance applied; for the part of the log it
+// did not apply (it recovered from the current generation) the
+// description's LogBytes and LogRaw, which the leader that published it
+// counted, stand in (LogBytes for both in descriptions without LogRaw).
+// ZooKeeper's own per-znode overhead, the head, members and lease tokens
+// are not counted. Safe for concurrent use.
 type space struct {
-	mu   sync.Mutex
-	from int64   // log position of cum[0]
-	cum  []int64 // cum[i]: bytes of the entries from..from+i
-	raw  []int64 // raw[i]: their data bytes before encoding (Entry.DataBytes)
-	base zkstore.Base
+	mu      sync.Mutex
+	from    int64   // log position of stored[0]
+	stored  []int64 // stored[i]: stored bytes of the entries from..from+i
+	logical []int64 // logical[i]: their records' bytes before compression
+	raw     []int64 // raw[i]: their data bytes before encoding (Entry.DataBytes)
+	base    zkstore.Base
 }
 
-// applied records the size of entry lsn and its data bytes before
-// encoding. Entries arrive in order; after a gap (a reload) the record
-// starts again at lsn.
-func (s *space) applied(lsn int64, size int, raw int64) {
+// usage is one count of the root's bytes (see space).
+type usage struct{ total, inUse int64 }
+
+// applied records the stored size of entry lsn, its record's size
+// before compression and its data bytes before encoding. Entries arrive
+// in order; after a gap (a reload) the record starts again at lsn.
+func (s *space) applied(lsn int64, stored int, logical, raw int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch next := s.from + int64(len(s.cum)); {
-	case len(s.cum) == 0 || lsn != next:
-		if len(s.cum) > 0 && lsn < next {
+	switch next := s.from + int64(len(s.stored)); {
+	case len(s.stored) == 0 || lsn != next:
+		if len(s.stored) > 0 && lsn < next {
 			return // already recorded
 		}
-		s.from, s.cum, s.raw = lsn, append(s.cum[:0], int64(size)), append(s.raw[:0], raw)
+		s.from = lsn
+		s.stored = append(s.stored[:0], int64(stored))
+		s.logical = append(s.logical[:0], logical)
+		s.raw = append(s.raw[:0], raw)
 	default:
-		s.cum = append(s.cum, s.cum[len(s.cum)-1]+int64(size))
-		s.raw = append(s.raw, s.raw[len(s.raw)-1]+raw)
+		last := len(s.stored) - 1
+		s.stored = append(s.stored, s.stored[last]+int64(stored))
+		s.logical = append(s.logical, s.logical[last]+logical)
+		s.raw = append(s.raw, s.raw[last]+raw)
 	}
 }
 
@@ -57,7 +76,7 @@ func (s *space) applied(lsn int64, size int, raw int64) {
 func (s *space) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cum, s.raw, s.from = s.cum[:0], s.raw[:0], 0
+	s.stored, s.logical, s.raw, s.from = s.stored[:0], s.logical[:0], s.raw[:0], 0
 }
 
 // logData returns the data bytes before encoding of the log entries 1..to
@@ -86,81 +105,115 @@ func (s *space) setBase(b zkstore.Base) {
 	}
 	s.base = b
 	if drop := b.PrevGen - s.from; drop > 0 {
-		if drop >= int64(len(s.cum)) {
-			s.cum, s.raw = s.cum[:0], s.raw[:0]
+		if drop >= int64(len(s.stored)) {
+			s.stored, s.logical, s.raw = s.stored[:0], s.logical[:0], s.raw[:0]
 		} else {
-			s.cum = append(s.cum[:0:0], s.cum[drop:]...)
+			s.stored = append(s.stored[:0:0], s.stored[drop:]...)
+			s.logical = append(s.logical[:0:0], s.logical[drop:]...)
 			s.raw = append(s.raw[:0:0], s.raw[drop:]...)
 		}
 		s.from = b.PrevGen
 	}
 }
 
-// logBytesLocked returns the bytes of the entries after lsn a up to b that
-// this instance recorded, and whether it recorded all of them.
-func (s *space) logBytesLocked(a, b int64) (int64, bool) {
+// rangeLocked returns the bytes cum (one of the cumulative records)
+// holds for the entries after lsn a up to b, and whether this instance
+// recorded all of them.
+func (s *space) rangeLocked(cum []int64, a, b int64) (int64, bool) {
 	if b <= a {
 		return 0, true
 	}
-	if len(s.cum) == 0 {
+	if len(cum) == 0 {
 		return 0, false
 	}
-	last := s.from + int64(len(s.cum)) - 1
+	last := s.from + int64(len(cum)) - 1
 	lo, hi := max(a+1, s.from), min(b, last)
 	if lo > hi {
 		return 0, false
 	}
-	n := s.cum[hi-s.from]
+	n := cum[hi-s.from]
 	if lo > s.from {
-		n -= s.cum[lo-1-s.from]
+		n -= cum[lo-1-s.from]
 	}
 	return n, lo == a+1 && hi == b
 }
 
-// sizes returns the total and in-use bytes with the view applied up to
+// baseLogical returns a base generation's bytes before compression: its
+// RawSize, or its stored size where the description did not record it
+// (older builds; memlog). A log generation (Gen 0) holds nothing of its
+// own: the log is its data.
+func baseLogical(b zkstore.Base) int64 {
+	if b.Gen == 0 {
+		return 0
+	}
+	if raw := b.RawSize(); raw > 0 {
+		return raw
+	}
+	return int64(b.StoredSize())
+}
+
+// sizes returns the logical and stored usage with the view applied up to
 // entry applied.
-func (s *space) sizes(applied int64) (total, inUse int64) {
+func (s *space) sizes(applied int64) (logical, stored usage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.base
-	after, _ := s.logBytesLocked(b.Gen, applied)
-	inUse = int64(b.StoredSize()) + after
+	after, _ := s.rangeLocked(s.stored, b.Gen, applied)
+	stored.inUse = int64(b.StoredSize()) + after
+	after, _ = s.rangeLocked(s.logical, b.Gen, applied)
+	logical.inUse = baseLogical(b) + after
 	if b.Gen == 0 {
-		return inUse, inUse // no compaction yet: the whole log is in use
+		// No compaction yet: the whole log is in use.
+		return usage{logical.inUse, logical.inUse}, usage{stored.inUse, stored.inUse}
 	}
-	kept, complete := s.logBytesLocked(b.PrevGen, b.Gen)
+	kept, complete := s.rangeLocked(s.stored, b.PrevGen, b.Gen)
 	if !complete {
 		kept = max(kept, b.LogBytes)
 	}
-	total = inUse + kept
-	if b.PrevPath != "" {
-		total += int64(b.PrevSize)
+	stored.total = stored.inUse + kept
+	if kept, complete = s.rangeLocked(s.logical, b.PrevGen, b.Gen); !complete {
+		kept = max(kept, b.LogRaw, b.LogBytes)
 	}
-	return total, inUse
+	logical.total = logical.inUse + kept
+	if b.PrevPath != "" {
+		stored.total += int64(b.PrevSize)
+		logical.total += max(b.PrevRaw, int64(b.PrevSize))
+	}
+	return logical, stored
 }
 
-// keptLogBytes is the LogBytes a new generation at gen, following cur,
-// records: the entries after cur's position up to gen (see space).
-func (s *space) keptLogBytes(cur zkstore.Base, gen int64) int64 {
+// keptLog returns the LogRaw and LogBytes a new generation at gen,
+// following cur, records: the entries after cur's position up to gen
+// (see space), before compression and stored.
+func (s *space) keptLog(cur zkstore.Base, gen int64) (logical, stored int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, _ := s.logBytesLocked(cur.Gen, gen)
-	return n
+	logical, _ = s.rangeLocked(s.logical, cur.Gen, gen)
+	stored, _ = s.rangeLocked(s.stored, cur.Gen, gen)
+	return logical, stored
 }
 
-// DBSize returns the bytes the root holds in ZooKeeper as this instance
-// accounts them (see space): etcd's DB size, against which the quota is
-// checked.
+// DBSize returns the bytes the root holds before compression as this
+// instance accounts them (see space): etcd's DB size, against which the
+// quota is checked.
 func (b *Engine) DBSize() int64 {
-	total, _ := b.space.sizes(b.view.State().LSN)
-	return total
+	logical, _ := b.space.sizes(b.view.State().LSN)
+	return logical.total
 }
 
-// DBSizeInUse returns the bytes of the current base generation and the log
-// after it: what a defragment would leave (etcd's DB size in use).
+// DBSizeInUse returns the bytes before compression of the current base
+// generation and the log after it: what a defragment would leave (etcd's
+// DB size in use).
 func (b *Engine) DBSizeInUse() int64 {
-	_, inUse := b.space.sizes(b.view.State().LSN)
-	return inUse
+	logical, _ := b.space.sizes(b.view.State().LSN)
+	return logical.inUse
+}
+
+// ZooKeeperBytes returns the bytes the root holds in ZooKeeper as stored
+// (compressed), counted as DBSize is: what ZooKeeper's heap holds of it.
+func (b *Engine) ZooKeeperBytes() int64 {
+	_, stored := b.space.sizes(b.view.State().LSN)
+	return stored.total
 }
 
 // refreshBase reads the base description into the space accounting.
@@ -203,10 +256,11 @@ func (b *Engine) Defragment(ctx context.Context) error {
 			return b.stopped(fmt.Errorf("defragment: %w", err))
 		}
 		b.space.setBase(nb)
-		total, inUse := b.space.sizes(b.view.State().LSN)
+		logical, stored := b.space.sizes(b.view.State().LSN)
 		b.log.WithFields(logrus.Fields{
 			"generation": nb.Gen, "log_entries_deleted": deleted, "previous_generation": cur.PrevPath != "",
-			"db_size": total, "db_size_in_use": inUse, "took": time.Since(start).Round(time.Millisecond),
+			"db_size": logical.total, "db_size_in_use": logical.inUse, "zookeeper_bytes": stored.total,
+			"took": time.Since(start).Round(time.Millisecond),
 		}).Info("defragmented: compacted history freed")
 		return nil
 	}

@@ -26,7 +26,7 @@ func (b *Engine) apply(e *revision.Entry, size int) error {
 		return err
 	}
 	b.rb.record(e, prev.Rev, b.view.State().Rev)
-	b.space.applied(e.LSN, size, e.DataBytes())
+	b.space.applied(e.LSN, size, int64(zkstore.RecordBytes(e)), e.DataBytes())
 	b.metrics.applied(e)
 	b.hub.Notify(e, events)
 	return nil

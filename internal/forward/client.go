@@ -293,8 +293,9 @@ func (c *Client) read(ctx context.Context, to engine.Peer, method string, req, o
 }
 
 // withCaller adds to ctx's outgoing metadata the peer's token and the
-// credential of the client ctx's request came from (auth.CallerFrom), for
-// the peer to check it against its own auth state.
+// credential of the client ctx's request came from (auth.CallerFrom), with
+// this instance's proof that it accepts its token now (auth.VouchFrom),
+// for the peer to check it against its own auth state.
 func withCaller(ctx context.Context, to engine.Peer) context.Context {
 	kv := []string{mdToken, to.Token}
 	c := auth.CallerFrom(ctx)
@@ -303,6 +304,9 @@ func withCaller(ctx context.Context, to engine.Peer) context.Context {
 	}
 	if c.CertCN != "" {
 		kv = append(kv, mdCallerCN, c.CertCN)
+	}
+	if use := auth.VouchFrom(ctx); use != "" && c.Token != "" {
+		kv = append(kv, mdCallerUse, use)
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }

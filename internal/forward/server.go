@@ -171,7 +171,7 @@ func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	caller := auth.Caller{Token: first(md, mdCallerToken)}
+	caller := auth.Caller{Token: first(md, mdCallerToken), Use: first(md, mdCallerUse)}
 	if cn := first(md, mdCallerCN); cn != "" && caller.Token == "" && peerVerified(ctx) {
 		caller.CertCN = cn
 	}
@@ -268,7 +268,10 @@ func (s *server) forward(ctx context.Context, k engine.WriteKind, req proto.Mess
 			return nil, s.fail(ctx, outcomeFailed, status.Error(codes.InvalidArgument, "zketcd: bad re-send position"))
 		}
 	}
-	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Req: req, Entropy: entropy, After: after})
+	// The credential as the origin sent it binds the tag (whether or not
+	// this server verified it; authorize checked what it authorizes).
+	sent := auth.Caller{Token: first(md, mdCallerToken), CertCN: first(md, mdCallerCN)}
+	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Caller: sent, Req: req, Entropy: entropy, After: after})
 	var final *engine.FinalError
 	switch {
 	case errors.Is(err, engine.ErrNotLeader):
@@ -280,6 +283,11 @@ func (s *server) forward(ctx context.Context, k engine.WriteKind, req proto.Mess
 	case err != nil:
 		s.lg.WithError(err).WithField("origin", formatTag(tag)).Debug("forwarded request of unknown outcome")
 		return nil, statusOf(err)
+	case resp != nil && resp.ProtoReflect().Descriptor() != k.NewResponse().ProtoReflect().Descriptor():
+		// Never another request's answer (the engine binds tags to their
+		// requests, so this is a bug): the origin's outcome stays unknown.
+		s.lg.WithFields(logrus.Fields{"origin": formatTag(tag), "method": k.Method}).Errorf("forwarded request answered with a %T", resp)
+		return nil, status.Errorf(codes.Internal, "zketcd: internal endpoint: a %s answered with another response", k.Method)
 	}
 	h := metadata.Pairs(mdLSN, strconv.FormatInt(reply.LSN, 10))
 	if reply.Dup {

@@ -52,6 +52,9 @@ const (
 	// request came from (auth.Caller), for the leader to check it itself.
 	mdCallerToken = "zketcd-caller-token"
 	mdCallerCN    = "zketcd-caller-cn"
+	// mdCallerUse carries the forwarding instance's proof that it accepted
+	// the caller's token (auth.Caller.Use; absent from older builds).
+	mdCallerUse = "zketcd-caller-use"
 )
 
 // Values of mdOutcome. outcomeBadToken is any refusal before the request

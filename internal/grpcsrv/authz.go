@@ -141,12 +141,17 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 // withCaller attaches the credential ctx's request presents, for the
-// engine to forward with it.
+// engine to forward with it, and for a token the proof this instance
+// accepts it, made if and when the request is forwarded.
 func (a *authorizer) withCaller(ctx context.Context) context.Context {
 	if a == nil {
 		return ctx
 	}
-	return auth.WithCaller(ctx, a.st.CallerOf(ctx))
+	c := a.st.CallerOf(ctx)
+	if c.Token != "" {
+		ctx = auth.WithVouch(ctx, a.st.Voucher(c.Token))
+	}
+	return auth.WithCaller(ctx, c)
 }
 
 // stream checks the streaming RPCs: Snapshot is root-only, RangeStream's

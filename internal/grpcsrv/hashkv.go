@@ -50,7 +50,7 @@ func (s *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 		CompactRevision: h.CompactRevision,
 		HashRevision:    h.Revision,
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 

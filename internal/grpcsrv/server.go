@@ -204,6 +204,7 @@ func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc
 		// of one-client puts). Busy workers (long watches) fall back to a
 		// goroutine per stream.
 		grpc.NumStreamWorkers(streamWorkers),
+		grpc.ForceServerCodecV2(newCountingCodec(cfg.Registerer)),
 	}
 	az := newAuthorizer(ctx, cfg, be)
 	// Metrics first, so that refused requests are counted with their code;

@@ -151,6 +151,15 @@ func (v *View) KeyCount() int {
 	return n
 }
 
+// IndexLen returns the number of keys the index holds: the live keys and
+// the deleted ones whose history a compaction has not dropped yet (etcd's
+// keys_total counts its key index the same way). O(1).
+func (v *View) IndexLen() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.tree.Len()
+}
+
 // Apply applies log entry e and returns the key changes it made, in order.
 // An entry at or below the applied LSN is ignored (nil, nil), so the tailer
 // and the committer may both offer the same entry. An entry that does not

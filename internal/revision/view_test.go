@@ -302,3 +302,20 @@ func TestBatchRangeStopsEarly(t *testing.T) {
 		return nil
 	})
 }
+
+// IndexLen counts a deleted key until the compaction past its delete is
+// trimmed, as etcd's key index does; KeyCount only live keys.
+func TestIndexLenKeepsDeletedKeysUntilCompacted(t *testing.T) {
+	v := NewView(1, 1)
+	mustApply(t, v, 2, txn(2, put("a", "1"), put("b", "1")))
+	mustApply(t, v, 3, txn(3, del("a")))
+	if n, live := v.IndexLen(), v.KeyCount(); n != 2 || live != 1 {
+		t.Fatalf("after a delete: index %d, live %d", n, live)
+	}
+	mustApply(t, v, 4, txn(4, put("b", "2")), Op{Kind: OpCompact, Rev: 4})
+	for v.TrimCompacted(100) {
+	}
+	if n := v.IndexLen(); n != 1 {
+		t.Fatalf("after the compaction: index %d, want 1", n)
+	}
+}

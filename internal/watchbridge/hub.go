@@ -192,6 +192,7 @@ type Hub struct {
 	synced   group
 	unsynced group
 	victims  map[*watcher]Response
+	streams  int // open streams (NewStream, not yet closed)
 
 	// maxWatchers bounds the watchers of all streams (0: no bound).
 	maxWatchers int
@@ -464,6 +465,8 @@ func (h *Hub) Resync() {
 
 // Stats is a snapshot of the hub's watchers.
 type Stats struct {
+	// Streams counts the open streams (with or without watchers).
+	Streams int
 	// Synced, Unsynced and Victims count watchers by state.
 	Synced, Unsynced, Victims int
 	// Queued is the number of responses waiting in the channels of the
@@ -476,7 +479,7 @@ type Stats struct {
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := Stats{Synced: h.synced.size, Unsynced: h.unsynced.size, Victims: len(h.victims)}
+	st := Stats{Streams: h.streams, Synced: h.synced.size, Unsynced: h.unsynced.size, Victims: len(h.victims)}
 	streams := map[*Stream]bool{}
 	count := func(w *watcher) {
 		if !streams[w.stream] {

@@ -398,3 +398,25 @@ func TestHubWatcherLimitSpansStreams(t *testing.T) {
 		}
 	}
 }
+
+// Stats counts open streams, with or without watchers, until each is
+// closed (once, however often Close is called).
+func TestStatsCountOpenStreams(t *testing.T) {
+	f := newFixture(t)
+	a, b := f.h.NewStream(0), f.h.NewStream(0)
+	if _, err := a.Watch(AutoWatchID, []byte("k"), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.h.Stats(); st.Streams != 2 || st.Synced != 1 {
+		t.Fatalf("two streams, one watcher: %+v", st)
+	}
+	a.Close()
+	a.Close()
+	if st := f.h.Stats(); st.Streams != 1 || st.Synced != 0 {
+		t.Fatalf("after closing one: %+v", st)
+	}
+	b.Close()
+	if st := f.h.Stats(); st.Streams != 0 {
+		t.Fatalf("after closing both: %+v", st)
+	}
+}

@@ -18,6 +18,9 @@ type Stream struct {
 // NewStream opens a stream on the hub that holds at most maxWatchers
 // watchers (0: no bound).
 func (h *Hub) NewStream(maxWatchers int) *Stream {
+	h.mu.Lock()
+	h.streams++
+	h.mu.Unlock()
 	return &Stream{hub: h, ch: make(chan Response, ChanBufLen), watchers: map[int64]*watcher{}, maxWatchers: maxWatchers}
 }
 
@@ -146,5 +149,6 @@ func (s *Stream) Close() {
 	}
 	s.watchers = nil
 	s.closed = true
+	h.streams--
 	close(s.ch)
 }

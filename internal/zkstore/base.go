@@ -50,6 +50,12 @@ type Base struct {
 	// written before these fields existed: 0, not counted).
 	PrevSize int   `json:"prev_size,omitempty"`
 	LogBytes int64 `json:"log_bytes,omitempty"`
+	// PrevRaw and LogRaw are the same before compression (the previous
+	// generation's RawSize, the log entries' records): the logical bytes
+	// the DB size counts (absent, 0, in descriptions written before they
+	// were recorded: PrevSize and LogBytes stand in).
+	PrevRaw int64 `json:"prev_raw,omitempty"`
+	LogRaw  int64 `json:"log_raw,omitempty"`
 	// Deltas, in a layered description (layeredBaseFormat), follow the
 	// whole snapshot at Path, oldest first: each holds what changed since
 	// the state before it (revision.Delta), the last one the state at Gen.
@@ -392,6 +398,7 @@ func (s *Store) prepareDelta(ctx context.Context, d *revision.Delta, prev Base, 
 		nb.FullGen = prev.Gen
 	}
 	nb.PrevGen, nb.PrevPath, nb.PrevDeltas, nb.PrevSize, nb.LogBytes = prev.Gen, prev.Path, layerPaths(prev.Deltas), 0, 0
+	nb.PrevRaw, nb.LogRaw = 0, 0
 	l, err := s.writeLayer(ctx, s.l.generation(st.LSN, nonce), func(w io.Writer) (int64, error) { return writeDelta(w, d) })
 	if err != nil {
 		return Base{}, err
@@ -708,6 +715,7 @@ func (s *Store) FreeCompacted(ctx context.Context, cur Base) (Base, int, error) 
 	}
 	nb := cur
 	nb.PrevGen, nb.PrevPath, nb.PrevDeltas, nb.PrevSize, nb.LogBytes = cur.Gen, "", nil, 0, 0
+	nb.PrevRaw, nb.LogRaw = 0, 0
 	meta, _ := json.Marshal(nb)
 	if _, err := s.conn.Set(s.l.compact(), meta, cur.version); err != nil {
 		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {

@@ -87,6 +87,63 @@ func EncodeEntry(e *revision.Entry) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
 
+// RecordBytes returns len(EncodeEntry(e)) without encoding it: the bytes
+// of the entry's record before any compression (what the space
+// accounting counts as the entry's logical size). O(changes), no
+// allocation.
+func RecordBytes(e *revision.Entry) int {
+	n := 1 + uvarintLen(e.Writer.Nonce) + uvarintLen(e.Writer.Seq) + uvarintLen(uint64(len(e.Ops))) + 4
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		n++ // kind
+		switch op.Kind {
+		case revision.OpTxn:
+			n += varintLen(op.Rev) + uvarintLen(uint64(len(op.Changes)))
+			for j := range op.Changes {
+				c := &op.Changes[j]
+				n += 1 + bytesLen(c.Key)
+				if !c.Delete {
+					n += bytesLen(c.Value) + varintLen(c.Lease)
+				}
+			}
+		case revision.OpCompact:
+			n += varintLen(op.Rev)
+		case revision.OpLeaseGrant, revision.OpLeaseCheckpoint:
+			n += varintLen(op.Lease) + varintLen(op.TTL)
+		case revision.OpLeaseRevoke:
+			n += varintLen(op.Lease)
+		case revision.OpAuth:
+			n += bytesLen(op.Auth)
+		case revision.OpAlarm:
+			n += 1 + uvarintLen(op.Alarm.Member) + varintLen(int64(op.Alarm.Type))
+		case revision.OpOrigin:
+			n += uvarintLen(op.Origin.Nonce) + uvarintLen(op.Origin.Seq) + varintLen(op.Rev)
+		}
+	}
+	return n
+}
+
+// uvarintLen is the length of binary.AppendUvarint's encoding of x.
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// varintLen is the length of binary.AppendVarint's encoding of x.
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}
+
+func bytesLen(v []byte) int { return uvarintLen(uint64(len(v))) + len(v) }
+
 // EncodeEntryFormat returns the stored form of e that a root of meta
 // format metaFormat allows: compressed (format 3) from meta format 2 on
 // when that is smaller, format 1 otherwise.

@@ -46,6 +46,30 @@ func TestEntryRoundTrip(t *testing.T) {
 	}
 }
 
+// RecordBytes is the record's length, for every op kind and for varints
+// of every width (negative ones too).
+func TestRecordBytesIsTheEncodedLength(t *testing.T) {
+	big := make([]byte, 300<<10)
+	withOrigin := sampleEntry()
+	withOrigin.Ops = append(withOrigin.Ops, revision.Op{Kind: revision.OpOrigin, Origin: revision.WriterTag{Nonce: 1 << 63, Seq: 9}, Rev: 1 << 40})
+	for name, e := range map[string]*revision.Entry{
+		"empty":  {},
+		"sample": sampleEntry(),
+		"origin": withOrigin,
+		"extremes": {Writer: revision.WriterTag{Nonce: ^uint64(0), Seq: 127}, Ops: []revision.Op{
+			{Kind: revision.OpTxn, Rev: -1, Changes: []revision.Change{{Key: big, Value: big, Lease: -1 << 62}, {Key: []byte{}, Value: nil, Lease: 64}}},
+			{Kind: revision.OpLeaseGrant, Lease: -64, TTL: 1 << 62},
+			{Kind: revision.OpAuth, Auth: big[:200]},
+			{Kind: revision.OpAlarm, Alarm: revision.AlarmChange{Activate: true, Alarm: revision.Alarm{Member: ^uint64(0), Type: -1}}},
+			{Kind: revision.OpAlarm, Alarm: revision.AlarmChange{Alarm: revision.Alarm{Member: 128, Type: 2}}},
+		}},
+	} {
+		if got, want := RecordBytes(e), len(EncodeEntry(e)); got != want {
+			t.Errorf("%s: RecordBytes %d, encoded %d", name, got, want)
+		}
+	}
+}
+
 func TestDecodeRejectsCorruption(t *testing.T) {
 	data := EncodeEntry(sampleEntry())
 	for i := range data {
@@ -76,7 +100,11 @@ func FuzzDecodeEntry(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if again := EncodeEntry(e); string(again) != string(data) {
+		again := EncodeEntry(e)
+		if n := RecordBytes(e); n != len(again) {
+			t.Fatalf("RecordBytes = %d, the record has %d bytes", n, len(again))
+		}
+		if string(again) != string(data) {
 			// Varints have one canonical form when written by us; a
 			// non-canonical input may decode, but must still be stable.
 			e2, err := DecodeEntry(again)

@@ -27,6 +27,7 @@ const bucketShift = 14
 //	<root>/members/<id>             ephemeral member znodes (Member, JSON)
 //	<root>/election/n_<seq>         ephemeral sequential election znodes
 //	<root>/readlease                ephemeral: the leader serves reads from memory (--read-lease)
+//	<root>/rekey                    left by a re-ACL until the token secret is rotated
 //	<root>/compact                  the current base generation (Base, JSON)
 //	<root>/base/<lsn>-<nonce>/<i>   chunks of a base generation's snapshot
 type layout struct{ root string }
@@ -159,6 +160,11 @@ func (l layout) chunks() string { return l.root + "/chunks" }
 func (l layout) chunk(name string) string { return l.root + "/chunks/" + name }
 
 func (l layout) tokens() string { return l.root + "/tokens" }
+
+// rekey is the znode a re-ACL leaves for the instances (see
+// Store.RekeyPending): what the root held was readable under another ACL,
+// the auth store's token secret among it.
+func (l layout) rekey() string { return l.root + "/rekey" }
 
 func (l layout) token(name string) string { return l.root + "/tokens/" + name }
 

@@ -1090,7 +1090,7 @@ func (c *Client) FreeCompacted(_ context.Context, cur zkstore.Base) (zkstore.Bas
 		return zkstore.Base{}, n, zkstore.ErrBaseChanged
 	}
 	nb := cur
-	nb.PrevGen, nb.PrevPath, nb.PrevSize, nb.LogBytes = cur.Gen, "", 0, 0
+	nb.PrevGen, nb.PrevPath, nb.PrevSize, nb.LogBytes, nb.PrevRaw, nb.LogRaw = cur.Gen, "", 0, 0, 0, 0
 	c.s.base = nb
 	return nb, n, nil
 }
