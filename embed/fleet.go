@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/forward"
 	"github.com/zketcd/zketcd/internal/httpgw"
 	"github.com/zketcd/zketcd/internal/tenant"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -80,6 +81,9 @@ type Fleet struct {
 	front    *httpgw.Front
 	refuse   *refusal
 	admin    *adminServer
+	internal net.Listener    // the internal endpoint (nil: no forwarding)
+	isrv     *grpc.Server    // serves internal for every tenant running here
+	fwd      *forward.Client // dials the other instances' endpoints
 	clients  []net.Listener
 	metricsL []net.Listener
 	http     []*http.Server
@@ -170,6 +174,9 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 		return nil, err
 	}
 	if err := f.listen(); err != nil {
+		return nil, err
+	}
+	if err := f.forwarding(); err != nil {
 		return nil, err
 	}
 	f.registerMetrics()
@@ -458,6 +465,10 @@ func (f *Fleet) MetricsAddrs() []string {
 // series are gathered beside it on /metrics).
 func (f *Fleet) Registry() *prometheus.Registry { return f.registry }
 
+// TenantGatherer gathers the series of the tenants running here, each
+// with its tenant label (what /metrics serves beside Registry's).
+func (f *Fleet) TenantGatherer() prometheus.Gatherer { return tenantGatherer{f} }
+
 // Tenant returns the engine of tenant name on this instance (nil: not
 // running here).
 func (f *Fleet) Tenant(name string) *engine.Engine {
@@ -499,6 +510,9 @@ func (f *Fleet) Close(grace time.Duration) {
 		for _, l := range slices.Concat(f.clients, f.metricsL) {
 			l.Close()
 		}
+		if f.internal != nil {
+			f.internal.Close()
+		}
 		f.cancel()
 		var wg sync.WaitGroup
 		for _, s := range stacks {
@@ -506,6 +520,12 @@ func (f *Fleet) Close(grace time.Duration) {
 			go func() { defer wg.Done(); s.close(grace) }()
 		}
 		wg.Wait()
+		if f.isrv != nil {
+			f.isrv.Stop()
+		}
+		if f.fwd != nil {
+			f.fwd.Close()
+		}
 		if f.refuse != nil {
 			f.refuse.close()
 		}
@@ -598,4 +618,41 @@ func (f *Fleet) session(ctx context.Context) (*zkstore.Session, error) {
 	}
 	f.sessions[best] = s
 	return s, nil
+}
+
+// forwarding, when the tenants' engines forward writes (--forward-writes),
+// opens the internal endpoint all of them share: each tenant's calls name
+// it, and are served by that tenant's engine if it runs here, or refused.
+func (f *Fleet) forwarding() error {
+	if !f.cfg.Engine.ForwardWrites {
+		return nil
+	}
+	cfg := f.cfg
+	l, client, serverTLS, err := openInternal(&cfg)
+	if err != nil {
+		return err
+	}
+	f.internal, f.fwd = l, client
+	f.cfg.Engine.InternalURL = cfg.Engine.InternalURL
+	f.isrv = forward.NewServer(nil, forward.ServerConfig{
+		TLS: serverTLS, MaxMessageBytes: f.cfg.GRPC.RecvMsgLimit(), Route: f.routeForward,
+		Logger: f.cfg.Logger, Registerer: f.registry,
+	})
+	go func() { f.report(f.isrv.Serve(l)) }()
+	f.lg.WithFields(logrus.Fields{"addr": l.Addr().String(), "advertised": f.cfg.Engine.InternalURL, "tls": serverTLS != nil}).
+		Info("serving the internal endpoint (write forwarding to each tenant's leader instance)")
+	return nil
+}
+
+// routeForward is the internal endpoint's Route: the engine and the
+// forward authorizer of a tenant running on this instance.
+func (f *Fleet) routeForward(name string) (forward.Leader, forward.Authorizer, bool) {
+	f.mu.Lock()
+	s := f.stacks[name]
+	f.mu.Unlock()
+	if s == nil {
+		return nil, nil, false
+	}
+	s.touch() // a tenant led here for others is in use
+	return s.be, s.fwdAuth, true
 }

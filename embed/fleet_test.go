@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -222,4 +224,74 @@ func TestFleetRefusesToStartWithoutClientCertificates(t *testing.T) {
 			t.Fatalf("%s: the fleet started", tc.name)
 		}
 	}
+}
+
+// TestFleetForwardsEachTenantsWritesToItsLeader: two instances, two
+// tenants led by different instances; a client of each tenant on the
+// instance that does not lead it writes through the shared internal
+// endpoint, routed to its own tenant's leader, and reads its writes back
+// on both instances.
+func TestFleetForwardsEachTenantsWritesToItsLeader(t *testing.T) {
+	fx := newFleetFixture(t, "alpha", "beta")
+	fwd := func(c *embed.Config) { c.Engine.ForwardWrites = true }
+	i1, i2 := fx.start("i1", fwd), fx.start("i2", fwd)
+	ctx := testCtx(t)
+	// alpha first reaches i1 and beta i2: each leads one.
+	if _, err := fx.client(i1, "alpha").Put(ctx, "seed", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.client(i2, "beta").Put(ctx, "seed", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant         string
+		leader, follow *embed.Fleet
+	}{{"alpha", i1, i2}, {"beta", i2, i1}} {
+		c := fx.client(tc.follow, tc.tenant)
+		if _, err := c.Get(ctx, "seed"); err != nil { // starts the tenant on the follower
+			t.Fatal(err)
+		}
+		if lead, _ := tc.follow.Tenant(tc.tenant).Leader(); lead {
+			t.Fatalf("%s: the second instance leads", tc.tenant)
+		}
+		for i := range 5 {
+			if _, err := c.Put(ctx, "k", fmt.Sprint(i)); err != nil {
+				t.Fatalf("%s through its follower: %v", tc.tenant, err)
+			}
+		}
+		for _, f := range []*embed.Fleet{tc.leader, tc.follow} {
+			g, err := fx.client(f, tc.tenant).Get(ctx, "k")
+			if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "4" || g.Kvs[0].Version != 5 {
+				t.Fatalf("%s read back: %v, %v", tc.tenant, g, err)
+			}
+		}
+		forwarded := counterValue(t, tc.follow, "zketcd_forward_requests_total", tc.tenant)
+		if forwarded < 5 {
+			t.Fatalf("%s: %v writes forwarded by its follower, want 5", tc.tenant, forwarded)
+		}
+	}
+}
+
+// counterValue sums the samples of a counter family with tenant's label
+// on f's metrics.
+func counterValue(t *testing.T, f *embed.Fleet, name, tenantName string) float64 {
+	t.Helper()
+	mfs, err := prometheus.Gatherers{f.Registry(), f.TenantGatherer()}.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "tenant" && l.GetValue() == tenantName {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }

@@ -26,6 +26,7 @@ type tenantStack struct {
 	name    string
 	be      *engine.Engine
 	srv     *grpc.Server
+	fwdAuth *grpcsrv.ForwardAuthorizer // checks the requests other instances forward here
 	gw      *httpgw.Server
 	closeLE func()
 	adm     *tenant.Admission
@@ -54,9 +55,11 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	if ec.QuotaBackendBytes == 0 {
 		ec.QuotaBackendBytes = -1 // "no limit" in a tenant's limits
 	}
-	// Each instance commits its tenants' writes itself: the internal
-	// endpoint serves one cluster (forwarding per tenant is not built).
-	ec.ForwardWrites, ec.Forwarder, ec.InternalURL, ec.ReadLease = false, nil, "", false
+	if f.fwd != nil {
+		// The tenant's writes go to its leader instance, through the
+		// internal endpoint every tenant of the fleet shares.
+		ec.Forwarder = f.fwd.ForTenant(rec.Name)
+	}
 	ec.BeforeRecovery = nil // the heap preparation is for one cluster per process
 	sess, err := f.session(ctx)
 	if err != nil {
@@ -84,7 +87,7 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	gc.Creds, gc.TLS = httpgw.Creds(), f.cfg.TLS
 	var srvCtx context.Context
 	srvCtx, s.cancel = context.WithCancel(context.Background())
-	if s.srv, err = grpcsrv.New(srvCtx, gc, s.be); err != nil {
+	if s.srv, s.fwdAuth, err = grpcsrv.NewWithForwardAuthorizer(srvCtx, gc, s.be); err != nil {
 		return nil, err
 	}
 	tc := f.cfg
