@@ -84,7 +84,7 @@ type ServerConfig struct {
 	// client's ForTenant), and Route gives that cluster's Leader and
 	// Authorizer (false: not served here, refused as a bad token would
 	// be). NewServer's Leader and Authorizer are then unused.
-	Route func(cluster string) (Leader, Authorizer, bool)
+	Route      func(cluster string) (Leader, Authorizer, bool)
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
 }

@@ -53,8 +53,8 @@ const (
 	mdCallerToken = "zketcd-caller-token"
 	// mdCluster names the cluster a call is for, on an endpoint serving
 	// many (a fleet's tenants; Client.ForTenant, ServerConfig.Route).
-	mdCluster = "zketcd-cluster"
-	mdCallerCN    = "zketcd-caller-cn"
+	mdCluster  = "zketcd-cluster"
+	mdCallerCN = "zketcd-caller-cn"
 	// mdCallerUse carries the forwarding instance's proof that it accepted
 	// the caller's token (auth.Caller.Use; absent from older builds).
 	mdCallerUse = "zketcd-caller-use"
