@@ -17,7 +17,7 @@ COPY third_party ./third_party
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN go build -ldflags "-s -w -X main.Version=${VERSION}" -o /out/zketcd ./cmd/zketcd \
+RUN go build -ldflags "-s -w -X github.com/zketcd/zketcd/internal/buildinfo.version=${VERSION}" -o /out/zketcd ./cmd/zketcd \
  && go build -ldflags "-s -w" -o /out/zketcd-kubeinit ./cmd/zketcd-kubeinit \
  && /out/zketcd version
 

@@ -39,8 +39,18 @@ STATICCHECK_VERSION := v0.8.2
 
 all: build
 
+# The build's version, commit and modified flag, linked into
+# internal/buildinfo (zketcd version, /version, the build-info metric):
+# VERSION is `git describe` (the newest tag, commits since, the commit,
+# -dirty), e.g. `make build VERSION=v1.2.3` overrides it.
+VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/zketcd/zketcd/internal/buildinfo
+LDFLAGS   := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) \
+	-X $(BUILDINFO).modified=$(if $(findstring -dirty,$(VERSION)),true,false)
+
 build:
-	$(GO) build -o $(BIN)/zketcd ./cmd/zketcd
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/zketcd ./cmd/zketcd
 
 # deps-zookeeper installs Debian's ZooKeeper if its jar is missing.
 deps-zookeeper:
