@@ -1,7 +1,10 @@
 # zketcd — an etcd v3 server whose storage is Apache ZooKeeper.
 #
 #   make run            a local ZooKeeper (Debian's package, installed if missing) and zketcd on 127.0.0.1:2379
-#   make build          bin/zketcd
+#   make build          bin/zketcd (version from git describe)
+#   make install        bin/zketcd, the systemd unit, the zketcd user's sysusers.d entry and the
+#                       example configuration under $(DESTDIR)$(PREFIX) (/usr/local)
+#   make tools          bin/etcdctl and bin/etcdutl v3.7.3, built from the Go module proxy
 #
 # What CI runs (.ci/run installs ZooKeeper and the Go modules, then runs make ci):
 #   make ci             test, the kube-apiserver build, e2e, etcdctl-test, snapshot-test,
@@ -35,7 +38,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale faults upgrade-test soak deps-zookeeper deps-postgresql clean
+.PHONY: all build install tools compose-test run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale faults upgrade-test soak deps-zookeeper deps-postgresql clean
 
 all: build
 
@@ -69,6 +72,32 @@ deps-postgresql:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql; \
 	fi
+
+# install puts bin/zketcd, the systemd unit (its ExecStart pointing at the
+# installed binary), the sysusers.d entry of the zketcd user and the example
+# configuration under $(DESTDIR)$(PREFIX); it creates no user and writes
+# nothing in /etc: docs/operations.md "Installing" has those steps.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: build
+	install -D -m 0755 $(BIN)/zketcd $(DESTDIR)$(PREFIX)/bin/zketcd
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/systemd/system
+	sed 's|/usr/local/bin/zketcd|$(PREFIX)/bin/zketcd|' docs/zketcd.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd.service
+	install -D -m 0644 docs/zketcd.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/zketcd.conf
+	install -D -m 0644 docs/zketcd.conf.yml $(DESTDIR)$(PREFIX)/share/zketcd/zketcd.conf.yml
+
+# tools copies etcdctl and etcdutl v3.7.3 into bin/: build-peers.sh builds
+# them from the Go module proxy (a wrapper module: etcd's own go.mod
+# files carry replace directives, so `go install ...@v3.7.3` fails) into
+# $${ZKETCD_CACHE:-$$HOME/.cache/zketcd} once (~3 min cold), as the tests use them.
+tools:
+	@out=$$($(PEERS_BUILD) etcdctl etcdutl) || { echo "tools: building etcdctl/etcdutl failed" >&2; exit 1; }; \
+	for t in etcdctl etcdutl; do \
+		p=$$(printf '%s\n' "$$out" | sed -n "s/^$$t=//p"); \
+		[ -x "$$p" ] || { echo "tools: no $$t in: $$out" >&2; exit 1; }; \
+		install -D -m 0755 "$$p" $(BIN)/$$t && echo "$(BIN)/$$t: $$($(BIN)/$$t version | head -n 1)"; \
+	done
 
 run: deps-zookeeper build
 	$(BIN)/zketcd dev --data-dir zketcd-dev --listen-client-urls http://127.0.0.1:2379
