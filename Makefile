@@ -74,9 +74,11 @@ deps-postgresql:
 	fi
 
 # install puts bin/zketcd, the systemd unit (its ExecStart pointing at the
-# installed binary), the sysusers.d entry of the zketcd user and the example
-# configuration under $(DESTDIR)$(PREFIX); it creates no user and writes
-# nothing in /etc: docs/operations.md "Installing" has those steps.
+# installed binary), the sysusers.d entry of the zketcd user, the example
+# configuration, and the backup script with its service and timer
+# (docs/kubernetes.md "Backups") under $(DESTDIR)$(PREFIX); it creates no
+# user and writes nothing in /etc: docs/operations.md "Installing" has
+# those steps.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 install: build
@@ -86,6 +88,10 @@ install: build
 	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd.service
 	install -D -m 0644 docs/zketcd.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/zketcd.conf
 	install -D -m 0644 docs/zketcd.conf.yml $(DESTDIR)$(PREFIX)/share/zketcd/zketcd.conf.yml
+	install -D -m 0755 docs/zketcd-backup $(DESTDIR)$(PREFIX)/bin/zketcd-backup
+	sed 's|/usr/local/bin|$(PREFIX)/bin|g' docs/zketcd-backup.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd-backup.service
+	install -m 0644 docs/zketcd-backup.timer $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd-backup.timer
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd-backup.service
 
 # tools copies etcdctl and etcdutl v3.7.3 into bin/: build-peers.sh builds
 # them from the Go module proxy (a wrapper module: etcd's own go.mod
