@@ -151,18 +151,21 @@ KUBE_APISERVER_BUILD := integration/kube/build-kube-apiserver.sh
 kube-apiserver:
 	@out=$$($(KUBE_APISERVER_BUILD)) && printf '%s\n' "$$out" | tail -n 1
 
-# e2e runs kube-apiserver (as a child process) on ZooKeeper through zketcd:
-# integration/e2e, every scenario of integration/kubelab, the move of a
-# kube-apiserver's data from etcd to zketcd and back (needs etcdutl, built
-# by build-peers.sh; skipped without it), plus the checks of
+# e2e runs kube-apiserver (as a child process) on ZooKeeper through zketcd,
+# every zketcd in the secure shape of docs/kubernetes.md (client TLS and
+# certificates, authentication on, a ZooKeeper identity): integration/e2e,
+# every scenario of integration/kubelab, the documented recipe with its
+# backups (etcdctl and etcdutl, built by build-peers.sh), the move of a
+# kube-apiserver's data from etcd to zketcd and back, plus the checks of
 # docker-compose.yml. Fails if kube-apiserver cannot be built.
 E2E_FLAGS ?= -count=1 -timeout 30m -v
 e2e: deps-zookeeper build
 	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "e2e: building kube-apiserver failed" >&2; exit 1; }; \
 	bin=$$(printf '%s\n' "$$out" | tail -n 1); \
 	[ -x "$$bin" ] || { echo "e2e: no kube-apiserver binary at '$$bin'" >&2; exit 1; }; \
-	utl=$$($(PEERS_BUILD) etcdutl | sed -n 's/^etcdutl=//p') || utl=""; \
-	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" ETCDUTL="$$utl" \
+	peers=$$($(PEERS_BUILD) etcdctl etcdutl) || { echo "e2e: building etcdctl/etcdutl failed" >&2; exit 1; }; \
+	ctl=$$(printf '%s\n' "$$peers" | sed -n 's/^etcdctl=//p'); utl=$$(printf '%s\n' "$$peers" | sed -n 's/^etcdutl=//p'); \
+	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" ETCDCTL="$$ctl" ETCDUTL="$$utl" \
 		$(GO) test $(E2E_FLAGS) ./e2e/
 
 # etcdctl-test runs the real etcdctl v3.7.3 against `zketcd dev` and etcd
