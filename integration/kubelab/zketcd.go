@@ -58,7 +58,7 @@ func (l *Lab) StartZketcd(ctx context.Context, name string, zk []string, root st
 		ZK: strings.Join(zk, ","), ZKAuthFile: sec.ZKAuthFile, Name: name,
 		ListenClientURLs: z.URL(), AdvertiseClientURLs: z.URL(),
 		ListenMetricsURLs: "http://" + z.MetricsAddr,
-		CertFile: cert, KeyFile: key, TrustedCAFile: sec.CAFile,
+		CertFile:          cert, KeyFile: key, TrustedCAFile: sec.CAFile,
 	}, root)
 	l.addLog(z.logPath)
 	if err := z.start(ctx); err != nil {
