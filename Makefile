@@ -23,6 +23,7 @@
 #                       following docs/operations.md "Instances on several hosts"
 #
 # Not in CI (long, or rewriting docs/):
+#   make compose-test   docker-compose.yml run for real with Debian's docker.io (root; images built here)
 #   make demo           the e2e scenarios printed as a lab notebook
 #   make faults         the 25 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
 #   make soak           hours of load with a fault every few minutes; output in SOAK_OUT (out/soak)
@@ -327,6 +328,18 @@ SOAK_OUT ?= $(abspath out/soak)
 soak: deps-zookeeper build
 	cd integration/faults && SOAK_DURATION=$(SOAK_DURATION) SOAK_FAULT_EVERY=$(SOAK_FAULT_EVERY) SOAK_OUT=$(SOAK_OUT) \
 		ZKETCD_BINARY=$(abspath $(BIN))/zketcd $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v
+
+# compose-test (not in CI; root) runs docker-compose.yml for real:
+# integration/compose/compose-test.sh starts Debian's dockerd if none runs
+# (with its host networking off), builds every image locally (debootstrap
+# base with Debian's zookeeper, this host's Go toolchain, the kube-apiserver
+# make e2e builds; nothing pulled), checks the file with Compose v1 and v2,
+# runs the stack, checks /readyz, a create, a LIST and a WATCH through
+# kube-apiserver and a key through etcdctl, takes it down, stops the daemon
+# it started and restores the host's network settings (compared with those
+# before). ~5 min warm; the first run also debootstraps (~5 min).
+compose-test:
+	integration/compose/compose-test.sh
 
 clean:
 	rm -rf $(BIN)
