@@ -58,6 +58,18 @@ host_state() {
 		iptables -t "$t" -S 2>/dev/null | sed "s/^/iptables $t: /" || true
 		ip6tables -t "$t" -S 2>/dev/null | sed "s/^/ip6tables $t: /" || true
 	done
+	# Legacy (x_tables) tables, named without loading any: listing one
+	# with iptables-legacy would register it.
+	for k in ip_tables_names ip6_tables_names; do
+		[ -r "/proc/net/$k" ] || continue
+		while read -r t; do
+			echo "legacy $k: $t"
+			case "$k" in
+			ip_tables_names) iptables-legacy -t "$t" -S 2>/dev/null | sed "s/^/iptables-legacy $t: /" ;;
+			ip6_tables_names) ip6tables-legacy -t "$t" -S 2>/dev/null | sed "s/^/ip6tables-legacy $t: /" ;;
+			esac
+		done < "/proc/net/$k"
+	done
 	ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print "link: " $2}' | sort
 	for k in net.ipv4.ip_forward net.ipv4.conf.all.forwarding net.ipv6.conf.all.forwarding \
 		net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables net.bridge.bridge-nf-call-arptables; do
@@ -85,7 +97,7 @@ restore_host() {
 		case "$line" in
 		"link: "*)
 			docker_owned "$line" && ip link delete "${line#link: }" 2>/dev/null && say "  removed link ${line#link: }" ;;
-		"iptables "* | "ip6tables "*)
+		"iptables "* | "ip6tables "* | "iptables-legacy "* | "ip6tables-legacy "*)
 			local cmd=${line%% *} rest=${line#* } table rule
 			table=${rest%%: *}
 			rule=${rest#*: }
@@ -97,7 +109,7 @@ restore_host() {
 	# Chains the daemon made (after their rules), then policies and sysctls.
 	while IFS= read -r line; do
 		case "$line" in
-		"iptables "*": -N "* | "ip6tables "*": -N "*)
+		"iptables "*": -N "* | "ip6tables "*": -N "* | "iptables-legacy "*": -N "* | "ip6tables-legacy "*": -N "*)
 			local cmd=${line%% *} rest=${line#* } table chain
 			table=${rest%%: *}
 			chain=${rest#*: -N }
@@ -109,7 +121,7 @@ restore_host() {
 	done < <(comm -13 <(sort "$work/before.state") <(host_state | sort))
 	while IFS= read -r line; do
 		case "$line" in
-		"iptables "*": -P "* | "ip6tables "*": -P "*)
+		"iptables "*": -P "* | "ip6tables "*": -P "* | "iptables-legacy "*": -P "* | "ip6tables-legacy "*": -P "*)
 			local cmd=${line%% *} rest=${line#* } table
 			table=${rest%%: *}
 			$cmd -t "$table" ${rest#*: } && say "  set back $cmd -t $table ${rest#*: }" ;;
@@ -130,7 +142,8 @@ cleanup() {
 	trap - EXIT INT TERM
 	if [ "$stack_up" = 1 ]; then
 		step "taking the stack down"
-		compose down -v --remove-orphans 2>&1 | sed 's/^/  /'
+		compose down -v --remove-orphans > "$work/logs/down.log" 2>&1
+		say "  removed $(grep -c '^Removing .*done' "$work/logs/down.log") containers, $(grep -c '^Removing network' "$work/logs/down.log") network, $(grep -c '^Removing volume' "$work/logs/down.log") volumes"
 	fi
 	if [ "$started_daemon" = 1 ]; then
 		step "stopping the dockerd this run started (pid $daemon_pid)"
@@ -296,7 +309,7 @@ compose build > "$work/logs/build.log" 2>&1 || die "build failed: $(tail -n 20 "
 for img in zketcd:dev zketcd-zookeeper:3.8 "$kubeimage"; do
 	say "  $img: $("$docker" image inspect --format '{{.Size}}' "$img" | awk '{printf "%.0f MB", $1 / 1e6}')"
 done
-say "  zketcd in its image: $("$docker" run --rm --entrypoint /usr/local/bin/zketcd zketcd:dev version | head -n 2 | tr '\n' ' ')"
+say "  zketcd in its image: $("$docker" run --rm --entrypoint /usr/local/bin/zketcd zketcd:dev version 2>/dev/null | head -n 2 | tr '\n' ' ')"
 
 step "${compose_cmd[*]} up -d"
 stack_up=1
@@ -354,7 +367,7 @@ for _ in $(seq 1 40); do
 done
 kill "$watch_pid" 2>/dev/null || true
 wait "$watch_pid" 2>/dev/null || true
-events="$(jq -r '"\(.type) \(.object.metadata.name) \(.object.metadata.resourceVersion)"' "$work/watch.json" | tr '\n' ';')"
+events="$(jq -r '"\(.type) \(.object.metadata.name) at \(.object.metadata.resourceVersion)"' "$work/watch.json" | paste -sd, | sed 's/,/, /g')"
 [ "$(jq -r '.type' "$work/watch.json" | tr '\n' ' ')" = "ADDED MODIFIED DELETED " ] || die "WATCH from $listrv: $events"
 say "  WATCH from $listrv while creating, patching and deleting $ns/second: $events"
 
