@@ -83,7 +83,7 @@ func TestRVReadsARootOverTLSWithTheIdentityFromAFile(t *testing.T) {
 }
 
 // waitTLS waits until addr completes a TLS handshake with cfg: ZooKeeper
-// opens its secure client port after the plain one the helpers wait for.
+// opens its secure client port after the plain one zkservertest waits for.
 func waitTLS(t *testing.T, addr string, cfg *tls.Config) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
