@@ -280,9 +280,9 @@ func (f *serveFlags) logger() (*logrus.Logger, error) {
 	lg.SetLevel(lvl)
 	switch f.logFormat {
 	case "json":
-		lg.SetFormatter(&logrus.JSONFormatter{})
+		lg.SetFormatter(durationFormatter{next: &logrus.JSONFormatter{}})
 	case "text", "console": // etcd's name for its text format
-		lg.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+		lg.SetFormatter(durationFormatter{next: &logrus.TextFormatter{FullTimestamp: true}})
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}

@@ -13,13 +13,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"runtime"
 
 	"go.etcd.io/etcd/api/v3/version"
-)
 
-// Version is zketcd's own version, set at link time.
-var Version = "dev"
+	"github.com/zketcd/zketcd/internal/buildinfo"
+)
 
 func main() {
 	if len(os.Args) < 2 {
@@ -45,7 +46,7 @@ func main() {
 	case "tenant":
 		err = runTenant(os.Args[2:], os.Stdout)
 	case "version", "--version":
-		fmt.Printf("zketcd %s (etcd API %s)\n", Version, version.Version)
+		printVersion(os.Stdout)
 	case "help", "-h", "--help":
 		usage()
 	default:
@@ -57,6 +58,19 @@ func main() {
 		fmt.Fprintf(os.Stderr, "zketcd: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// printVersion writes what `zketcd version` prints, in the shape of
+// `etcd --version`: the build (internal/buildinfo, the version set at link
+// time by make build) and the etcd API it serves.
+func printVersion(w io.Writer) {
+	b := buildinfo.Get()
+	commit := b.Commit
+	if b.Modified {
+		commit += " (modified)"
+	}
+	fmt.Fprintf(w, "zketcd Version: %s\nGit SHA: %s\nGo Version: %s\nGo OS/Arch: %s/%s\netcd API Version: %s\n",
+		b.Version, commit, b.GoVersion, runtime.GOOS, runtime.GOARCH, version.Version)
 }
 
 func usage() {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
@@ -256,6 +257,7 @@ func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func
 		"name": cfg.Engine.Name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),
 		"cluster_id": fmt.Sprintf("%x", z.Engine().ClusterID()), "client_addrs": z.ClientAddrs(),
 	}).Info("zketcd is serving")
+	notifySystemd(lg, daemon.SdNotifyReady+"\nSTATUS=serving")
 	if ready != nil {
 		ready()
 	}
@@ -265,6 +267,7 @@ func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func
 	case err = <-z.Err():
 	}
 	lg.Info("shutting down")
+	notifySystemd(lg, daemon.SdNotifyStopping+"\nSTATUS=shutting down")
 	z.Close(5 * time.Second)
 	return err
 }
