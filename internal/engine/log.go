@@ -71,7 +71,10 @@ type LogSession interface {
 // was at another version or existed, MarkerGone if it did not exist),
 // Held (an absent guard's znode exists). A position already holding an
 // entry with req's writer tag is Committed: that is how a commit whose
-// answer was lost is resolved, so an entry is never written twice.
+// answer was lost is resolved, so an entry is never written twice. Such a
+// commit reports the marker's version it left only when its op tells it (a
+// create left 0, a set at v left v+1); one at AnyVersion reports
+// MarkerUnknown, never a version nobody read.
 //
 // The pipeline marker is the contract that makes a pipeline safe: a
 // writer's commits each set its marker at the version the one before left,

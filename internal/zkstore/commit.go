@@ -96,8 +96,14 @@ type CommitResult struct {
 	// Size of the encoded entry in bytes.
 	Size int
 	// MarkerVersion is the pipeline marker's version the commit left
-	// (Committed with a Marker).
+	// (Committed with a Marker), unless MarkerUnknown says it is not
+	// known: a commit with AnyVersion found in the log by its writer tag
+	// (its answer was lost) left a version nobody read, and the marker
+	// may have been set again since. A commit found in the log that
+	// required a version (Marker.Version, or Create) left that version
+	// +1 (or 0): its multi applied whole.
 	MarkerVersion int32
+	MarkerUnknown bool
 	// MarkerMissed says a Refused commit failed on its marker op: the
 	// marker was not at the version it required (the commit it is chained
 	// on did not land, or had not landed yet when this one arrived) or,
@@ -130,6 +136,30 @@ type Marker struct {
 	// Create: the marker must not exist; the commit creates it, ephemeral,
 	// at version 0.
 	Create bool
+}
+
+// Left returns the version the marker is at right after a commit with this
+// op landed: 0 for a create, Version+1 for a set at Version; known is false
+// for AnyVersion, whose landing is the only witness of the version it left.
+func (m *Marker) Left() (version int32, known bool) {
+	switch {
+	case m.Create:
+		return 0, true
+	case m.Version == AnyVersion:
+		return 0, false
+	}
+	return m.Version + 1, true
+}
+
+// foundInLog fills in what res says of the marker for a commit of req found
+// in the log by its writer tag (its own answer was lost): see
+// CommitResult.MarkerVersion.
+func foundInLog(req CommitRequest, res *CommitResult) {
+	if req.Marker == nil {
+		return
+	}
+	v, known := req.Marker.Left()
+	res.MarkerVersion, res.MarkerUnknown = v, !known
 }
 
 // maxChunkedEntryBytes bounds one entry written as chunks: the multi that
@@ -257,15 +287,18 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 				return 0, 0, fmt.Errorf("commit entry %d: malformed multi response", lsn)
 			}
 			if m.marker >= 0 {
-				if req.Marker.Create {
+				switch {
+				case req.Marker.Create:
 					res.MarkerVersion = 0
-				} else if m.marker < len(mr) && mr[m.marker].Stat != nil {
+				case m.marker < len(mr) && mr[m.marker].Stat != nil:
 					res.MarkerVersion = mr[m.marker].Stat.Version
+				default:
+					foundInLog(req, res) // no stat: what the op itself tells
 				}
 			}
 			return Committed, mr[2].Stat.Mzxid, nil
 		case errors.Is(opErr(1), zk.ErrNodeExists) || (errors.Is(err, zk.ErrNodeExists) && len(mr) == 0):
-			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			out, zxid, rerr := s.resolve(req, res)
 			if rerr == nil {
 				if unknown {
 					lg.WithField("outcome", out).Info("resolved commit of unknown outcome by its writer tag")
@@ -280,7 +313,7 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 			if unknown {
 				// Our earlier attempt may have landed (and deleted a
 				// revoked lease's token): look at entry lsn.
-				if out, zxid, rerr := s.resolve(lsn, e.Writer); rerr == nil {
+				if out, zxid, rerr := s.resolve(req, res); rerr == nil {
 					return out, zxid, nil
 				}
 			}
@@ -309,7 +342,7 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 				return Behind, 0, nil
 			}
 			// Our earlier attempt may have landed and been compacted since.
-			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			out, zxid, rerr := s.resolve(req, res)
 			if rerr == nil {
 				return out, zxid, nil
 			}
@@ -420,13 +453,15 @@ func multiOps(l layout, acl []zk.ACL, req CommitRequest, data []byte, chunks []s
 	return m
 }
 
-// resolve reads entry lsn and tells whether writer wrote it.
-func (s *Store) resolve(lsn int64, writer revision.WriterTag) (Outcome, int64, error) {
-	e, _, err := s.readEntry(lsn)
+// resolve reads entry req.Prev+1 and tells whether req's writer wrote it;
+// if so, res says what the commit left of the marker (foundInLog).
+func (s *Store) resolve(req CommitRequest, res *CommitResult) (Outcome, int64, error) {
+	e, _, err := s.readEntry(req.Prev + 1)
 	if err != nil {
 		return 0, 0, err
 	}
-	if e.Writer == writer {
+	if e.Writer == req.Entry.Writer {
+		foundInLog(req, res)
 		return Committed, e.Zxid, nil
 	}
 	return Conflict, 0, nil

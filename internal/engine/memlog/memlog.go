@@ -640,6 +640,13 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 	if st, taken := s.entries[lsn]; taken {
 		e, err := zkstore.DecodeEntry(st.data)
 		if err == nil && e.Writer == req.Entry.Writer {
+			if mk := req.Marker; mk != nil {
+				// Found by its writer tag, as zkstore resolves a commit
+				// whose answer was lost: the version it left, if its op
+				// tells (CommitResult.MarkerVersion).
+				v, known := mk.Left()
+				res.MarkerVersion, res.MarkerUnknown = v, !known
+			}
 			return zkstore.Committed, st.zxid
 		}
 		return zkstore.Conflict, 0
