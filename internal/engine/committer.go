@@ -389,8 +389,9 @@ func (c *committer) launch() bool {
 	}
 	if last != nil {
 		// ZooKeeper should receive the flights in order: this one's multi
-		// waits for the one before to be handed to the connection.
-		f.req.After = last.req.Sending
+		// waits for the one before to be handed to the connection, and,
+		// sent again after a lost connection, for its outcome.
+		f.req.After, f.req.Predecessor = last.req.Sending, last.predecessor()
 	}
 	f.req.Sending = make(chan struct{})
 	c.flights = append(c.flights, f)
@@ -399,6 +400,14 @@ func (c *committer) launch() bool {
 	f.reads = b.barrier.sending()
 	c.send(f)
 	return true
+}
+
+// predecessor is f as the flight chained on it knows it
+// (zkstore.CommitRequest.Predecessor), for f's current send: Landed reads
+// f's result only once that send returned, and f is sent again only after
+// every flight behind it returned (resend).
+func (f *flight) predecessor() *zkstore.Predecessor {
+	return &zkstore.Predecessor{Done: f.done, Landed: func() (bool, bool) { return zkstore.Landed(f.res, f.err) }}
 }
 
 // send hands f's commit to the log; f.done closes when it returned.
@@ -513,13 +522,16 @@ func (c *committer) resend() {
 		b.flights.settle()
 	}
 	c.flights = c.flights[:n]
-	var prev chan struct{}
+	var prev *flight // the first's predecessor landed
 	for _, g := range c.flights {
 		b.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
 		g.resent++
-		g.req.After, g.req.Sending = prev, make(chan struct{})
-		prev = g.req.Sending
+		g.req.After, g.req.Predecessor, g.req.Sending = nil, nil, make(chan struct{})
+		if prev != nil {
+			g.req.After, g.req.Predecessor = prev.req.Sending, prev.predecessor()
+		}
 		c.send(g)
+		prev = g
 	}
 	c.mark = c.flights[n-1].mark
 	if len(requeue) > 0 {

@@ -84,6 +84,11 @@ type LogSession interface {
 // handed to the log in order (see zkstore.CommitRequest); one that still
 // overtakes its predecessor is refused (PrevMissing or MarkerMissed),
 // nothing written, and may be sent again as it is once that one landed.
+// After a lost connection a commit with a Predecessor is sent again only
+// once that one's outcome is known, and not at all if it provably did not
+// land (Refused, PrevMissing: nothing written), so that re-sends reach the
+// log in the pipeline's order too and none is left of unknown outcome for
+// arriving before its predecessor.
 //
 // Errors: zkstore.ErrEntryTooLarge above the hard bound,
 // zkstore.ErrUnavailable (nothing was written), zkstore.ErrUnknownOutcome

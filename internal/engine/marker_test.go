@@ -262,3 +262,59 @@ func TestADepthOfOneKeepsWhatTheCommitterKnowsOfTheMarker(t *testing.T) {
 		}
 	}
 }
+
+// TestAConnectionBlipUnderADeepPipelineLeavesNoOutcomeUnknown: with eight
+// flights in flight, the connection drops under a run of commits before
+// any reaches the log. Each is sent again once the flight it is chained
+// on has its outcome (zkstore.CommitRequest.Predecessor), so every write
+// lands and none is answered "request timed out, possibly due to
+// connection lost" for a re-send that reached the log before its
+// predecessor's.
+func TestAConnectionBlipUnderADeepPipelineLeavesNoOutcomeUnknown(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	var calls, blipped, blippedChained atomic.Int32
+	var from atomic.Int32 // the blip starts at the first chained commit after the tenth
+	st.SetCommitFault(func(req zkstore.CommitRequest) memlog.Fault {
+		n := calls.Add(1)
+		if n > 10 && req.Pipelined {
+			from.CompareAndSwap(0, n)
+		}
+		if f := from.Load(); f > 0 && n >= f && n < f+24 {
+			blipped.Add(1)
+			if req.Pipelined {
+				blippedChained.Add(1)
+			}
+			return memlog.Blip
+		}
+		return memlog.NoFault
+	})
+	l := newChainLog(st.Client())
+	b := newEngineOn(t, l, func(c *Config) { c.CommitPipeline = 8 })
+	const writers, each = 16, 20
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := b.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("w%d", w)), Value: []byte(fmt.Sprint(i))})
+				cancel()
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("writer %d, put %d: %v", w, i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d commits, %d dropped with the connection (%d chained)", calls.Load(), blipped.Load(), blippedChained.Load())
+	if blippedChained.Load() == 0 {
+		t.Fatal("no chained flight was caught by the blip: the test does not test")
+	}
+	if lsns := l.broken(); len(lsns) > 0 {
+		t.Errorf("entries %v landed chained on a commit that did not land", lsns)
+	}
+	checkLogReplaysToView(t, st, b)
+}

@@ -197,6 +197,42 @@ type CommitRequest struct {
 	// is missing, the outcome is Refused (it failed, or ZooKeeper received
 	// this commit first), not Behind.
 	Pipelined bool
+	// Predecessor, if not nil, is the commit this one is chained on: the
+	// one whose landing leaves the marker at Marker.Version. After a lost
+	// connection Commit sends this commit again only once the
+	// predecessor's outcome is known, so that ZooKeeper receives the
+	// re-sent commits of a pipeline in their order too: sent on their own
+	// backoffs, a follow-on commit could arrive first, find no entry Prev
+	// and stay of unknown outcome. If the predecessor provably did not
+	// land, this commit is not sent again: its marker op needs the version
+	// only the predecessor sets, so it cannot have landed either; the
+	// outcome is Refused with PrevMissing, nothing written.
+	Predecessor *Predecessor
+}
+
+// Predecessor is what a chained commit knows of the commit it is chained
+// on (CommitRequest.Predecessor).
+type Predecessor struct {
+	// Done is closed once the predecessor's outcome is known (its Commit
+	// returned).
+	Done <-chan struct{}
+	// Landed, called only once Done is closed, reports whether the
+	// predecessor's entry was written, and whether that is known (see
+	// Landed).
+	Landed func() (landed, known bool)
+}
+
+// Landed tells what a Commit's result says of its entry: written (landed),
+// provably not written, or unknown (known false: ErrUnknownOutcome, or an
+// error that does not say nothing was written).
+func Landed(res CommitResult, err error) (landed, known bool) {
+	switch {
+	case err == nil:
+		return res.Outcome == Committed, true
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEntryTooLarge):
+		return false, true
+	}
+	return false, false
 }
 
 // Commit appends req.Entry to the log in one multi: check that entry Prev
@@ -269,7 +305,26 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 	lg := s.log.WithField("lsn", lsn)
 	unknown := false
 	backoff := 20 * time.Millisecond
+	pred := req.Predecessor
 	for {
+		if unknown && pred != nil {
+			// Sent again only behind the commit it is chained on.
+			select {
+			case <-pred.Done:
+			case <-ctx.Done():
+				return 0, 0, fmt.Errorf("entry %d: %w: %v", lsn, ErrUnknownOutcome, ctx.Err())
+			case <-s.closed:
+				return 0, 0, fmt.Errorf("entry %d: %w: store closed", lsn, ErrUnknownOutcome)
+			}
+			landed, known := pred.Landed()
+			chained := req.Pipelined && req.Marker != nil && !req.Marker.Create && req.Marker.Version != AnyVersion
+			if known && !landed && chained {
+				lg.Debug("the commit this one is chained on did not land: neither did this one")
+				res.PrevMissing = true
+				return Refused, 0, nil
+			}
+			pred = nil
+		}
 		mr, err := bounded(s, func() ([]zk.MultiResponse, error) {
 			handOver()
 			return s.conn.Multi(ops...)

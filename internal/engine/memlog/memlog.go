@@ -14,8 +14,9 @@
 // expires.
 //
 // Faults: a commit hook (SetCommitFault) can lose the compare-and-swap to a
-// foreign writer, lose a commit's outcome after applying it or before, or
-// make ZooKeeper unavailable for it; ExpireSession ends a client's session;
+// foreign writer, lose a commit's outcome after applying it or before,
+// make ZooKeeper unavailable for it, or drop the connection under it
+// (sent again as zkstore sends it); ExpireSession ends a client's session;
 // SetConnected takes its connection away and back; SetUnavailable fails
 // every call; RollBack takes the store back to an older entry, as a
 // restore from a backup does.
@@ -28,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"sort"
 	"strconv"
@@ -60,7 +62,19 @@ const (
 	// Unavailable fails the commit with zkstore.ErrUnavailable; nothing is
 	// written.
 	Unavailable
+	// Blip drops the connection with the commit on its way, before it
+	// reaches the log (a ZooKeeper connection reset), and sends it again as
+	// zkstore does: after a reconnect delay (random, up to BlipDelay)
+	// and, for a commit with a Predecessor, once that one's outcome is
+	// known — not at all if it provably did not land (Refused,
+	// PrevMissing). A commit sent again that finds neither its
+	// predecessor entry nor its own has an unknown outcome
+	// (zkstore.ErrUnknownOutcome), as on ZooKeeper.
+	Blip
 )
+
+// BlipDelay bounds the reconnect delay of a Blip.
+const BlipDelay = 20 * time.Millisecond
 
 // ForeignKey is the key the foreign writer of LoseCAS puts.
 const ForeignKey = "memlog/foreign"
@@ -592,6 +606,10 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 	session := c.session
 	c.mu.Unlock()
 	s := c.s
+	if fault == Blip {
+		handOver()
+		return c.resend(ctx, req, data, session, res)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch fault {
@@ -616,6 +634,41 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 		answer(req, out) // the commit is in the log (and visible) before its answer
 		s.mu.Lock()
 	}
+	return res, nil
+}
+
+// resend sends req again after a Blip lost its first send (see Blip).
+func (c *Client) resend(ctx context.Context, req zkstore.CommitRequest, data []byte, session int64, res zkstore.CommitResult) (zkstore.CommitResult, error) {
+	lsn := req.Prev + 1
+	select {
+	case <-time.After(rand.N(BlipDelay)):
+	case <-ctx.Done():
+		return res, fmt.Errorf("entry %d: %w: %v", lsn, zkstore.ErrUnknownOutcome, ctx.Err())
+	}
+	if p := req.Predecessor; p != nil {
+		select {
+		case <-p.Done:
+		case <-ctx.Done():
+			return res, fmt.Errorf("entry %d: %w: %v", lsn, zkstore.ErrUnknownOutcome, ctx.Err())
+		}
+		chained := req.Pipelined && req.Marker != nil && !req.Marker.Create && req.Marker.Version != zkstore.AnyVersion
+		if landed, known := p.Landed(); known && !landed && chained {
+			res.Outcome, res.PrevMissing = zkstore.Refused, true
+			return res, nil
+		}
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, prev := s.entries[req.Prev]
+	_, own := s.entries[lsn]
+	if !prev && !own {
+		// zkstore: the predecessor entry missing after a lost answer is
+		// either a commit never written or one compacted away since.
+		return zkstore.CommitResult{}, fmt.Errorf("entry %d: %w (predecessor missing on re-send)", lsn, zkstore.ErrUnknownOutcome)
+	}
+	out, zxid := s.commitLocked(req, data, session, &res)
+	res.Outcome, res.Zxid = out, zxid
 	return res, nil
 }
 
