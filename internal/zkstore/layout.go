@@ -28,7 +28,7 @@ const bucketShift = 14
 //	<root>/election/n_<seq>         ephemeral sequential election znodes
 //	<root>/readlease                ephemeral: the leader serves reads from memory (--read-lease)
 //	<root>/compact                  the current base generation (Base, JSON)
-//	<root>/base/<lsn>-<nonce>/<i>   chunks of a base generation's snapshot
+//	<root>/base/<lsn>-<nonce>-<n>/<i>  chunks of a base generation's snapshot (attempt n)
 type layout struct{ root string }
 
 func (l layout) meta() string      { return l.root + "/meta" }
@@ -162,9 +162,10 @@ func (l layout) tokens() string { return l.root + "/tokens" }
 
 func (l layout) token(name string) string { return l.root + "/tokens/" + name }
 
-// generation names a new base generation's znode for a snapshot at lsn.
-func (l layout) generation(lsn int64, nonce uint64) string {
-	return fmt.Sprintf("%s/%020d-%016x", l.base(), lsn, nonce)
+// generation names a new base generation's znode for a snapshot at lsn,
+// written by nonce's writer in its attempt-th try (see freshGeneration).
+func (l layout) generation(lsn int64, nonce, attempt uint64) string {
+	return fmt.Sprintf("%s/%020d-%016x-%d", l.base(), lsn, nonce, attempt)
 }
 
 // baseChunk names chunk i of the base generation at path gen.

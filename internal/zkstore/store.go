@@ -125,6 +125,9 @@ type Store struct {
 	format atomic.Int32
 	// grants follows what ZooKeeper granted the session (grant.go).
 	grants *grants
+	// baseAttempts numbers the base generations this store writes
+	// (freshGeneration): every attempt gets a path of its own.
+	baseAttempts atomic.Uint64
 
 	mu        sync.Mutex
 	aclReport ACLReport

@@ -62,6 +62,7 @@ func Run(t *testing.T, open Open) {
 		{"MembersAreListedByIDWhileTheirSessionLives", members},
 		{"TheElectionLeadsInOrderAndItsFenceEndsWithTheCandidacy", election},
 		{"ABaseGenerationIsPreparedPublishedUnderTheFenceAndLoaded", bases},
+		{"EachAttemptAtABaseGenerationWritesAPathOfItsOwn", baseAttempts},
 		{"TruncationAndCollectionFreeOnlyWhatTheBaseMadeObsolete", truncation},
 		{"AnEntryAboveTheBudgetCommitsAndReadsBackWhole", largeEntries},
 		{"AClosedClientFailsUnavailable", closedClient},
@@ -798,6 +799,44 @@ func bases(t *testing.T, connect func() engine.Log) {
 	}
 	if got, _ := other.ReadBase(); got.Gen != nb.Gen {
 		t.Fatalf("base %+v after refused publications, want generation %d", got, nb.Gen)
+	}
+}
+
+// baseAttempts: a generation prepared again at the same log position by
+// the same writer (an attempt that failed before publishing, retried) is
+// written to a path of its own, so what recovery loads is never a mixture
+// of two attempts' chunks.
+func baseAttempts(t *testing.T, connect func() engine.Log) {
+	w := newWriter(connect())
+	_, fence := leader(t, w)
+	ctx := ctxT(t)
+	appendPuts(t, w, "a", "b", "c")
+	snap := view(t, w).Snapshot()
+	cur, err := w.ReadBase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := w.PrepareBase(ctx, snap, cur, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := w.PrepareBase(ctx, snap, cur, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Path == again.Path {
+		t.Fatalf("two attempts at generation %d by one writer share the path %s", again.Gen, again.Path)
+	}
+	pub, err := w.PublishBase(fence, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := w.LoadBase(ctx, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded.State != snap.State || keysOf(loaded) != keysOf(snap) {
+		t.Fatalf("loaded %+v %s, prepared %+v %s", loaded.State, keysOf(loaded), snap.State, keysOf(snap))
 	}
 }
 

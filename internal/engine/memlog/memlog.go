@@ -137,28 +137,29 @@ type member struct {
 type Store struct {
 	opts Options
 
-	mu         sync.Mutex
-	zxid       int64
-	entries    map[int64]stored
-	head       zkstore.Head
-	headCh     chan struct{}      // closed at the next head change
-	tokens     map[string]*marker // pipeline markers, by name
-	leases     map[int64]*leaseToken
-	members    map[uint64]member
-	election   []*candidate
-	electionCh chan struct{} // closed at the next election change
-	seq        int64
-	base       zkstore.Base
-	bases      map[string][]byte
-	prepared   map[string]zkstore.Base // generation path -> the description it was prepared after
-	sessions   int64
-	fault      func(zkstore.CommitRequest) Fault
-	down       bool
-	quorum     int   // QuorumHead calls
-	watches    int   // WatchHead calls
-	commits    int   // commits that wrote an entry
-	readLease  int64 // session holding the read lease znode (0: none)
-	answer     func(zkstore.CommitRequest, zkstore.Outcome)
+	mu           sync.Mutex
+	zxid         int64
+	entries      map[int64]stored
+	head         zkstore.Head
+	headCh       chan struct{}      // closed at the next head change
+	tokens       map[string]*marker // pipeline markers, by name
+	leases       map[int64]*leaseToken
+	members      map[uint64]member
+	election     []*candidate
+	electionCh   chan struct{} // closed at the next election change
+	seq          int64
+	base         zkstore.Base
+	bases        map[string][]byte
+	baseAttempts int                     // base generations prepared: each gets a path of its own
+	prepared     map[string]zkstore.Base // generation path -> the description it was prepared after
+	sessions     int64
+	fault        func(zkstore.CommitRequest) Fault
+	down         bool
+	quorum       int   // QuorumHead calls
+	watches      int   // WatchHead calls
+	commits      int   // commits that wrote an entry
+	readLease    int64 // session holding the read lease znode (0: none)
+	answer       func(zkstore.CommitRequest, zkstore.Outcome)
 }
 
 // New returns a store holding the sentinel entry 1 (revision 1, the empty
@@ -1036,7 +1037,8 @@ func (c *Client) LoadBase(_ context.Context, b zkstore.Base) (*revision.Snapshot
 	return zkstore.DecodeSnapshot(data)
 }
 
-// PrepareBase stores snap as a new generation (not yet current).
+// PrepareBase stores snap as a new generation (not yet current), at a path
+// of its own, as zkstore writes each attempt.
 func (c *Client) PrepareBase(_ context.Context, snap *revision.Snapshot, prev zkstore.Base, nonce uint64) (zkstore.Base, error) {
 	if err := c.check("write base"); err != nil {
 		return zkstore.Base{}, err
@@ -1044,11 +1046,12 @@ func (c *Client) PrepareBase(_ context.Context, snap *revision.Snapshot, prev zk
 	data := zkstore.EncodeSnapshot(snap)
 	nb := zkstore.Base{
 		Gen: snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
-		Path: fmt.Sprintf("/base/%020d-%016x", snap.State.LSN, nonce), Size: len(data),
-		Chunks: 1, PrevGen: prev.Gen, PrevPath: prev.Path,
+		Size: len(data), Chunks: 1, PrevGen: prev.Gen, PrevPath: prev.Path,
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
+	c.s.baseAttempts++
+	nb.Path = fmt.Sprintf("/base/%020d-%016x-%d", snap.State.LSN, nonce, c.s.baseAttempts)
 	c.s.bases[nb.Path] = data
 	c.s.prepared[nb.Path] = prev
 	return nb, nil
