@@ -364,8 +364,11 @@ func (c *committer) launch() bool {
 		// limit is 1 (a fixed depth of 1, or the automatic depth at 1)
 		// has nothing chained on it and goes without: its multi is what
 		// versions without a pipeline wrote, and the marker keeps its
-		// version.
+		// version — and so does what the committer knows of it (c.mark
+		// is left as it is): the automatic depth going back to 2 chains
+		// on the version it knew, never on a guess.
 		f.req.Marker, f.mark = c.mark.op(c.marker)
+		c.mark = f.mark
 	}
 	if len(group) == 1 && group[0].guards != nil {
 		f.guarded = true
@@ -386,11 +389,11 @@ func (c *committer) launch() bool {
 		// (readlease.go): it never lands behind reads served from memory.
 		f.req.Guards = append(f.req.Guards, b.store.ReadLeaseAbsent())
 	}
-	c.mark = f.mark
 	if last != nil {
 		// ZooKeeper should receive the flights in order: this one's multi
-		// waits for the one before to be handed to the connection.
-		f.req.After = last.req.Sending
+		// waits for the one before to be handed to the connection, and,
+		// sent again after a lost connection, for its outcome.
+		f.req.After, f.req.Predecessor = last.req.Sending, last.predecessor()
 	}
 	f.req.Sending = make(chan struct{})
 	c.flights = append(c.flights, f)
@@ -399,6 +402,14 @@ func (c *committer) launch() bool {
 	f.reads = b.barrier.sending()
 	c.send(f)
 	return true
+}
+
+// predecessor is f as the flight chained on it knows it
+// (zkstore.CommitRequest.Predecessor), for f's current send: Landed reads
+// f's result only once that send returned, and f is sent again only after
+// every flight behind it returned (resend).
+func (f *flight) predecessor() *zkstore.Predecessor {
+	return &zkstore.Predecessor{Done: f.done, Landed: func() (bool, bool) { return zkstore.Landed(f.res, f.err) }}
 }
 
 // send hands f's commit to the log; f.done closes when it returned.
@@ -513,13 +524,16 @@ func (c *committer) resend() {
 		b.flights.settle()
 	}
 	c.flights = c.flights[:n]
-	var prev chan struct{}
+	var prev *flight // the first's predecessor landed
 	for _, g := range c.flights {
 		b.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
 		g.resent++
-		g.req.After, g.req.Sending = prev, make(chan struct{})
-		prev = g.req.Sending
+		g.req.After, g.req.Predecessor, g.req.Sending = nil, nil, make(chan struct{})
+		if prev != nil {
+			g.req.After, g.req.Predecessor = prev.req.Sending, prev.predecessor()
+		}
 		c.send(g)
+		prev = g
 	}
 	c.mark = c.flights[n-1].mark
 	if len(requeue) > 0 {
@@ -575,10 +589,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 	case res.Outcome == zkstore.Committed:
 		b.ownLanded.Store(int64(time.Since(b.opened))) // see deferRearm
 		if f.req.Marker != nil {
-			c.landedMark = markState{known: true, exists: true, version: res.MarkerVersion}
-			if !f.mark.known {
-				c.mark = c.landedMark // nothing was chained on it
-			}
+			c.markLanded(f, res, lg)
 		}
 		f.entry.Zxid = res.Zxid
 		if err := c.applyOwn(f); err != nil {
@@ -630,6 +641,30 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		failed(rpctypes.ErrGRPCTimeout)
 	}
 	return false
+}
+
+// markLanded records the marker's version a committed flight left. A
+// version the log could not tell (a commit at any version found by its
+// writer tag after its answer was lost) is unknown, never a guess: the
+// next flight sets the marker at any version, unchained, and nothing is
+// chained until one of them reports the version (launch). A version other
+// than the one the flights behind f were chained on cannot happen while
+// the committer's belief follows the log; should it, nothing more is
+// chained until the flights drained.
+func (c *committer) markLanded(f *flight, res zkstore.CommitResult, lg *logrus.Entry) {
+	if res.MarkerUnknown {
+		c.landedMark = markState{}
+	} else {
+		c.landedMark = markState{known: true, exists: true, version: res.MarkerVersion}
+	}
+	switch {
+	case !f.mark.known:
+		c.mark = c.landedMark // nothing was chained on it
+	case c.landedMark != f.mark:
+		lg.WithFields(logrus.Fields{"marker_version": res.MarkerVersion, "marker_unknown": res.MarkerUnknown,
+			"expected": f.mark.version}).Error("pipeline marker not at the version the next flights were chained on; chaining stops until they land")
+		c.landedMark, c.mark = markState{}, markState{}
+	}
 }
 
 // applyOwn applies a committed flight's entry: directly if the view is

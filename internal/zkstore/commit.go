@@ -96,8 +96,14 @@ type CommitResult struct {
 	// Size of the encoded entry in bytes.
 	Size int
 	// MarkerVersion is the pipeline marker's version the commit left
-	// (Committed with a Marker).
+	// (Committed with a Marker), unless MarkerUnknown says it is not
+	// known: a commit with AnyVersion found in the log by its writer tag
+	// (its answer was lost) left a version nobody read, and the marker
+	// may have been set again since. A commit found in the log that
+	// required a version (Marker.Version, or Create) left that version
+	// +1 (or 0): its multi applied whole.
 	MarkerVersion int32
+	MarkerUnknown bool
 	// MarkerMissed says a Refused commit failed on its marker op: the
 	// marker was not at the version it required (the commit it is chained
 	// on did not land, or had not landed yet when this one arrived) or,
@@ -130,6 +136,30 @@ type Marker struct {
 	// Create: the marker must not exist; the commit creates it, ephemeral,
 	// at version 0.
 	Create bool
+}
+
+// Left returns the version the marker is at right after a commit with this
+// op landed: 0 for a create, Version+1 for a set at Version; known is false
+// for AnyVersion, whose landing is the only witness of the version it left.
+func (m *Marker) Left() (version int32, known bool) {
+	switch {
+	case m.Create:
+		return 0, true
+	case m.Version == AnyVersion:
+		return 0, false
+	}
+	return m.Version + 1, true
+}
+
+// foundInLog fills in what res says of the marker for a commit of req found
+// in the log by its writer tag (its own answer was lost): see
+// CommitResult.MarkerVersion.
+func foundInLog(req CommitRequest, res *CommitResult) {
+	if req.Marker == nil {
+		return
+	}
+	v, known := req.Marker.Left()
+	res.MarkerVersion, res.MarkerUnknown = v, !known
 }
 
 // maxChunkedEntryBytes bounds one entry written as chunks: the multi that
@@ -167,6 +197,42 @@ type CommitRequest struct {
 	// is missing, the outcome is Refused (it failed, or ZooKeeper received
 	// this commit first), not Behind.
 	Pipelined bool
+	// Predecessor, if not nil, is the commit this one is chained on: the
+	// one whose landing leaves the marker at Marker.Version. After a lost
+	// connection Commit sends this commit again only once the
+	// predecessor's outcome is known, so that ZooKeeper receives the
+	// re-sent commits of a pipeline in their order too: sent on their own
+	// backoffs, a follow-on commit could arrive first, find no entry Prev
+	// and stay of unknown outcome. If the predecessor provably did not
+	// land, this commit is not sent again: its marker op needs the version
+	// only the predecessor sets, so it cannot have landed either; the
+	// outcome is Refused with PrevMissing, nothing written.
+	Predecessor *Predecessor
+}
+
+// Predecessor is what a chained commit knows of the commit it is chained
+// on (CommitRequest.Predecessor).
+type Predecessor struct {
+	// Done is closed once the predecessor's outcome is known (its Commit
+	// returned).
+	Done <-chan struct{}
+	// Landed, called only once Done is closed, reports whether the
+	// predecessor's entry was written, and whether that is known (see
+	// Landed).
+	Landed func() (landed, known bool)
+}
+
+// Landed tells what a Commit's result says of its entry: written (landed),
+// provably not written, or unknown (known false: ErrUnknownOutcome, or an
+// error that does not say nothing was written).
+func Landed(res CommitResult, err error) (landed, known bool) {
+	switch {
+	case err == nil:
+		return res.Outcome == Committed, true
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEntryTooLarge):
+		return false, true
+	}
+	return false, false
 }
 
 // Commit appends req.Entry to the log in one multi: check that entry Prev
@@ -239,7 +305,26 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 	lg := s.log.WithField("lsn", lsn)
 	unknown := false
 	backoff := 20 * time.Millisecond
+	pred := req.Predecessor
 	for {
+		if unknown && pred != nil {
+			// Sent again only behind the commit it is chained on.
+			select {
+			case <-pred.Done:
+			case <-ctx.Done():
+				return 0, 0, fmt.Errorf("entry %d: %w: %v", lsn, ErrUnknownOutcome, ctx.Err())
+			case <-s.closed:
+				return 0, 0, fmt.Errorf("entry %d: %w: store closed", lsn, ErrUnknownOutcome)
+			}
+			landed, known := pred.Landed()
+			chained := req.Pipelined && req.Marker != nil && !req.Marker.Create && req.Marker.Version != AnyVersion
+			if known && !landed && chained {
+				lg.Debug("the commit this one is chained on did not land: neither did this one")
+				res.PrevMissing = true
+				return Refused, 0, nil
+			}
+			pred = nil
+		}
 		mr, err := bounded(s, func() ([]zk.MultiResponse, error) {
 			handOver()
 			return s.conn.Multi(ops...)
@@ -257,15 +342,18 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 				return 0, 0, fmt.Errorf("commit entry %d: malformed multi response", lsn)
 			}
 			if m.marker >= 0 {
-				if req.Marker.Create {
+				switch {
+				case req.Marker.Create:
 					res.MarkerVersion = 0
-				} else if m.marker < len(mr) && mr[m.marker].Stat != nil {
+				case m.marker < len(mr) && mr[m.marker].Stat != nil:
 					res.MarkerVersion = mr[m.marker].Stat.Version
+				default:
+					foundInLog(req, res) // no stat: what the op itself tells
 				}
 			}
 			return Committed, mr[2].Stat.Mzxid, nil
 		case errors.Is(opErr(1), zk.ErrNodeExists) || (errors.Is(err, zk.ErrNodeExists) && len(mr) == 0):
-			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			out, zxid, rerr := s.resolve(req, res)
 			if rerr == nil {
 				if unknown {
 					lg.WithField("outcome", out).Info("resolved commit of unknown outcome by its writer tag")
@@ -280,7 +368,7 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 			if unknown {
 				// Our earlier attempt may have landed (and deleted a
 				// revoked lease's token): look at entry lsn.
-				if out, zxid, rerr := s.resolve(lsn, e.Writer); rerr == nil {
+				if out, zxid, rerr := s.resolve(req, res); rerr == nil {
 					return out, zxid, nil
 				}
 			}
@@ -309,7 +397,7 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 				return Behind, 0, nil
 			}
 			// Our earlier attempt may have landed and been compacted since.
-			out, zxid, rerr := s.resolve(lsn, e.Writer)
+			out, zxid, rerr := s.resolve(req, res)
 			if rerr == nil {
 				return out, zxid, nil
 			}
@@ -420,13 +508,15 @@ func multiOps(l layout, acl []zk.ACL, req CommitRequest, data []byte, chunks []s
 	return m
 }
 
-// resolve reads entry lsn and tells whether writer wrote it.
-func (s *Store) resolve(lsn int64, writer revision.WriterTag) (Outcome, int64, error) {
-	e, _, err := s.readEntry(lsn)
+// resolve reads entry req.Prev+1 and tells whether req's writer wrote it;
+// if so, res says what the commit left of the marker (foundInLog).
+func (s *Store) resolve(req CommitRequest, res *CommitResult) (Outcome, int64, error) {
+	e, _, err := s.readEntry(req.Prev + 1)
 	if err != nil {
 		return 0, 0, err
 	}
-	if e.Writer == writer {
+	if e.Writer == req.Entry.Writer {
+		foundInLog(req, res)
 		return Committed, e.Zxid, nil
 	}
 	return Conflict, 0, nil

@@ -29,7 +29,7 @@ const bucketShift = 14
 //	<root>/readlease                ephemeral: the leader serves reads from memory (--read-lease)
 //	<root>/rekey                    left by a re-ACL until the token secret is rotated
 //	<root>/compact                  the current base generation (Base, JSON)
-//	<root>/base/<lsn>-<nonce>/<i>   chunks of a base generation's snapshot
+//	<root>/base/<lsn>-<nonce>-<n>/<i>  chunks of a base generation's snapshot (attempt n)
 type layout struct{ root string }
 
 func (l layout) meta() string      { return l.root + "/meta" }
@@ -168,9 +168,10 @@ func (l layout) rekey() string { return l.root + "/rekey" }
 
 func (l layout) token(name string) string { return l.root + "/tokens/" + name }
 
-// generation names a new base generation's znode for a snapshot at lsn.
-func (l layout) generation(lsn int64, nonce uint64) string {
-	return fmt.Sprintf("%s/%020d-%016x", l.base(), lsn, nonce)
+// generation names a new base generation's znode for a snapshot at lsn,
+// written by nonce's writer in its attempt-th try (see freshGeneration).
+func (l layout) generation(lsn int64, nonce, attempt uint64) string {
+	return fmt.Sprintf("%s/%020d-%016x-%d", l.base(), lsn, nonce, attempt)
 }
 
 // baseChunk names chunk i of the base generation at path gen.

@@ -74,6 +74,10 @@ type Config struct {
 	TickTime time.Duration
 	// Logger receives structured logs (required).
 	Logger *logrus.Entry
+
+	// tickRelearn is how often the servers are asked for the tick (0:
+	// tickRelearn; tests only).
+	tickRelearn time.Duration
 }
 
 // Defaults for zero Config fields. DefaultMaxEntryBytes is the byte budget
@@ -125,6 +129,9 @@ type Store struct {
 	format atomic.Int32
 	// grants follows what ZooKeeper granted the session (grant.go).
 	grants *grants
+	// baseAttempts numbers the base generations this store writes
+	// (freshGeneration): every attempt gets a path of its own.
+	baseAttempts atomic.Uint64
 
 	mu        sync.Mutex
 	aclReport ACLReport
@@ -325,8 +332,11 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 		if ev.Type != zk.EventSession && ev.Type != 0 {
 			continue
 		}
-		if ev.Type == 0 && s.Grant().Tick == 0 && time.Since(s.grants.askedAt()) > tickRetry {
-			s.relearnTick() // no server told it yet: perhaps one that was down does now
+		if ev.Type == 0 && time.Since(s.grants.askedAt()) > s.tickEvery() {
+			// No server told it yet, and perhaps one that was down does
+			// now; or a rolling restart changed it on members this
+			// session never reconnected to.
+			s.relearnTick()
 		}
 		state, id := s.conn.State(), s.conn.SessionID()
 		for _, st := range s.sharers() {
