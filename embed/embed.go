@@ -139,11 +139,24 @@ func (z *Zketcd) forwarding(cfg *Config) (*tls.Config, error) {
 	if !cfg.Engine.ForwardWrites {
 		return nil, nil
 	}
+	l, client, serverTLS, err := openInternal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	z.internal, z.fwd = l, client
+	cfg.Engine.Forwarder = client
+	return serverTLS, nil
+}
+
+// openInternal opens the internal endpoint's listener and the forwarding
+// client that dials the other instances' endpoints, and sets
+// cfg.Engine.InternalURL to what the endpoint advertises. It returns the
+// endpoint's server TLS configuration (nil: plaintext).
+func openInternal(cfg *Config) (net.Listener, *forward.Client, *tls.Config, error) {
 	l, err := net.Listen("tcp", cfg.InternalAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
+		return nil, nil, nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
 	}
-	z.internal = l
 	scheme := "http://"
 	if cfg.Peer.Enabled() {
 		scheme = "https://"
@@ -151,18 +164,18 @@ func (z *Zketcd) forwarding(cfg *Config) (*tls.Config, error) {
 	if cfg.Engine.InternalURL = cfg.InternalURL; cfg.Engine.InternalURL == "" {
 		cfg.Engine.InternalURL = scheme + l.Addr().String()
 	}
-	z.fwd = forward.NewClient()
+	client := forward.NewClient()
 	var serverTLS *tls.Config
 	if cfg.Peer.Enabled() {
-		var client *tls.Config
-		if serverTLS, client, err = cfg.Peer.configs(internalHosts(l.Addr(), cfg.Engine.InternalURL)); err != nil {
-			return nil, err
+		var clientTLS *tls.Config
+		if serverTLS, clientTLS, err = cfg.Peer.configs(internalHosts(l.Addr(), cfg.Engine.InternalURL)); err != nil {
+			l.Close()
+			return nil, nil, nil, err
 		}
-		z.fwd.TLS = client
+		client.TLS = clientTLS
 	}
-	cfg.Engine.Forwarder = z.fwd
 	warnInternalSecurity(*cfg, l.Addr().String())
-	return serverTLS, nil
+	return l, client, serverTLS, nil
 }
 
 // serve starts serving the etcd API on the client listeners and /metrics

@@ -7,6 +7,7 @@
 //	zketcd mirror --from URLS --zk ...         copy a running etcd with the same revisions
 //	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
 //	zketcd zk-acl --zk ... --zk-auth ID        ACL every znode of a root to one ZooKeeper identity
+//	zketcd tenant create|list|limits|delete|snapshot --zk ...  administer a fleet's tenants
 //	zketcd version
 package main
 
@@ -42,6 +43,8 @@ func main() {
 		err = runReplayLoss(os.Args[2:])
 	case "zk-acl":
 		err = runZKACL(os.Args[2:])
+	case "tenant":
+		err = runTenant(os.Args[2:], os.Stdout)
 	case "version", "--version":
 		printVersion(os.Stdout)
 	case "help", "-h", "--help":
@@ -85,6 +88,8 @@ Usage:
                                               re-apply the changes ZooKeeper lost (a loss file)
   zketcd zk-acl --zk HOST:PORT --zk-root /ROOT --zk-auth ID [--zk-former-auth ID] [--check]
                                               ACL every znode of a root to one ZooKeeper identity
+  zketcd tenant create|list|limits|delete|snapshot --zk HOST:PORT --zk-root /FLEET ...
+                                              administer the tenants of a fleet (serve --tenants)
   zketcd version
 
 Run "zketcd serve -h" for the flags. Every flag can also be set with an

@@ -109,6 +109,7 @@ func (f serveFlags) config() (embed.Config, error) {
 		EnablePprof:   f.enablePprof,
 		CORS:          cors,
 		HostWhitelist: splitList(f.hostWhitelist),
+		Tenants:       f.tenants.config(),
 		Logger:        lg,
 	}
 	if err := f.internalEndpoint(&cfg); err != nil {
@@ -212,6 +213,9 @@ func (f serveFlags) grpcConfig() (grpcsrv.Config, error) {
 // but zketcd dev's) warns once started if every origin may use the HTTP
 // gateway of an instance without authentication or client certificates.
 func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func()) error {
+	if cfg.Tenants.Enabled {
+		return runFleet(ctx, cfg, ready)
+	}
 	lg := cfg.Logger
 	zk := logrus.Fields{"zk": cfg.Engine.Store.Servers, "zk_root": cfg.Engine.Store.Root}
 	lg.WithFields(zk).Info("connecting to zookeeper")

@@ -49,6 +49,14 @@ func New(ctx context.Context, cfg Config, st Log) (*Engine, error) {
 	return start(ctx, cfg, st, nil)
 }
 
+// NewInspected is New with inspect, which opens a fresh session on the
+// same log for the rollback checks (what Open gives the engine for the
+// store it opens): for a store the caller opened, such as one sharing a
+// ZooKeeper session with other roots.
+func NewInspected(ctx context.Context, cfg Config, st Log, inspect func(context.Context) (Log, error)) (*Engine, error) {
+	return start(ctx, cfg, st, inspect)
+}
+
 // start is New with inspect (nil: none) for rollback detection. A failed
 // start closes what it opened, st included.
 func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Engine, err error) {

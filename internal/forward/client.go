@@ -310,3 +310,39 @@ func withCaller(ctx context.Context, to engine.Peer) context.Context {
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
+
+// ForTenant returns a Forwarder that sends every call for cluster (a
+// fleet's tenant) over c's connections, naming the cluster in the call's
+// headers for a server with a Route.
+func (c *Client) ForTenant(cluster string) engine.Forwarder {
+	return tenantForwarder{c: c, cluster: cluster}
+}
+
+type tenantForwarder struct {
+	c       *Client
+	cluster string
+}
+
+func (t tenantForwarder) with(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, mdCluster, t.cluster)
+}
+
+func (t tenantForwarder) Forward(ctx context.Context, to engine.Peer, call engine.ForwardCall) (engine.ForwardReply, error) {
+	return t.c.Forward(t.with(ctx), to, call)
+}
+
+func (t tenantForwarder) ReadIndex(ctx context.Context, to engine.Peer) (int64, error) {
+	return t.c.ReadIndex(t.with(ctx), to)
+}
+
+func (t tenantForwarder) KeepAlive(ctx context.Context, to engine.Peer, id int64) (int64, error) {
+	return t.c.KeepAlive(t.with(ctx), to, id)
+}
+
+func (t tenantForwarder) LeaseTimeToLive(ctx context.Context, to engine.Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	return t.c.LeaseTimeToLive(t.with(ctx), to, req)
+}
+
+func (t tenantForwarder) Leases(ctx context.Context, to engine.Peer) (*pb.LeaseLeasesResponse, int64, error) {
+	return t.c.Leases(t.with(ctx), to)
+}

@@ -79,6 +79,12 @@ type ServerConfig struct {
 	// lease read, against this instance's auth state (nil: no checks; only
 	// tests of the protocol leave it out).
 	Authorizer Authorizer
+	// Route, if not nil, serves many clusters on one endpoint (a fleet's
+	// tenants): every call must name its cluster in its headers (the
+	// client's ForTenant), and Route gives that cluster's Leader and
+	// Authorizer (false: not served here, refused as a bad token would
+	// be). NewServer's Leader and Authorizer are then unused.
+	Route      func(cluster string) (Leader, Authorizer, bool)
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
 }
@@ -95,7 +101,7 @@ func NewServer(l Leader, cfg ServerConfig) *grpc.Server {
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = defaultMaxMessageBytes
 	}
-	s := &server{l: l, lg: cfg.Logger.WithField("component", "forward-server"), authz: cfg.Authorizer, refused: newRefusedMetric(cfg.Registerer)}
+	s := &server{l: l, lg: cfg.Logger.WithField("component", "forward-server"), authz: cfg.Authorizer, route: cfg.Route, refused: newRefusedMetric(cfg.Registerer)}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes), grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.InTapHandle(s.admit),
@@ -132,7 +138,24 @@ type server struct {
 	l       Leader
 	lg      *logrus.Entry
 	authz   Authorizer
+	route   func(string) (Leader, Authorizer, bool)
 	refused *prometheus.CounterVec
+}
+
+// served is the Leader and Authorizer a call is served by: the server's,
+// or the routed cluster's, which admit put in the call's context.
+type served struct {
+	l     Leader
+	authz Authorizer
+}
+
+type targetKey struct{}
+
+func (s *server) target(ctx context.Context) served {
+	if t, ok := ctx.Value(targetKey{}).(served); ok {
+		return t
+	}
+	return served{l: s.l, authz: s.authz}
 }
 
 func newRefusedMetric(reg prometheus.Registerer) *prometheus.CounterVec {
@@ -149,7 +172,20 @@ func newRefusedMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 // admit checks a call's token from its headers, before its message is
 // read: a caller without it gets nothing allocated for its message.
 func (s *server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
-	want := s.l.InternalToken()
+	t := served{l: s.l, authz: s.authz}
+	if s.route != nil {
+		name := info.Header.Get(mdCluster)
+		var ok bool
+		if len(name) == 1 {
+			t.l, t.authz, ok = s.route(name[0])
+		}
+		if !ok {
+			s.refused.WithLabelValues("bad_token").Inc()
+			return nil, status.Error(codes.PermissionDenied, "zketcd: internal endpoint: no such cluster here")
+		}
+		ctx = context.WithValue(ctx, targetKey{}, t)
+	}
+	want := t.l.InternalToken()
 	got := info.Header.Get(mdToken)
 	if want == "" || len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), []byte(want)) != 1 {
 		s.refused.WithLabelValues("bad_token").Inc()
@@ -167,7 +203,8 @@ func (s *server) admit(ctx context.Context, info *tap.Info) (context.Context, er
 // request whoever sends it (FailedPrecondition) — is the request's final
 // failure, with etcd's error.
 func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (context.Context, error) {
-	if s.authz == nil {
+	authz := s.target(ctx).authz
+	if authz == nil {
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -175,7 +212,7 @@ func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (
 	if cn := first(md, mdCallerCN); cn != "" && caller.Token == "" && peerVerified(ctx) {
 		caller.CertCN = cn
 	}
-	actx, err := s.authz.Authorize(ctx, rpc, req, caller)
+	actx, err := authz.Authorize(ctx, rpc, req, caller)
 	switch {
 	case err == nil:
 		return actx, nil
@@ -231,7 +268,7 @@ func read[R, T proto.Message](name, rpc string, serve func(context.Context, Lead
 		if err != nil {
 			return nil, err
 		}
-		resp, lsn, err := serve(ctx, s.l, req)
+		resp, lsn, err := serve(ctx, s.target(ctx).l, req)
 		switch {
 		case errors.Is(err, engine.ErrNotLeader):
 			return nil, s.fail(ctx, outcomeNotLeader, status.Error(codes.Unavailable, err.Error()))
@@ -271,7 +308,7 @@ func (s *server) forward(ctx context.Context, k engine.WriteKind, req proto.Mess
 	// The credential as the origin sent it binds the tag (whether or not
 	// this server verified it; authorize checked what it authorizes).
 	sent := auth.Caller{Token: first(md, mdCallerToken), CertCN: first(md, mdCallerCN)}
-	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Caller: sent, Req: req, Entropy: entropy, After: after})
+	resp, reply, err := s.target(ctx).l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Caller: sent, Req: req, Entropy: entropy, After: after})
 	var final *engine.FinalError
 	switch {
 	case errors.Is(err, engine.ErrNotLeader):
@@ -320,7 +357,7 @@ func (s *server) readIndex(srv any, ctx context.Context, dec func(any) error, _ 
 	if err := dec(&emptypb.Empty{}); err != nil {
 		return nil, err
 	}
-	lsn, err := s.l.ReadIndex(ctx)
+	lsn, err := s.target(ctx).l.ReadIndex(ctx)
 	if err != nil {
 		return nil, statusOf(err)
 	}
@@ -336,7 +373,7 @@ func (s *server) keepAlive(srv any, ctx context.Context, dec func(any) error, _ 
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := s.l.ServeKeepAlive(ctx, req.ID)
+	ttl, err := s.target(ctx).l.ServeKeepAlive(ctx, req.ID)
 	if err != nil {
 		return nil, statusOf(err)
 	}

@@ -51,7 +51,10 @@ const (
 	// mdCallerToken and mdCallerCN carry the credential of the client a
 	// request came from (auth.Caller), for the leader to check it itself.
 	mdCallerToken = "zketcd-caller-token"
-	mdCallerCN    = "zketcd-caller-cn"
+	// mdCluster names the cluster a call is for, on an endpoint serving
+	// many (a fleet's tenants; Client.ForTenant, ServerConfig.Route).
+	mdCluster  = "zketcd-cluster"
+	mdCallerCN = "zketcd-caller-cn"
 	// mdCallerUse carries the forwarding instance's proof that it accepted
 	// the caller's token (auth.Caller.Use; absent from older builds).
 	mdCallerUse = "zketcd-caller-use"

@@ -105,6 +105,9 @@ type Config struct {
 	ConnectionTimeout time.Duration
 	// Auth configures authentication (etcd's --auth-token, --bcrypt-cost).
 	Auth AuthConfig
+	// Admission, if not nil, admits every call before it runs (a tenant's
+	// rate limits; admission.go).
+	Admission Admission
 	// Logger receives structured logs (required; embed fills it).
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
@@ -204,12 +207,18 @@ func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc
 		grpc.ForceServerCodecV2(newCountingCodec(cfg.Registerer)),
 	}
 	az := newAuthorizer(ctx, cfg, be)
-	if l := newRequestLimiter(cfg.MaxConcurrentRequests, cfg.Registerer); l != nil {
-		// Metrics first, so that refused requests are counted with their code.
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, l.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, l.stream, az.stream))
-	} else {
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, az.stream))
+	// Metrics first, so that refused requests are counted with their code;
+	// admission before the concurrency limit, so that a call waiting for
+	// its tenant's rate holds no slot.
+	unary, stream := []grpc.UnaryServerInterceptor{m.unary}, []grpc.StreamServerInterceptor{m.stream}
+	if cfg.Admission != nil {
+		a := admitter{a: cfg.Admission}
+		unary, stream = append(unary, a.unary), append(stream, a.stream)
 	}
+	if l := newRequestLimiter(cfg.MaxConcurrentRequests, cfg.Registerer); l != nil {
+		unary, stream = append(unary, l.unary), append(stream, l.stream)
+	}
+	opts = append(opts, grpc.ChainUnaryInterceptor(append(unary, az.unary)...), grpc.ChainStreamInterceptor(append(stream, az.stream)...))
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))
 	} else if cfg.TLS != nil {
