@@ -141,7 +141,6 @@ func proposeAs[T any](ctx context.Context, b *Engine, p *proposal, eval func(*re
 // pipeline marker at the version that one left, so it can only land if its
 // predecessor did (zkstore.Marker); ZooKeeper groups their fsyncs.
 func (b *Engine) commitLoop() {
-	defer b.wg.Done()
 	c := &committer{b: b, pace: newPacer(b.cfg.CommitPipeline), marker: fmt.Sprintf("%016x-m", b.nonce)}
 	c.mark = markState{known: true}
 	c.landedMark = c.mark

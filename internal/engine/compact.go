@@ -35,7 +35,6 @@ const (
 )
 
 func (b *Engine) compactLoop() {
-	defer b.wg.Done()
 	lg := b.log.WithField("component", "compactor")
 	t := time.NewTicker(compactCheckEvery)
 	defer t.Stop()

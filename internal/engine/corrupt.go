@@ -79,7 +79,6 @@ func (b *Engine) hashAt(req zkstore.HashRequest) zkstore.HashAnswer {
 // leader's periodic check, a starting instance's initial one), on every
 // instance.
 func (b *Engine) answerHashChecks() {
-	defer b.wg.Done()
 	t := time.NewTicker(hashPoll)
 	defer t.Stop()
 	for {
@@ -133,7 +132,6 @@ func (b *Engine) answerOnce() error {
 
 // corruptCheckLoop runs the leader's check every CorruptCheckTime.
 func (b *Engine) corruptCheckLoop() {
-	defer b.wg.Done()
 	lg := b.log.WithField("component", "corrupt-check")
 	wait := min(firstCheckAfter, b.cfg.CorruptCheckTime)
 	for {

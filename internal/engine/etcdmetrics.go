@@ -222,7 +222,6 @@ func proposalFailed(err error) bool {
 // ZooKeeper sessions it lost (zketcd_zookeeper_session_expirations_total:
 // a new session replacing one it had), until the engine stops.
 func (b *Engine) followLeaderAndSession() {
-	defer b.wg.Done()
 	var lead uint64
 	sid, _ := b.store.Session()
 	for {

@@ -175,7 +175,6 @@ func (b *Engine) firstTTL(id, granted int64, tok zkstore.LeaseToken) time.Durati
 // in memory were each answered before the old leader's session could end
 // (see LeaseRenew), so before the new leader's clock started.
 func (b *Engine) expireLoop() {
-	defer b.wg.Done()
 	lg := b.log.WithField("component", "lease-expiry")
 	tick := b.cfg.expiryTick
 	if tick <= 0 {

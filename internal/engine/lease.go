@@ -345,7 +345,6 @@ type renewal struct {
 // renewLoop batches renewals: everything queued while one multi is in
 // flight goes into the next.
 func (b *Engine) renewLoop() {
-	defer b.wg.Done()
 	for {
 		var batch []*renewal
 		select {

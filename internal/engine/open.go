@@ -186,33 +186,28 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 }
 
 // run starts the engine's goroutines (auto, if set, is the
-// auto-compactor); Close stops them.
+// auto-compactor); Close stops them and waits for every one.
 func (b *Engine) run(auto *compactor.Compactor) {
 	if auto != nil {
-		b.wg.Add(1)
-		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
+		b.wg.Go(func() { auto.Run(b.ctx) })
 	}
-	b.wg.Add(9) // the nine loops below; the rest add their own
-	go b.answerHashChecks()
-	go b.rekeyLoop()
+	b.wg.Go(b.answerHashChecks)
+	b.wg.Go(b.rekeyLoop)
 	if b.cfg.CorruptCheckTime > 0 {
-		b.wg.Add(1)
-		go b.corruptCheckLoop()
+		b.wg.Go(b.corruptCheckLoop)
 	}
-	go b.watchRollback()
-	go b.followLeaderAndSession()
-	go b.tail()
-	go b.commitLoop()
-	go b.renewLoop()
-	go b.expireLoop()
-	go b.compactLoop()
+	b.wg.Go(b.watchRollback)
+	b.wg.Go(b.followLeaderAndSession)
+	b.wg.Go(b.tail)
+	b.wg.Go(b.commitLoop)
+	b.wg.Go(b.renewLoop)
+	b.wg.Go(b.expireLoop)
+	b.wg.Go(b.compactLoop)
 	if b.cfg.ReadLease {
-		b.wg.Add(1)
-		go b.readLeaseLoop()
+		b.wg.Go(b.readLeaseLoop)
 	}
 	if !b.cfg.RelaxedReads {
-		b.wg.Add(1)
-		go b.windowLoop()
+		b.wg.Go(b.windowLoop)
 	}
 }
 

@@ -139,7 +139,6 @@ func (m *flightMarks) waitSettled(ctx context.Context, closed <-chan struct{}) e
 // lease refused for want of a window is logged with the values and listed
 // by Warnings.
 func (b *Engine) readLeaseLoop() {
-	defer b.wg.Done()
 	lg := b.log.WithField("component", "read-lease")
 	release := func(why string) {
 		if b.readLease.Swap(nil) != nil {
@@ -211,7 +210,6 @@ func (b *Engine) readLeaseLoop() {
 // windowLoop follows the proof window the session's grant allows: logs it,
 // and sets its metrics, at every change (proofwindow.go).
 func (b *Engine) windowLoop() {
-	defer b.wg.Done()
 	lg := b.log.WithField("component", "proof-window")
 	var ws *windowState
 	tick := time.NewTicker(time.Second)

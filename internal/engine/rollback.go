@@ -506,7 +506,6 @@ func sanitize(name string) string {
 // It needs an inspector (b.inspect: Open sets ZooKeeper's); without one
 // the history is checked on the instance's own sessions only.
 func (b *Engine) watchRollback() {
-	defer b.wg.Done()
 	after := b.cfg.RollbackCheckAfter
 	if after < 0 || b.inspect == nil {
 		return

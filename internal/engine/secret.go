@@ -85,7 +85,6 @@ func (b *Engine) rekeyAtStart(ctx context.Context) {
 // rekeyLoop lets the leader rotate the token secret when a re-ACL asks
 // for it, until the engine stops.
 func (b *Engine) rekeyLoop() {
-	defer b.wg.Done()
 	if _, ok := b.store.(rekeyer); !ok {
 		return
 	}

@@ -35,7 +35,6 @@ func (b *Engine) apply(e *revision.Entry, size int) error {
 // tail follows the head znode and applies new entries. A watch on the head
 // is the trigger; a one-second probe and kicks from barriers back it up.
 func (b *Engine) tail() {
-	defer b.wg.Done()
 	probe := time.NewTicker(time.Second)
 	defer probe.Stop()
 	var fired <-chan struct{}
