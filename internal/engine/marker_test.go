@@ -286,6 +286,10 @@ func TestAConnectionBlipUnderADeepPipelineLeavesNoOutcomeUnknown(t *testing.T) {
 			}
 			return memlog.Blip
 		}
+		// A commit takes a while, as on ZooKeeper: the writers queue
+		// behind it and the committer chains flights (in memory at full
+		// speed, a run could commit every write alone).
+		time.Sleep(time.Millisecond)
 		return memlog.NoFault
 	})
 	l := newChainLog(st.Client())
