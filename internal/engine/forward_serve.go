@@ -2,15 +2,10 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
-	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/zketcd/zketcd/internal/revision"
 )
 
 // The leader's side of forwarding: the internal endpoint calls these.
@@ -40,84 +35,14 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 	if !ok {
 		return nil, ForwardReply{}, &FinalError{Err: fmt.Errorf("zketcd: %T cannot be forwarded", call.Req)}
 	}
-	method := k.label()
-	bound, err := boundTag(call.Origin, k, call.Req, call.Caller)
+	bound, err := boundTag(call.Origin, k.rpc(), call.Req, call.Caller)
 	if err != nil {
 		return nil, ForwardReply{}, &FinalError{Err: err}
 	}
-	f := &b.fwd
-	f.mu.Lock()
-	now := time.Now()
-	for len(f.done) > 0 && now.Sub(f.done[0].at) > callKeep {
-		if f.calls[f.done[0].tag] == f.done[0] {
-			delete(f.calls, f.done[0].tag)
-		}
-		f.done = f.done[1:]
-	}
-	if c := f.calls[bound]; c != nil {
-		f.mu.Unlock()
-		select {
-		case <-c.ready:
-			f.metrics.served.WithLabelValues(method, "joined").Inc()
-			return c.resp, c.reply, c.err
-		case <-ctx.Done():
-			return nil, ForwardReply{}, ctx.Err()
-		}
-	}
-	c := &fwdCall{tag: bound, ready: make(chan struct{})}
-	if f.calls == nil {
-		f.calls = map[revision.WriterTag]*fwdCall{}
-	}
-	f.calls[bound] = c
-	f.mu.Unlock()
-
-	// The request is answered when the committer answers it, even if the
-	// caller went away meanwhile: until then a re-send of the same tag
-	// joins it, never evaluates it a second time.
-	c.resp, c.reply, c.err = b.serveForward(context.WithoutCancel(ctx), k, bound, call)
-	var final *FinalError
-	keep := c.err == nil || errors.As(c.err, &final)
-	f.mu.Lock()
-	c.at = time.Now()
-	close(c.ready)
-	if keep {
-		f.done = append(f.done, c)
-	} else {
-		delete(f.calls, bound) // the committer is done with it: a re-send evaluates it anew
-	}
-	f.mu.Unlock()
-	outcome := "ok"
-	switch {
-	case c.reply.Dup:
-		outcome = "duplicate"
-	case final != nil:
-		outcome = "failed"
-	case c.err != nil:
-		outcome = "error"
-	}
-	f.metrics.served.WithLabelValues(method, outcome).Inc()
-	return c.resp, c.reply, c.err
-}
-
-func (b *Engine) serveForward(ctx context.Context, k anyKind, bound revision.WriterTag, call ForwardCall) (proto.Message, ForwardReply, error) {
-	p := &proposal{size: proto.Size(call.Req), origin: &bound, sent: call.Origin, authFP: call.AuthFP, checkFP: true, after: call.After}
-	return k.serve(ctx, b, p, call)
-}
-
-func serveAs[T proto.Message](ctx context.Context, b *Engine, p *proposal, req any, eval func(*revision.Batch) (T, error)) (proto.Message, ForwardReply, error) {
-	resp, out, err := proposeAs(ctx, b, p, gated(req, eval))
-	reply := ForwardReply{LSN: out.lsn, Dup: out.dup, DupRev: out.dupRev}
-	switch {
-	case err == nil && out.dup:
-		return nil, reply, nil
-	case err == nil:
-		return resp, reply, nil
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrAuthChanged):
-		return nil, reply, err
-	case out.final:
-		return nil, reply, &FinalError{Err: err}
-	}
-	return nil, reply, err
+	return b.fwd.serveOnce(ctx, k.label(), bound, func(ctx context.Context) (proto.Message, ForwardReply, error) {
+		p := &proposal{size: proto.Size(call.Req), origin: &bound, sent: call.Origin, authFP: call.AuthFP, checkFP: true, after: call.After}
+		return k.serve(ctx, b, p, call)
+	})
 }
 
 // ReadIndex returns a log position read after the call (a quorum barrier,
@@ -128,7 +53,7 @@ func (b *Engine) ReadIndex(ctx context.Context) (int64, error) {
 	if err := b.servable(); err != nil {
 		return 0, err
 	}
-	if lsn, ok, err := b.leaseIndex(ctx); ok || err != nil {
+	if lsn, ok, err := b.reads.index(ctx); ok || err != nil {
 		return lsn, err
 	}
 	lsn, err := b.barrier.wait(ctx)
@@ -136,7 +61,7 @@ func (b *Engine) ReadIndex(ctx context.Context) (int64, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		return 0, b.stopped(err)
+		return 0, stopped(err)
 	}
 	return lsn, nil
 }
@@ -147,33 +72,7 @@ func (b *Engine) ServeKeepAlive(ctx context.Context, id int64) (int64, error) {
 	if err := b.servable(); err != nil {
 		return 0, err
 	}
-	return b.renewHere(ctx, id)
-}
-
-// readIndex returns a position to wait for before a linearizable read:
-// the leader's answer to ReadIndex when forwarding, else (or when the
-// leader does not answer within readIndexLimit) this instance's barrier.
-func (b *Engine) readIndex(ctx context.Context) (int64, error) {
-	if lsn, ok, err := b.leaseIndex(ctx); ok || err != nil {
-		return lsn, err
-	}
-	if b.forwarding() {
-		if peer, ok, _ := b.leaderPeer(); ok {
-			rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
-			lsn, err := b.cfg.Forwarder.ReadIndex(rctx, peer)
-			cancel()
-			if err == nil {
-				b.fwd.metrics.readIndex.WithLabelValues("leader").Inc()
-				return lsn, nil
-			}
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			b.fwd.metrics.readIndex.WithLabelValues("fallback").Inc()
-			b.log.WithError(err).WithField("leader", fmt.Sprintf("%x", peer.ID)).Debug("read index from the leader failed; own barrier")
-		}
-	}
-	return b.barrier.wait(ctx)
+	return b.leases.renewHere(ctx, id)
 }
 
 // ServeLeaseTimeToLive answers another instance's LeaseTimeToLive here
@@ -202,7 +101,7 @@ func serveRead[T proto.Message](b *Engine, method string, read func() (T, error)
 	if err := b.servable(); err != nil {
 		return zero, 0, err
 	}
-	if leader, _, _ := b.election.State(); !leader || !b.cfg.ForwardWrites {
+	if leader, _ := b.leader(); !leader || !b.cfg.ForwardWrites {
 		b.fwd.metrics.served.WithLabelValues(method, "not_leader").Inc()
 		return zero, 0, ErrNotLeader
 	}
@@ -213,45 +112,4 @@ func serveRead[T proto.Message](b *Engine, method string, read func() (T, error)
 	}
 	b.fwd.metrics.served.WithLabelValues(method, "ok").Inc()
 	return resp, b.view.State().LSN, nil
-}
-
-// leaderRead asks the leader for a lease read (ask) when forwarding and
-// another instance leads, and returns its answer once this view applied
-// the position the answer reflects (ok). ok is false, with a nil error,
-// when the caller must answer locally: not forwarding, no leader endpoint
-// known, or the leader did not answer within readIndexLimit (unreachable,
-// no longer leading, or an older version without the request). The
-// answer's header is reset for the caller's server to fill from this
-// view. Errors: the instance's own (halted, stopped), ctx's, or
-// ErrGRPCCorrupt for a view that cannot reach the position.
-func leaderRead[T proto.Message](ctx context.Context, b *Engine, method string, ask func(context.Context, Peer) (T, int64, error), reset func(T)) (T, bool, error) {
-	var zero T
-	if !b.forwarding() {
-		return zero, false, nil
-	}
-	if err := b.servable(); err != nil {
-		return zero, false, err
-	}
-	peer, ok, _ := b.leaderPeer()
-	if !ok {
-		return zero, false, nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
-	resp, lsn, err := ask(rctx, peer)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return zero, false, ctx.Err()
-		}
-		b.fwd.metrics.requests.WithLabelValues(method, "local").Inc()
-		b.log.WithError(err).WithFields(logrus.Fields{"method": method, "leader": fmt.Sprintf("%x", peer.ID)}).
-			Debug("lease read at the leader failed; answering here")
-		return zero, false, nil
-	}
-	if err := b.waitApplied(ctx, lsn); err != nil {
-		return zero, false, err
-	}
-	reset(resp)
-	b.fwd.metrics.requests.WithLabelValues(method, "ok").Inc()
-	return resp, true, nil
 }

@@ -223,9 +223,8 @@ func newEngineOn(t *testing.T, log Log, configure func(*Config)) *Engine {
 func TestADepthOfOneKeepsWhatTheCommitterKnowsOfTheMarker(t *testing.T) {
 	st := memlog.New(memlog.Options{})
 	b, _ := engine(t, st, "a", nil) // its own committer stays idle: nothing is submitted to it
-	c := &committer{b: b, pace: newPacer(0), marker: fmt.Sprintf("%016x-m", b.nonce)}
-	c.mark = markState{known: true}
-	c.landedMark = c.mark
+	c := newCommitter(b.core, b.tail, b.rb, b.origins, b.commit.marks)
+	c.pace = newPacer(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i, step := range []struct {
