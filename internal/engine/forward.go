@@ -9,8 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -328,11 +330,11 @@ func (f *forwarder) readIndex(ctx context.Context) (int64, bool, error) {
 		return 0, false, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
-	lsn, err := f.cfg.Forwarder.ReadIndex(rctx, peer)
+	resp, _, err := call(rctx, f, readIndexCall, peer, &emptypb.Empty{})
 	cancel()
 	if err == nil {
 		f.metrics.readIndex.WithLabelValues("leader").Inc()
-		return lsn, true, nil
+		return resp.GetValue(), true, nil
 	}
 	if ctx.Err() != nil {
 		return 0, false, ctx.Err()
@@ -356,29 +358,30 @@ func (f *forwarder) keepAlive(ctx context.Context, id int64) (int64, bool, error
 		return 0, false, nil
 	}
 	kctx, cancel := context.WithTimeout(ctx, readIndexLimit)
-	ttl, err := f.cfg.Forwarder.KeepAlive(kctx, peer, id)
+	resp, _, err := call(kctx, f, keepAliveCall, peer, &pb.LeaseKeepAliveRequest{ID: id})
 	cancel()
 	if err == nil {
-		f.metrics.requests.WithLabelValues("keepalive", "ok").Inc()
-		return ttl, true, nil
+		f.metrics.requests.WithLabelValues(keepAliveCall.label, "ok").Inc()
+		return resp.GetTTL(), true, nil
 	}
 	if ctx.Err() != nil {
 		return 0, false, ctx.Err()
 	}
-	f.metrics.requests.WithLabelValues("keepalive", "local").Inc()
+	f.metrics.requests.WithLabelValues(keepAliveCall.label, "local").Inc()
 	return 0, false, nil
 }
 
-// leaderRead asks the leader for a lease read (ask) when forwarding and
-// another instance leads, and returns its answer once this view applied
-// the position the answer reflects (ok). ok is false, with a nil error,
-// when the caller must answer locally: not forwarding, no leader endpoint
-// known, or the leader did not answer within readIndexLimit (unreachable,
-// no longer leading, or an older version without the request). The
-// answer's header is reset for the caller's server to fill from this
-// view. Errors: the instance's own (halted, stopped), ctx's, or
-// ErrGRPCCorrupt for a view that cannot reach the position.
-func leaderRead[T proto.Message](ctx context.Context, f *forwarder, method string, ask func(context.Context, Peer) (T, int64, error), reset func(T)) (T, bool, error) {
+// leaderRead asks the leader for a lease read (k, with req) when
+// forwarding and another instance leads, and returns its answer once this
+// view applied the position the answer reflects (ok). ok is false, with a
+// nil error, when the caller must answer locally: not forwarding, no
+// leader endpoint known, or the leader did not answer within
+// readIndexLimit (unreachable, no longer leading, or an older version
+// without the request). The answer's header is reset for the caller's
+// server to fill from this view. Errors: the instance's own (halted,
+// stopped), ctx's, or ErrGRPCCorrupt for a view that cannot reach the
+// position.
+func leaderRead[R, T proto.Message](ctx context.Context, f *forwarder, k *callKind[R, T], req R, reset func(T)) (T, bool, error) {
 	var zero T
 	if !f.enabled() {
 		return zero, false, nil
@@ -391,14 +394,14 @@ func leaderRead[T proto.Message](ctx context.Context, f *forwarder, method strin
 		return zero, false, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
-	resp, lsn, err := ask(rctx, peer)
+	resp, lsn, err := call(rctx, f, k, peer, req)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return zero, false, ctx.Err()
 		}
-		f.metrics.requests.WithLabelValues(method, "local").Inc()
-		f.log.WithError(err).WithFields(logrus.Fields{"method": method, "leader": fmt.Sprintf("%x", peer.ID)}).
+		f.metrics.requests.WithLabelValues(k.label, "local").Inc()
+		f.log.WithError(err).WithFields(logrus.Fields{"method": k.label, "leader": fmt.Sprintf("%x", peer.ID)}).
 			Debug("lease read at the leader failed; answering here")
 		return zero, false, nil
 	}
@@ -406,6 +409,19 @@ func leaderRead[T proto.Message](ctx context.Context, f *forwarder, method strin
 		return zero, false, err
 	}
 	reset(resp)
-	f.metrics.requests.WithLabelValues(method, "ok").Inc()
+	f.metrics.requests.WithLabelValues(k.label, "ok").Inc()
 	return resp, true, nil
+}
+
+// call makes a call of kind k with req at the leader at peer, and returns
+// its answer and the log position the answer carries (see
+// Forwarder.Call).
+func call[R, T proto.Message](ctx context.Context, f *forwarder, k *callKind[R, T], peer Peer, req R) (T, int64, error) {
+	resp := newMessage[T]()
+	lsn, err := f.cfg.Forwarder.Call(ctx, peer, k.face(), req, resp)
+	if err != nil {
+		var zero T
+		return zero, 0, err
+	}
+	return resp, lsn, nil
 }

@@ -6,6 +6,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // The leader's side of forwarding: the internal endpoint calls these.
@@ -45,11 +47,57 @@ func (b *Engine) ServeForward(ctx context.Context, call ForwardCall) (proto.Mess
 	})
 }
 
-// ReadIndex returns a log position read after the call (a quorum barrier,
-// shared with the linearizable reads of this instance), for another
-// instance's linearizable read: once its view applied the position, it
-// holds every write acknowledged before the call. Errors as Linearize.
-func (b *Engine) ReadIndex(ctx context.Context) (int64, error) {
+// ServeCall answers another instance's call of the calls' table
+// (CallKinds: method, with its request) here, never forwarded again: the
+// response and, for a Positioned call, the log position the view had
+// applied once it was read, for the caller to wait for (0 for the
+// others). Errors: a *FinalError for a call of no kind or a request of
+// another type; ErrNotLeader for a Positioned call at an instance that does
+// not lead or does not forward (its answer would be no better than the
+// caller's own); else the call's own. Safe for concurrent use.
+func (b *Engine) ServeCall(ctx context.Context, method string, req proto.Message) (proto.Message, int64, error) {
+	switch method {
+	case readIndexCall.method:
+		return serveCall(readIndexCall, req, func(*emptypb.Empty) (*wrapperspb.Int64Value, int64, error) {
+			lsn, err := b.readIndexHere(ctx)
+			return wrapperspb.Int64(lsn), 0, err
+		})
+	case keepAliveCall.method:
+		return serveCall(keepAliveCall, req, func(req *pb.LeaseKeepAliveRequest) (*pb.LeaseKeepAliveResponse, int64, error) {
+			ttl, err := b.keepAliveHere(ctx, req.ID)
+			return &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}, 0, err
+		})
+	case leaseTimeToLiveCall.method:
+		return serveCall(leaseTimeToLiveCall, req, func(req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+			return serveRead(b, leaseTimeToLiveCall.label, func() (*pb.LeaseTimeToLiveResponse, error) { return b.leaseTimeToLiveHere(ctx, req) })
+		})
+	case leaseLeasesCall.method:
+		return serveCall(leaseLeasesCall, req, func(*pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
+			return serveRead(b, leaseLeasesCall.label, func() (*pb.LeaseLeasesResponse, error) { return b.leasesHere(ctx) })
+		})
+	}
+	return nil, 0, &FinalError{Err: fmt.Errorf("zketcd: no call %q on the internal endpoint", method)}
+}
+
+// serveCall answers req, a call of kind k, with serve.
+func serveCall[R, T proto.Message](k *callKind[R, T], req proto.Message, serve func(R) (T, int64, error)) (proto.Message, int64, error) {
+	r, ok := req.(R)
+	if !ok {
+		return nil, 0, &FinalError{Err: fmt.Errorf("zketcd: %T is not a %s request", req, k.method)}
+	}
+	resp, lsn, err := serve(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp, lsn, nil
+}
+
+// readIndexHere returns a log position read after the call (a quorum
+// barrier, shared with the linearizable reads of this instance, or the
+// read lease's), for another instance's linearizable read: once its view
+// applied the position, it holds every write acknowledged before the
+// call. Errors as Linearize.
+func (b *Engine) readIndexHere(ctx context.Context) (int64, error) {
 	if err := b.servable(); err != nil {
 		return 0, err
 	}
@@ -66,36 +114,21 @@ func (b *Engine) ReadIndex(ctx context.Context) (int64, error) {
 	return lsn, nil
 }
 
-// ServeKeepAlive renews lease id for another instance's keepalive, here
+// keepAliveHere renews lease id for another instance's keepalive, here
 // (never forwarded again), and returns its TTL (0: no such lease).
-func (b *Engine) ServeKeepAlive(ctx context.Context, id int64) (int64, error) {
+func (b *Engine) keepAliveHere(ctx context.Context, id int64) (int64, error) {
 	if err := b.servable(); err != nil {
 		return 0, err
 	}
 	return b.leases.renewHere(ctx, id)
 }
 
-// ServeLeaseTimeToLive answers another instance's LeaseTimeToLive here
-// (never forwarded again): the whole response as LeaseTimeToLive at the
-// leader answers it (after a barrier; the remaining TTL from this
-// instance's deadlines, which keepalives renewed in its memory move; the
-// keys if asked), and the position the view had applied once it was read,
-// for the caller to wait for. Errors: ErrNotLeader when this instance does
-// not lead or does not forward (its answer would be no better than the
-// caller's own), else as LeaseTimeToLive. Safe for concurrent use.
-func (b *Engine) ServeLeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-	return serveRead(b, "lease_time_to_live", func() (*pb.LeaseTimeToLiveResponse, error) { return b.leaseTimeToLiveHere(ctx, req) })
-}
-
-// ServeLeases answers another instance's LeaseLeases here, as
-// ServeLeaseTimeToLive answers LeaseTimeToLive (the order from this
-// instance's deadlines).
-func (b *Engine) ServeLeases(ctx context.Context) (*pb.LeaseLeasesResponse, int64, error) {
-	return serveRead(b, "lease_leases", func() (*pb.LeaseLeasesResponse, error) { return b.leasesHere(ctx) })
-}
-
-// serveRead runs read at the leader for another instance and returns its
-// answer with the position to wait for.
+// serveRead runs a lease read at the leader for another instance (its
+// answer as LeaseTimeToLive or LeaseLeases at the leader gives it: after a
+// barrier, from this instance's deadlines, which keepalives renewed in its
+// memory move) and returns its answer with the position to wait for.
+// Errors: ErrNotLeader when this instance does not lead or does not
+// forward, else read's.
 func serveRead[T proto.Message](b *Engine, method string, read func() (T, error)) (T, int64, error) {
 	var zero T
 	if err := b.servable(); err != nil {

@@ -200,12 +200,6 @@ func (k *kind[R, T]) serve(ctx context.Context, b *Engine, p *proposal, call For
 	return resp, reply, err
 }
 
-// newMessage returns a new empty message of M's type.
-func newMessage[M proto.Message]() M {
-	var zero M
-	return zero.ProtoReflect().New().Interface().(M)
-}
-
 // The kinds whose entry points are typed (Put, LeaseGrant, ...).
 var (
 	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{service: "KV", method: "Put", labelName: "put", headed: true,

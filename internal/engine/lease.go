@@ -50,7 +50,7 @@ func (b *Engine) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*
 }
 
 // Leases lists every lease, linearizably, soonest expiry first as etcd
-// orders them. When forwarding, a follower asks the leader (ServeLeases),
+// orders them. When forwarding, a follower asks the leader (leaseLeasesCall),
 // whose deadlines hold the keepalives it renewed in memory, and answers the
 // leader's list once its own view applied the position the list reflects
 // (the header revision is this view's, filled by the server: at least the
@@ -58,10 +58,7 @@ func (b *Engine) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*
 // readIndexLimit, it answers here as leasesHere does. Errors: Linearize's,
 // the log's.
 func (b *Engine) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
-	resp, ok, err := leaderRead(ctx, b.fwd, "lease_leases",
-		func(ctx context.Context, p Peer) (*pb.LeaseLeasesResponse, int64, error) {
-			return b.cfg.Forwarder.Leases(ctx, p)
-		},
+	resp, ok, err := leaderRead(ctx, b.fwd, leaseLeasesCall, &pb.LeaseLeasesRequest{},
 		func(r *pb.LeaseLeasesResponse) { r.Header = &pb.ResponseHeader{} })
 	if ok || err != nil {
 		return resp, err
@@ -99,7 +96,7 @@ func (b *Engine) leasesHere(ctx context.Context) (*pb.LeaseLeasesResponse, error
 // estimate of its remaining TTL and its keys if asked. A lease that does
 // not exist has TTL -1, as etcd answers.
 //
-// When forwarding, a follower asks the leader (ServeLeaseTimeToLive): keepalives
+// When forwarding, a follower asks the leader (leaseTimeToLiveCall): keepalives
 // are renewed in the leader's memory, which the renewal tokens a follower
 // could read do not show. The leader answers everything (remaining and
 // granted TTL, keys), and the follower answers that once its own view
@@ -111,10 +108,7 @@ func (b *Engine) leasesHere(ctx context.Context) (*pb.LeaseLeasesResponse, error
 // leaseTimeToLiveHere does, which can underestimate the remaining TTL of a
 // lease kept alive at the leader. Errors: Linearize's, the log's.
 func (b *Engine) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	resp, ok, err := leaderRead(ctx, b.fwd, "lease_time_to_live",
-		func(ctx context.Context, p Peer) (*pb.LeaseTimeToLiveResponse, int64, error) {
-			return b.cfg.Forwarder.LeaseTimeToLive(ctx, p, req)
-		},
+	resp, ok, err := leaderRead(ctx, b.fwd, leaseTimeToLiveCall, req,
 		func(r *pb.LeaseTimeToLiveResponse) { r.Header = &pb.ResponseHeader{} })
 	if ok || err != nil {
 		return resp, err
@@ -167,7 +161,7 @@ func (b *Engine) leaseTimeToLiveHere(ctx context.Context, req *pb.LeaseTimeToLiv
 // lease does not exist (etcd's keepalive answer). It is the one way to
 // renew a lease: the gRPC keepalive handler calls it on the instance the
 // client reached; when forwarding writes, a follower sends it to the
-// leader (ServeKeepAlive there renews with renewHere), and renews here
+// leader (keepAliveCall: it renews with renewHere there), and renews here
 // only if the leader does not answer. Safe for concurrent use; errors are ctx's,
 // ErrGRPCStopped, or the log's (unavailable) on the token path.
 //
