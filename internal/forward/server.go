@@ -40,12 +40,12 @@ type Leader interface {
 var _ Leader = (*engine.Engine)(nil)
 
 // Authorizer checks a forwarded request against the serving instance's
-// own auth state (a *grpcsrv.ForwardAuthorizer): Authorize returns the
-// context to serve req with, or etcd's error refusing it: one of code
-// FailedPrecondition when the request cannot run here whoever its caller
-// (AuthEnable on a world-readable root), any other a refusal of the
-// caller's credential. rpc is the etcd client API method of the request
-// (engine.WriteKind.RPC, engine.CallKind.RPC); caller is the credential the client presented
+// own auth state (an *auth.Rules): Authorize returns the context to serve
+// req with, or etcd's error refusing it: one of code FailedPrecondition
+// when the request cannot run here whoever its caller (AuthEnable on a
+// world-readable root), any other a refusal of the caller's credential.
+// rpc is the etcd client API method of the request (engine.WriteKind.RPC,
+// engine.CallKind.RPC); caller is the credential the client presented
 // where the request entered, a CertCN only if the forwarding peer proved
 // its own identity with a verified certificate.
 type Authorizer interface {
