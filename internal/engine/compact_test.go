@@ -47,7 +47,7 @@ func countLogEntries(t *testing.T, zkAddrs []string, root string) int {
 func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	write := func(n int, prefix string) int64 {
 		var rev int64
 		for i := 0; i < n; i++ {
@@ -123,7 +123,7 @@ func TestHugeTransactionsAndValuesOnDefaultJuteMaxbuffer(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	other := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: in.Root()})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	big := make([]byte, 1500*1024)
 	for i := range big {
 		big[i] = byte(i)
@@ -185,7 +185,7 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 			}
 			a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{CompactionHook: hook})
 			c := a.Client(t)
-			ctx := ctxT(t)
+			ctx := testutil.Context(t, 30*time.Second)
 			var rev int64
 			// Keys no round changes: the second cycle changes under a
 			// quarter of the keys, so it writes a delta after the first.
@@ -280,7 +280,7 @@ func TestInstanceBehindACompactionReloads(t *testing.T) {
 	a := embedtest.Start(t, addrs[:2], embedtest.Options{})
 	b := embedtest.Start(t, addrs[2:], embedtest.Options{Root: a.Root(), SessionTimeout: 30 * time.Second})
 	ca, cb := a.Client(t), b.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	first, err := ca.Put(ctx, "w/0", "0")
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +351,7 @@ func TestRestartLoadsALayeredBase(t *testing.T) {
 	opts := embedtest.Options{Configure: func(c *embed.Config) { c.Engine.LogGenerationLimit = -1 }}
 	in := embedtest.Start(t, []string{zkAddr(t)}, opts)
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	var rev int64
 	put := func(k, v string) {
 		t.Helper()
@@ -485,7 +485,7 @@ func TestCompactionOfAMostlyLiveLogWritesNoBase(t *testing.T) {
 	}}
 	in := embedtest.Start(t, []string{zkAddr(t)}, opts)
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	val := strings.Repeat("v", 200)
 	var rev int64
 	put := func(c *clientv3.Client, k string) {

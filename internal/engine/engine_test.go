@@ -30,9 +30,8 @@ var _ Log = (*memlog.Client)(nil)
 // engine starts an Engine named name on a new client of st.
 func engine(t testing.TB, st *memlog.Store, name string, configure func(*Config)) (*Engine, *memlog.Client) {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
-	cfg := Config{Name: name, Logger: logrus.NewEntry(lg).WithField("member", name)}
+	lg := testutil.Logger(logrus.ErrorLevel)
+	cfg := Config{Name: name, Logger: lg.WithField("member", name)}
 	if configure != nil {
 		configure(&cfg)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/translate"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -200,9 +201,8 @@ func newEngineOn(t *testing.T, log Log, configure func(*Config)) *Engine {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
-	cfg := Config{Name: "a", Logger: logrus.NewEntry(lg)}
+	lg := testutil.Logger(logrus.ErrorLevel)
+	cfg := Config{Name: "a", Logger: lg}
 	if configure != nil {
 		configure(&cfg)
 	}

@@ -141,7 +141,7 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 	for i := 20; i < 39; i++ {
 		putRetry(t, c, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%d", i))
 	}
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	del, err := c.Delete(ctx, "k05")
 	if err != nil || del.Header.Revision != 41 {
 		t.Fatalf("delete: %v %v, want revision 41", del, err)
@@ -377,7 +377,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 	if err != nil || !hdr.Diverged || hdr.ForkRev != 21 || len(recs) != 20 || recs[0].Rev != 22 || recs[19].Rev != 41 {
 		t.Fatalf("loss file %+v, %d records, %v", hdr, len(recs), err)
 	}
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := ca.Put(ctx, "k00", "late"); !errors.Is(err, rpctypes.ErrCorrupt) {
 		t.Fatalf("a put on A: %v", err)
 	}
@@ -444,7 +444,7 @@ func TestLossFileOfACompactedHistoryListsFinalValuesAndDeletes(t *testing.T) {
 	for i := 20; i < 30; i++ {
 		putRetry(t, c, fmt.Sprintf("k%02d", i), "v")
 	}
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	putRetry(t, c, "k20", "x")
 	for _, k := range []string{"k05", "k21"} {
 		if _, err := c.Delete(ctx, k); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // fakeLeader answers forwards with answer, recording what it was given.
@@ -94,9 +95,8 @@ func serve(t *testing.T, l Leader) engine.Peer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	srv := NewServer(l, ServerConfig{Logger: logrus.NewEntry(lg)})
+	lg := testutil.Logger(logrus.WarnLevel)
+	srv := NewServer(l, ServerConfig{Logger: lg})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return engine.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}
