@@ -32,9 +32,13 @@ import (
 
 // maxEngineBackShare bounds the share of internal/engine's references that
 // run back up (see above): 18% before the engine was organised by type
-// (31 of 171 references, 145 of them on a cycle of files).
-const maxEngineBackShare = 0.19
+// (31 of 171 references, 145 of them on a cycle of files), none after it
+// (0 of 187, none on a cycle). The bound leaves room for a few; the
+// layering the test prints says where a new file belongs.
+const maxEngineBackShare = 0.10
 
+// TestEngineFilesAreLayered measures how far internal/engine's files are
+// from a layering (see above) and fails past maxEngineBackShare.
 func TestEngineFilesAreLayered(t *testing.T) {
 	g, err := fileGraph(filepath.Join("..", "internal", "engine"))
 	if err != nil {
