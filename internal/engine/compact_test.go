@@ -519,37 +519,7 @@ func TestCompactionOfAMostlyLiveLogWritesNoBase(t *testing.T) {
 	}
 
 	events := 6 // from the compacted revision to the delete
-	state := func(c *clientv3.Client) string {
-		t.Helper()
-		if _, err := c.Get(ctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted-1)); !errors.Is(err, rpctypes.ErrCompacted) {
-			t.Fatalf("read below the compacted revision: %v", err)
-		}
-		all, err := c.Get(ctx, "", clientv3.WithPrefix())
-		if err != nil {
-			t.Fatal(err)
-		}
-		old, err := c.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(compacted))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := c.HashKV(ctx, c.Endpoints()[0], 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		var got []string
-		want := events
-		for resp := range c.Watch(wctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted), clientv3.WithPrevKV()) {
-			for _, ev := range resp.Events {
-				got = append(got, fmt.Sprint(ev.Type, ev.Kv, ev.PrevKv))
-			}
-			if len(got) >= want {
-				break
-			}
-		}
-		return fmt.Sprint(all.Header.Revision, len(all.Kvs), all.Kvs, old.Kvs, h.Hash, h.HashRevision, h.CompactRevision, got)
-	}
+	state := func(c *clientv3.Client) string { return compactedState(t, ctx, c, compacted, events) }
 	want := state(c)
 	o2 := opts
 	o2.Root = in.Root()
@@ -596,4 +566,39 @@ func TestCompactionOfAMostlyLiveLogWritesNoBase(t *testing.T) {
 	if got := state(in.Client(t)); got != want {
 		t.Fatalf("after a restart from the base:\n%s\nwant\n%s", got, want)
 	}
+}
+
+// compactedState is what a client reads of a view compacted at compacted
+// whose events since number events: reads below the compaction refused,
+// the keys now and at the compacted revision, HashKV, and the watch from
+// the compacted revision.
+func compactedState(t *testing.T, ctx context.Context, c *clientv3.Client, compacted int64, events int) string {
+	t.Helper()
+	if _, err := c.Get(ctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted-1)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("read below the compacted revision: %v", err)
+	}
+	all, err := c.Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := c.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(compacted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.HashKV(ctx, c.Endpoints()[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var got []string
+	for resp := range c.Watch(wctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted), clientv3.WithPrevKV()) {
+		for _, ev := range resp.Events {
+			got = append(got, fmt.Sprint(ev.Type, ev.Kv, ev.PrevKv))
+		}
+		if len(got) >= events {
+			break
+		}
+	}
+	return fmt.Sprint(all.Header.Revision, len(all.Kvs), all.Kvs, old.Kvs, h.Hash, h.HashRevision, h.CompactRevision, got)
 }
