@@ -314,10 +314,9 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 			handOver()
 			return s.conn.Multi(t.m.ops...)
 		})
-		out, zxid, err, next := t.outcome(mr, err)
-		switch next {
+		switch r, next := t.outcome(mr, err); next {
 		case settled:
-			return out, zxid, err
+			return r.out, r.zxid, r.err
 		case retryNow:
 			continue
 		}
@@ -343,6 +342,14 @@ type commitTry struct {
 	lsn     int64
 	lg      *logrus.Entry
 	unknown bool
+}
+
+// settledAs is a commit's outcome as an answer settled it: its Outcome and
+// zxid, or its error.
+type settledAs struct {
+	out  Outcome
+	zxid int64
+	err  error
 }
 
 // next is what a commit does after an answer (commitTry.outcome).
@@ -379,7 +386,7 @@ func (t *commitTry) behind(ctx context.Context, pred *Predecessor) (refused bool
 
 // outcome classifies ZooKeeper's answer to one send of the multi (mr,
 // err): the commit's outcome, or a send again.
-func (t *commitTry) outcome(mr []zk.MultiResponse, err error) (Outcome, int64, error, next) {
+func (t *commitTry) outcome(mr []zk.MultiResponse, err error) (settledAs, next) {
 	opErr := func(i int) error {
 		if i < len(mr) {
 			return mr[i].Error
@@ -397,10 +404,10 @@ func (t *commitTry) outcome(mr []zk.MultiResponse, err error) (Outcome, int64, e
 			if t.unknown {
 				t.lg.WithField("outcome", out).Info("resolved commit of unknown outcome by its writer tag")
 			}
-			return out, zxid, nil, settled
+			return settledAs{out: out, zxid: zxid}, settled
 		}
 		if !errors.Is(rerr, ErrUnavailable) {
-			return 0, 0, rerr, settled
+			return settledAs{err: rerr}, settled
 		}
 		t.unknown = true // could not read it back yet
 	case failed >= opFirstGuard:
@@ -409,9 +416,9 @@ func (t *commitTry) outcome(mr []zk.MultiResponse, err error) (Outcome, int64, e
 		// The bucket is missing (a multi applies nothing when one op fails).
 		t.s.forgetBucket(t.lsn)
 		if err := t.s.ensureBucket(t.lsn); err != nil && !t.unknown {
-			return 0, 0, err, settled
+			return settledAs{err: err}, settled
 		}
-		return 0, 0, nil, retryNow
+		return settledAs{}, retryNow
 	case errors.Is(opErr(opCheckPrev), zk.ErrNoNode) || (errors.Is(err, zk.ErrNoNode) && len(mr) == 0):
 		return t.prevGone()
 	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrSessionExpired), isNoAnswer(err):
@@ -421,23 +428,23 @@ func (t *commitTry) outcome(mr []zk.MultiResponse, err error) (Outcome, int64, e
 		t.unknown = true
 	case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrClosing):
 		if !t.unknown {
-			return 0, 0, t.s.wrap("commit", err), settled
+			return settledAs{err: t.s.wrap("commit", err)}, settled
 		}
 	default:
 		// A definite failure: a failed multi changed nothing.
 		if !t.unknown {
-			return 0, 0, t.s.wrap("commit", err), settled
+			return settledAs{err: t.s.wrap("commit", err)}, settled
 		}
 		t.lg.WithError(err).Warn("commit retry failed")
 	}
-	return 0, 0, nil, retryLater
+	return settledAs{}, retryLater
 }
 
 // committed is the outcome of a multi that succeeded: the head's zxid, and
 // the marker's version it left.
-func (t *commitTry) committed(mr []zk.MultiResponse) (Outcome, int64, error, next) {
+func (t *commitTry) committed(mr []zk.MultiResponse) (settledAs, next) {
 	if len(mr) <= opSetHead || mr[opSetHead].Stat == nil {
-		return 0, 0, fmt.Errorf("commit entry %d: malformed multi response", t.lsn), settled
+		return settledAs{err: fmt.Errorf("commit entry %d: malformed multi response", t.lsn)}, settled
 	}
 	if mk := t.m.marker; mk >= 0 {
 		switch {
@@ -449,19 +456,19 @@ func (t *commitTry) committed(mr []zk.MultiResponse) (Outcome, int64, error, nex
 			foundInLog(t.req, t.res) // no stat: what the op itself tells
 		}
 	}
-	return Committed, mr[opSetHead].Stat.Mzxid, nil, settled
+	return settledAs{out: Committed, zxid: mr[opSetHead].Stat.Mzxid}, settled
 }
 
 // refused is the outcome of a multi one of whose later ops (a chunk, a
 // guard, the marker, a lease op: index failed) failed: Refused, or Held
 // for an absent guard's znode that exists — unless a send whose answer was
 // lost landed before.
-func (t *commitTry) refused(mr []zk.MultiResponse, failed int) (Outcome, int64, error, next) {
+func (t *commitTry) refused(mr []zk.MultiResponse, failed int) (settledAs, next) {
 	if t.unknown {
 		// Our earlier attempt may have landed (and deleted a revoked
 		// lease's token): look at entry lsn.
 		if out, zxid, rerr := t.s.resolve(t.req, t.res); rerr == nil {
-			return out, zxid, nil, settled
+			return settledAs{out: out, zxid: zxid}, settled
 		}
 	}
 	if failed == t.m.marker {
@@ -470,32 +477,32 @@ func (t *commitTry) refused(mr []zk.MultiResponse, failed int) (Outcome, int64, 
 	}
 	t.lg.WithField("op", fmt.Sprintf("%T %v", t.m.ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
 	if t.m.absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
-		return Held, 0, nil, settled
+		return settledAs{out: Held}, settled
 	}
-	return Refused, 0, nil, settled
+	return settledAs{out: Refused}, settled
 }
 
 // prevGone is the outcome of a multi whose previous entry is missing:
 // Behind (a view behind a compaction), Refused for a pipelined commit
 // whose predecessor did not land, or, for a send of unknown outcome, what
 // the log holds at the position.
-func (t *commitTry) prevGone() (Outcome, int64, error, next) {
+func (t *commitTry) prevGone() (settledAs, next) {
 	if !t.unknown && t.req.Pipelined {
 		t.res.PrevMissing = true
-		return Refused, 0, nil, settled
+		return settledAs{out: Refused}, settled
 	}
 	if !t.unknown {
-		return Behind, 0, nil, settled
+		return settledAs{out: Behind}, settled
 	}
 	// Our earlier attempt may have landed and been compacted since.
 	out, zxid, rerr := t.s.resolve(t.req, t.res)
 	if rerr == nil {
-		return out, zxid, nil, settled
+		return settledAs{out: out, zxid: zxid}, settled
 	}
 	if errors.Is(rerr, ErrEntryMissing) {
-		return Behind, 0, fmt.Errorf("entry %d: %w", t.lsn, ErrUnknownOutcome), settled
+		return settledAs{out: Behind, err: fmt.Errorf("entry %d: %w", t.lsn, ErrUnknownOutcome)}, settled
 	}
-	return 0, 0, nil, retryLater
+	return settledAs{}, retryLater
 }
 
 // storedData is what entry lsn's znode holds for the encoded entry data:
