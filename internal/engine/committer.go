@@ -197,6 +197,9 @@ type committer struct {
 	// landedMark after the newest that committed; marker names it.
 	mark, landedMark markState
 	marker           string
+	// moves is how many moves the committer has resumed after (the
+	// engine's count when it last did; move.go).
+	moves int64
 }
 
 // newCommitter returns the committer of c, which applies its entries
@@ -237,7 +240,10 @@ func (c *committer) run() {
 			}
 		}
 		c.drain()
-		if c.pace.mayLaunch(len(c.flights), len(c.pending)) && c.launch() {
+		if c.waitForMove() {
+			continue
+		}
+		if !c.moveBlocks() && c.pace.mayLaunch(len(c.flights), len(c.pending)) && c.launch() {
 			continue
 		}
 		if len(c.flights) == 0 {
@@ -258,6 +264,43 @@ func (c *committer) run() {
 		case <-c.ctx.Done():
 		}
 	}
+}
+
+// waitForMove keeps the committer from evaluating anything on a fenced
+// log (move.go): once the flights in the air settled (none can land after
+// the fence), it waits until the engine runs on the destination and
+// reports true (the loop looks again). Proposals queue meanwhile.
+func (c *committer) waitForMove() bool {
+	f := c.fenced()
+	if f == nil || len(c.flights) > 0 {
+		return false
+	}
+	c.barrier.idle() // reads must not wait for a commit
+	select {
+	case <-f.done:
+	case <-c.ctx.Done():
+	}
+	return true
+}
+
+// moveBlocks reports whether nothing may be launched because of a move:
+// the log is fenced, or the engine switched logs and flights sent to the
+// old one still settle. Once none is left after a switch, the pipeline
+// marker starts anew (it does not exist on the destination).
+func (c *committer) moveBlocks() bool {
+	if c.fenced() != nil {
+		return true
+	}
+	n := c.core.moves.Load()
+	if n == c.moves {
+		return false
+	}
+	if len(c.flights) > 0 {
+		return true
+	}
+	c.moves = n
+	c.mark, c.landedMark = markState{known: true}, markState{known: true}
+	return false
 }
 
 // drain moves queued proposals to pending, within the batch limits.

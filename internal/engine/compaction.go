@@ -292,7 +292,7 @@ func (c *compaction) updateSpaceMetrics() {
 // nears what its heap holds (sizing.check).
 func (c *compaction) checkSizing(lg *logrus.Entry) {
 	_, stored := c.space.sizes(c.view.State().LSN)
-	c.sizing.check(c.ctx, c.store, c.cfg, stored.total, lg)
+	c.sizing.check(c.ctx, current(c.store), c.cfg, stored.total, lg)
 }
 
 // observe makes f (nil: none) run with a copy of the view's state before

@@ -16,6 +16,9 @@ import (
 type Config struct {
 	// Store configures the ZooKeeper connection and root.
 	Store zkstore.Config
+	// OpenMoved opens the destination of a move that fenced the log (nil:
+	// the instance cannot follow a move; Open sets OpenMovedStore(Store)).
+	OpenMoved OpenMovedFunc
 	// Name is this instance's member name; the member ID derives from it
 	// and the cluster ID, so it is stable across restarts.
 	Name string

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -44,6 +45,11 @@ type core struct {
 	applyMu sync.Mutex
 	// kick wakes the tailer (kickTailer).
 	kick chan struct{}
+	// fence is the move's fence the view applied while the engine has not
+	// switched to the destination yet (nil: none; move.go); moves counts
+	// the switches.
+	fence atomic.Pointer[fenceSeen]
+	moves atomic.Int64
 	// ctx ends when the engine closes; opened is when it started.
 	ctx    context.Context
 	opened time.Time

@@ -26,6 +26,8 @@ type Engine struct {
 	compaction *compaction    // physical compaction and upkeep (compaction.go)
 	corrupt    *corruptChecker
 	member     *memberRecord
+	moving     *movingLog        // the log, switched by a move (move.go)
+	leading    *movingLeadership // the candidacy, switched by a move
 	origins    *origins   // forwarded requests in the log (origins.go)
 	space      *space     // the bytes the root holds (DB size), see space.go
 	pages      pageCounts // counts of paginated ranges (pagecount.go)

@@ -19,7 +19,7 @@ type formatKeeper interface {
 // (compression), the others read it again, until it is the newest this
 // build knows. Called from the compaction loop (every 2 s).
 func followFormat(c *core, lg *logrus.Entry, leader bool) {
-	fk, ok := c.store.(formatKeeper)
+	fk, ok := current(c.store).(formatKeeper)
 	if !ok {
 		return
 	}

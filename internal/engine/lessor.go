@@ -378,7 +378,13 @@ func (l *lessor) renewLoop() {
 				ids = append(ids, r.id)
 			}
 		}
-		renewed, err := l.store.RenewLeases(ids)
+		// A fenced log's tokens may have been copied already: renew on
+		// the destination.
+		err := l.waitMoved(l.ctx)
+		var renewed map[int64]bool
+		if err == nil {
+			renewed, err = l.store.RenewLeases(ids)
+		}
 		if err == nil {
 			l.metrics.renewals.Add(float64(len(batch)))
 			l.metrics.renewalMultis.Inc()

@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/compactor"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/watchbridge"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -24,6 +25,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.OpenMoved == nil {
+		cfg.OpenMoved = OpenMovedStore(cfg.Store)
 	}
 	st, err := zkstore.Open(ctx, cfg.Store)
 	if err != nil {
@@ -72,8 +76,11 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 				if b.hub != nil {
 					b.hub.Close()
 				}
+				b.leading.stopRelay()
+				b.moving.Close()
+			} else {
+				st.Close()
 			}
-			st.Close()
 		}
 	}()
 	cfg.setDefaults()
@@ -112,7 +119,11 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 	if err := b.member.publish(func(m *zkstore.Member) { *m = self }); err != nil {
 		return nil, fmt.Errorf("register member: %w", err)
 	}
-	b.election = st.Campaign(b.memberID)
+	if b.fenced() == nil {
+		b.leading.start(b.moving.Campaign(b.memberID))
+	} else {
+		b.leading.start(noLeadership{}) // the tailer moves it first
+	}
 	b.run(auto)
 	running = true
 	if cfg.InitialCorruptCheck {
@@ -141,11 +152,15 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, fmt.Errorf("internal token: %w", err)
 	}
+	moving := newMovingLog(st, inspect)
+	inspect = moving.inspector()
+	leading := newMovingLeadership()
 	c := &core{
 		opened:        time.Now(),
 		cfg:           cfg,
 		log:           cfg.Logger.WithField("component", "engine"),
-		store:         st,
+		store:         moving,
+		election:      leading,
 		memberID:      memberID(st.Meta().ClusterID, cfg.Name),
 		maxEntryBytes: st.MaxEntryBytes(),
 		metrics:       newMetrics(cfg.Registerer),
@@ -156,10 +171,11 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.ctx = ctx
 	b := &Engine{core: c, cancel: cancel, internalToken: hex.EncodeToString(tok[:]),
-		origins: &origins{gen: cfg.OriginGeneration}, space: &space{}, member: &memberRecord{store: st}}
+		origins: &origins{gen: cfg.OriginGeneration}, space: &space{}, member: &memberRecord{store: moving},
+		moving: moving, leading: leading}
 	b.rb = newRollbackGuard(c, inspect, cfg.Registerer)
 	b.live = &liveness{core: c}
-	b.tail = &tailer{core: c, origins: b.origins, space: b.space, rb: b.rb}
+	b.tail = &tailer{core: c, origins: b.origins, space: b.space, rb: b.rb, handoff: b.handoff}
 	marks := &flightMarks{}
 	b.commit = newCommitter(c, b.tail, b.rb, b.origins, marks)
 	b.reads = &readLease{core: c, live: b.live, marks: marks, rb: b.rb}
@@ -173,11 +189,16 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 		return err
 	}}
 	c.barrier.sync = func() (int64, error) {
+		// A fenced log's head may be outdated by the destination's: the
+		// barrier is taken there, once the engine runs on it.
+		if err := c.waitMoved(c.ctx); err != nil {
+			return 0, fmt.Errorf("barrier: %w", err)
+		}
 		c.metrics.barrierTrips.Inc()
 		sent := time.Now()
-		read := st.QuorumHead
+		read := moving.QuorumHead
 		if cfg.RelaxedReads {
-			read = st.SyncHead
+			read = moving.SyncHead
 		}
 		h, err := read()
 		if err == nil && !cfg.RelaxedReads {
@@ -246,6 +267,13 @@ func memberID(cluster uint64, name string) uint64 {
 	return id
 }
 
+// recordReplayed is what a replay of the log does with each entry before
+// the view applies it: its forwarded tags indexed, a fence noted.
+func (b *Engine) recordReplayed(e *revision.Entry) {
+	b.origins.record(e)
+	b.noteFence(e)
+}
+
 // unrecordedRawPerStored estimates a base generation's bytes before
 // compression per byte stored, where its description did not record them:
 // kube-like objects compress about 3.3-fold.
@@ -264,7 +292,7 @@ func (b *Engine) recover(ctx context.Context) (*replayed, error) {
 		}
 	}
 	var rec replayed
-	view, head, _, err := replay(ctx, b.store, b.cfg.ReadWindow, b.origins.record, &rec)
+	view, head, _, err := replay(ctx, b.store, b.cfg.ReadWindow, b.recordReplayed, &rec)
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ type heldLease struct {
 // applied). Errors: ctx's, or ErrGRPCStopped when the engine closes.
 func (r *readLease) index(ctx context.Context) (int64, bool, error) {
 	h := r.held.Load()
-	if h == nil {
+	if h == nil || r.fenced() != nil {
 		return 0, false, nil
 	}
 	now := time.Now()

@@ -184,6 +184,20 @@ func (g *rollbackGuard) record(e *revision.Entry, prevRev, rev int64) {
 	g.ringMu.Unlock()
 }
 
+// moved forgets the entries applied from the log the engine left for a
+// move's destination (their zxids are the source's) and remembers e, the
+// destination's copy of the fence, instead; the next check reads the
+// destination's history. Called with applyMu held.
+func (g *rollbackGuard) moved(e *revision.Entry) {
+	g.ringMu.Lock()
+	g.ring = [ringSize]appliedEntry{}
+	rev := g.view.State().Rev
+	g.ring[e.LSN%ringSize] = appliedEntry{lsn: e.LSN, zxid: e.Zxid, prevRev: rev, rev: rev, writer: e.Writer}
+	g.newest = e.LSN
+	g.ringMu.Unlock()
+	g.recheck()
+}
+
 func (g *rollbackGuard) lookup(lsn int64) (appliedEntry, bool) {
 	g.ringMu.Lock()
 	defer g.ringMu.Unlock()

@@ -40,7 +40,7 @@ const rekeyEvery = 5 * time.Second
 // instance may not commit now, e.g. while a leader holds the read lease);
 // the request then stays for the next look.
 func (b *Engine) rekey(ctx context.Context) (bool, error) {
-	r, ok := b.store.(rekeyer)
+	r, ok := current(b.store).(rekeyer)
 	if !ok {
 		return false, nil
 	}
@@ -85,7 +85,7 @@ func (b *Engine) rekeyAtStart(ctx context.Context) {
 // rekeyLoop lets the leader rotate the token secret when a re-ACL asks
 // for it, until the engine stops.
 func (b *Engine) rekeyLoop() {
-	if _, ok := b.store.(rekeyer); !ok {
+	if _, ok := current(b.store).(rekeyer); !ok {
 		return
 	}
 	lg := b.log.WithField("component", "rekey")

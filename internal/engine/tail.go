@@ -24,6 +24,8 @@ type tailer struct {
 	origins *origins
 	space   *space
 	rb      *rollbackGuard
+	// handoff switches the engine to a move's destination (move.go).
+	handoff func(*fenceSeen)
 	// lastHead is the last head the view was caught up with, and when.
 	lastHead atomic.Pointer[headSeen]
 	// ownLanded is when the committer last landed a commit, in
@@ -71,6 +73,7 @@ func (t *tailer) apply(e *revision.Entry, size int) error {
 	t.space.applied(e.LSN, size, int64(zkstore.RecordBytes(e)), e.DataBytes())
 	t.metrics.applied(e)
 	t.hub.Notify(e, events)
+	t.noteFence(e)
 	return nil
 }
 
@@ -102,6 +105,12 @@ func (t *tailer) run() {
 			if err == nil {
 				t.caughtUp(head)
 			}
+		}
+		if f := t.fenced(); err == nil && f != nil {
+			// Nothing follows a fence: the log goes on at the destination.
+			t.handoff(f)
+			fired = nil
+			continue
 		}
 		if err != nil {
 			if t.ctx.Err() != nil || t.rb.rolledBack() != nil {
@@ -219,7 +228,10 @@ func (t *tailer) waitApplied(ctx context.Context, lsn int64) error {
 func (t *tailer) reload() error {
 	start := time.Now()
 	var rec replayed
-	view, head, _, err := replay(t.ctx, t.store, t.cfg.ReadWindow, t.origins.record, &rec)
+	view, head, _, err := replay(t.ctx, t.store, t.cfg.ReadWindow, func(e *revision.Entry) {
+		t.origins.record(e)
+		t.noteFence(e)
+	}, &rec)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ type aclReporter interface{ ACLReport() zkstore.ACLReport }
 // worldReadable reports whether the log's root is readable by anyone and
 // that is not accepted (Config.WorldReadableOK), with the root's ACL.
 func (b *Engine) worldReadable() (bool, string) {
-	r, ok := b.store.(aclReporter)
+	r, ok := current(b.store).(aclReporter)
 	if !ok || b.cfg.WorldReadableOK {
 		return false, ""
 	}
@@ -53,7 +53,7 @@ func (b *Engine) CanEnableAuth() error {
 // root's ZooKeeper data is readable by anyone) when the log reports its
 // ACL and reg is not nil.
 func (b *Engine) registerACLGauge(reg prometheus.Registerer) {
-	r, ok := b.store.(aclReporter)
+	r, ok := current(b.store).(aclReporter)
 	if !ok || reg == nil {
 		return
 	}

@@ -33,6 +33,36 @@ const (
 	OpOrigin
 )
 
+// OpFence ends a root's log for a move (`zketcd move`, `zketcd tenant
+// move`): no entry may follow it in the root it was committed to, whose
+// cluster continues at Op.Move's destination, a copy of this log up to
+// and including the fence's position. The destination's copy of the entry
+// says Arrived: there it changes nothing, and the log continues. It changes
+// no key and takes no revision. Its value leaves room for the op kinds
+// other root formats take before it.
+const OpFence OpKind = OpOrigin + 2
+
+// Move is an OpFence's payload: where the fenced root's cluster continues.
+type Move struct {
+	// Servers is the destination's ZooKeeper connect string (empty: the
+	// same ensemble as the fenced root), Root its root znode.
+	Servers string
+	Root    string
+	// Arrived marks the copy of the fence in the destination's log.
+	Arrived bool
+}
+
+// Fence returns the move e ends its root's log with (an OpFence that has
+// not Arrived), or nil.
+func (e *Entry) Fence() *Move {
+	for i := range e.Ops {
+		if op := &e.Ops[i]; op.Kind == OpFence && !op.Move.Arrived {
+			return &op.Move
+		}
+	}
+	return nil
+}
+
 // Alarm is one active alarm: etcd's AlarmMember (Type is an
 // etcdserverpb.AlarmType value; this package does not interpret it).
 type Alarm struct {
@@ -64,6 +94,7 @@ type Op struct {
 	Auth    []byte      // OpAuth: the new encoded auth state
 	Alarm   AlarmChange // OpAlarm
 	Origin  WriterTag   // OpOrigin: the forwarded request's tag
+	Move    Move        // OpFence: where the cluster continues
 }
 
 // WriterTag identifies the batch that produced an entry: a random nonce

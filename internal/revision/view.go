@@ -271,7 +271,7 @@ func (v *View) validate(e *Entry) error {
 				return fmt.Errorf("op %d: revoke of missing lease %x", i, op.Lease)
 			}
 			leases[op.Lease] = false
-		case OpLeaseCheckpoint, OpAuth, OpAlarm, OpOrigin:
+		case OpLeaseCheckpoint, OpAuth, OpAlarm, OpOrigin, OpFence:
 		default:
 			return fmt.Errorf("op %d: unknown kind %d", i, op.Kind)
 		}

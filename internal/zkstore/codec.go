@@ -21,6 +21,7 @@ import (
 //	  auth:       bytes state (package auth's encoding, opaque here)
 //	  alarm:      byte activate (0 or 1), uvarint member, varint type
 //	  origin:     uvarint nonce, uvarint seq, varint rev
+//	  fence:      bytes servers, bytes root, byte arrived (0 or 1)
 //	uint32  CRC-32C of everything before it (big endian)
 //
 // bytes = uvarint length + raw bytes. Decoding copies keys and values so an
@@ -40,7 +41,7 @@ const flagDelete = 1
 func EncodeEntry(e *revision.Entry) []byte {
 	size := 1 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64 + 4
 	for _, op := range e.Ops {
-		size += 1 + 3*binary.MaxVarintLen64 + len(op.Auth)
+		size += 1 + 3*binary.MaxVarintLen64 + len(op.Auth) + len(op.Move.Servers) + len(op.Move.Root) + 2*binary.MaxVarintLen64 + 1
 		for _, c := range op.Changes {
 			size += 1 + 2*binary.MaxVarintLen64 + len(c.Key) + len(c.Value) + binary.MaxVarintLen64
 		}
@@ -82,6 +83,10 @@ func EncodeEntry(e *revision.Entry) []byte {
 			b = binary.AppendUvarint(b, op.Origin.Nonce)
 			b = binary.AppendUvarint(b, op.Origin.Seq)
 			b = binary.AppendVarint(b, op.Rev)
+		case revision.OpFence:
+			b = appendBytes(b, []byte(op.Move.Servers))
+			b = appendBytes(b, []byte(op.Move.Root))
+			b = append(b, boolByte(op.Move.Arrived))
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
@@ -118,6 +123,8 @@ func RecordBytes(e *revision.Entry) int {
 			n += 1 + uvarintLen(op.Alarm.Member) + varintLen(int64(op.Alarm.Type))
 		case revision.OpOrigin:
 			n += uvarintLen(op.Origin.Nonce) + uvarintLen(op.Origin.Seq) + varintLen(op.Rev)
+		case revision.OpFence:
+			n += bytesLen([]byte(op.Move.Servers)) + bytesLen([]byte(op.Move.Root)) + 1
 		}
 	}
 	return n
@@ -185,6 +192,13 @@ func (d *decoder) int32() int32 {
 		d.fail("alarm type %d out of range", v)
 	}
 	return int32(v)
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 func appendBytes(b, v []byte) []byte {
@@ -275,6 +289,15 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 			op.Origin.Nonce = d.uvarint()
 			op.Origin.Seq = d.uvarint()
 			op.Rev = d.varint()
+		case revision.OpFence:
+			op.Move.Servers = string(d.bytes())
+			op.Move.Root = string(d.bytes())
+			switch a := d.byte(); a {
+			case 0, 1:
+				op.Move.Arrived = a == 1
+			default:
+				d.fail("fence: arrived flag %d", a)
+			}
 		default:
 			// The checksum held: a newer zketcd wrote an op this build
 			// does not know.

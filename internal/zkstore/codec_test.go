@@ -134,3 +134,24 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		_, _ = revision.FromSnapshot(snap)
 	})
 }
+
+// A move's fence, in the source's form and the destination's (Arrived),
+// round-trips and is counted as encoded; only the source's form fences.
+func TestFenceOpRoundTrips(t *testing.T) {
+	for _, mv := range []revision.Move{
+		{Servers: "127.0.0.1:2181,127.0.0.1:2182", Root: "/zketcd/b"},
+		{Root: "/r", Arrived: true},
+	} {
+		e := &revision.Entry{Writer: revision.WriterTag{Nonce: 3, Seq: 4}, Ops: []revision.Op{{Kind: revision.OpFence, Move: mv}}}
+		got, err := DecodeEntry(EncodeEntry(e))
+		if err != nil || !reflect.DeepEqual(got, e) {
+			t.Fatalf("round trip:\n got %+v %v\nwant %+v", got, err, e)
+		}
+		if got, want := RecordBytes(e), len(EncodeEntry(e)); got != want {
+			t.Errorf("RecordBytes %d, encoded %d", got, want)
+		}
+		if fenced := got.Fence() != nil; fenced == mv.Arrived {
+			t.Errorf("%+v: Fence() says fenced %v", mv, fenced)
+		}
+	}
+}
