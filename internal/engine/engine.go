@@ -28,9 +28,9 @@ type Engine struct {
 	member     *memberRecord
 	moving     *movingLog        // the log, switched by a move (move.go)
 	leading    *movingLeadership // the candidacy, switched by a move
-	origins    *origins   // forwarded requests in the log (origins.go)
-	space      *space     // the bytes the root holds (DB size), see space.go
-	pages      pageCounts // counts of paginated ranges (pagecount.go)
+	origins    *origins          // forwarded requests in the log (origins.go)
+	space      *space            // the bytes the root holds (DB size), see space.go
+	pages      pageCounts        // counts of paginated ranges (pagecount.go)
 	// internalToken is the secret callers of the internal endpoint present.
 	internalToken string
 

@@ -70,22 +70,22 @@ func (m *movingLog) inspector() inspectFunc {
 	}
 }
 
-func (m *movingLog) Meta() zkstore.Meta                    { return m.cur().Meta() }
-func (m *movingLog) MaxEntryBytes() int                    { return m.cur().MaxEntryBytes() }
-func (m *movingLog) Root() string                          { return m.cur().Root() }
-func (m *movingLog) Session() (int64, bool)                { return m.cur().Session() }
-func (m *movingLog) SessionChanged() <-chan struct{}       { return m.relay.changed() }
-func (m *movingLog) Grant() zkstore.Grant                  { return m.cur().Grant() }
+func (m *movingLog) Meta() zkstore.Meta                         { return m.cur().Meta() }
+func (m *movingLog) MaxEntryBytes() int                         { return m.cur().MaxEntryBytes() }
+func (m *movingLog) Root() string                               { return m.cur().Root() }
+func (m *movingLog) Session() (int64, bool)                     { return m.cur().Session() }
+func (m *movingLog) SessionChanged() <-chan struct{}            { return m.relay.changed() }
+func (m *movingLog) Grant() zkstore.Grant                       { return m.cur().Grant() }
 func (m *movingLog) LeaseGuard(id int64, v int32) zkstore.Guard { return m.cur().LeaseGuard(id, v) }
-func (m *movingLog) ReadLeaseAbsent() zkstore.Guard        { return m.cur().ReadLeaseAbsent() }
-func (m *movingLog) ReleaseReadLease() error               { return m.cur().ReleaseReadLease() }
-func (m *movingLog) Head() (zkstore.Head, error)           { return m.cur().Head() }
-func (m *movingLog) SyncHead() (zkstore.Head, error)       { return m.cur().SyncHead() }
-func (m *movingLog) QuorumHead() (zkstore.Head, error)     { return m.cur().QuorumHead() }
-func (m *movingLog) RegisterMember(mb zkstore.Member) error { return m.cur().RegisterMember(mb) }
-func (m *movingLog) Members() ([]zkstore.Member, error)    { return m.cur().Members() }
-func (m *movingLog) Campaign(id uint64) zkstore.Leadership { return m.cur().Campaign(id) }
-func (m *movingLog) ReadBase() (zkstore.Base, error)       { return m.cur().ReadBase() }
+func (m *movingLog) ReadLeaseAbsent() zkstore.Guard             { return m.cur().ReadLeaseAbsent() }
+func (m *movingLog) ReleaseReadLease() error                    { return m.cur().ReleaseReadLease() }
+func (m *movingLog) Head() (zkstore.Head, error)                { return m.cur().Head() }
+func (m *movingLog) SyncHead() (zkstore.Head, error)            { return m.cur().SyncHead() }
+func (m *movingLog) QuorumHead() (zkstore.Head, error)          { return m.cur().QuorumHead() }
+func (m *movingLog) RegisterMember(mb zkstore.Member) error     { return m.cur().RegisterMember(mb) }
+func (m *movingLog) Members() ([]zkstore.Member, error)         { return m.cur().Members() }
+func (m *movingLog) Campaign(id uint64) zkstore.Leadership      { return m.cur().Campaign(id) }
+func (m *movingLog) ReadBase() (zkstore.Base, error)            { return m.cur().ReadBase() }
 
 // Close closes the current log and stops relaying its session changes.
 func (m *movingLog) Close() {
