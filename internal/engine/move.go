@@ -151,7 +151,7 @@ func (b *Engine) handoff(f *fenceSeen) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
+		backoff = min(2*backoff, 100*time.Millisecond)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -29,11 +30,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.OpenMoved == nil {
 		cfg.OpenMoved = OpenMovedStore(cfg.Store)
 	}
-	st, err := zkstore.Open(ctx, cfg.Store)
+	st, storeCfg, err := openFollowingMoves(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	storeCfg := cfg.Store
 	return start(ctx, cfg, st, func(ctx context.Context) (Log, error) {
 		in, err := zkstore.OpenInspector(ctx, storeCfg)
 		if err != nil {
@@ -41,6 +41,26 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		}
 		return in, nil
 	})
+}
+
+// maxMoveHops bounds how many moves Open follows from the configured root.
+const maxMoveHops = 8
+
+// openFollowingMoves opens cfg.Store's root, or, if its cluster moved
+// (zkstore.ErrMoved), the root it moved to, and returns the store with
+// the configuration it was opened with.
+func openFollowingMoves(ctx context.Context, cfg Config) (*zkstore.Store, zkstore.Config, error) {
+	sc := cfg.Store
+	for hop := 0; ; hop++ {
+		st, err := zkstore.Open(ctx, sc)
+		var moved *zkstore.MovedError
+		if !errors.As(err, &moved) || hop == maxMoveHops {
+			return st, sc, err
+		}
+		cfg.Logger.WithFields(logrus.Fields{"root": sc.Root, "to_root": moved.To.Root, "to_servers": moved.To.Servers}).
+			Warn("the root's cluster moved: serving it from where it went (point --zk-root, and --zk if it names other servers, there)")
+		sc = MovedConfig(sc, revision.Move{Servers: moved.To.Servers, Root: moved.To.Root})
+	}
 }
 
 // New runs the engine on st, which it owns from then on (Close closes it,

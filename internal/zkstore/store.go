@@ -237,6 +237,9 @@ func (s *Store) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.checkMove(); err != nil {
+		return err
+	}
 	if err := s.ensureLayout(); err != nil {
 		return err
 	}

@@ -1,0 +1,186 @@
+package move_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/move"
+	"github.com/zketcd/zketcd/internal/testutil"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
+	"github.com/zketcd/zketcd/internal/zkserver"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+var sharedZK = zkservertest.NewShared("move-test", zkserver.Options{})
+
+func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
+
+func open(t *testing.T, name string, sc zkstore.Config) *engine.Engine {
+	t.Helper()
+	ctx := testutil.Context(t, 30*time.Second)
+	b, err := engine.Open(ctx, engine.Config{Store: sc, Name: name, Logger: testutil.Logger(logrus.WarnLevel).WithField("member", name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// writeUntil puts keys through b until stop closes, recording each
+// acknowledged key's revision.
+func writeUntil(t *testing.T, b *engine.Engine, prefix string, stop <-chan struct{}, acked *sync.Map) {
+	ctx := testutil.Context(t, time.Minute)
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		key := fmt.Sprintf("%s-%05d", prefix, n)
+		resp, err := b.Put(ctx, &pb.PutRequest{Key: []byte(key), Value: []byte("v")})
+		if err != nil {
+			t.Errorf("put %s: %v", key, err)
+			return
+		}
+		acked.Store(key, resp.Header.Revision)
+	}
+}
+
+// TestMoveBetweenRootsWhileTwoInstancesWrite moves a root served by two
+// instances, both writing, into another root of the same ensemble: the
+// mover copies, fences and finishes; both instances switch; every
+// acknowledged write is in the destination at its revision, whose view
+// equals theirs; the lease keeps its ID; the source takes nothing after
+// the fence, Open follows it to the destination, and a second run of the
+// mover reports the move done.
+func TestMoveBetweenRootsWhileTwoInstancesWrite(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	dst := rootview.StoreConfig(t, sharedZK, "")
+	a, b := open(t, "a", src), open(t, "b", src)
+	ctx := testutil.Context(t, time.Minute)
+	lease, err := a.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Compact(ctx, &pb.CompactionRequest{Revision: a.State().Rev, Physical: true}); err != nil {
+		t.Fatal(err)
+	}
+	var acked sync.Map
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { writeUntil(t, a, "a", stop, &acked) })
+	wg.Go(func() { writeUntil(t, b, "b", stop, &acked) })
+	time.Sleep(300 * time.Millisecond)
+
+	res, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "both instances on the destination", func() bool { return a.Moves() == 1 && b.Moves() == 1 })
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("fenced at entry %d (revision %d), writes paused %v", res.FenceLSN, res.Rev, res.Paused)
+
+	in, err := zkstore.OpenInspector(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := in.SyncHead()
+	in.Close()
+	if err != nil || h.LSN != res.FenceLSN {
+		t.Fatalf("source head %v %v, fence at %d", h, err, res.FenceLSN)
+	}
+	if _, err := zkstore.Open(ctx, src); !errors.Is(err, zkstore.ErrMoved) {
+		t.Fatalf("open of the source: %v, want ErrMoved", err)
+	}
+	testutil.Eventually(t, 10*time.Second, "caught up", func() bool { return a.State().LSN == b.State().LSN })
+	view := rootview.Recovered(t, dst)
+	if got, want := rootview.Dump(view), rootview.Dump(a.Snapshot()); got != want {
+		t.Fatalf("destination's view differs from the instance's:\n%s\nvs\n%s", got, want)
+	}
+	n := 0
+	acked.Range(func(k, v any) bool {
+		n++
+		kv, err := a.Range(ctx, &pb.RangeRequest{Key: []byte(k.(string)), Serializable: true})
+		if err != nil || len(kv.Kvs) != 1 || kv.Kvs[0].ModRevision != v.(int64) {
+			t.Errorf("%s acknowledged at %d: %v %v", k, v, kv, err)
+		}
+		return true
+	})
+	if last, ok := acked.Load("a-00000"); !ok || n < 4 {
+		t.Fatalf("too few writes: %d (%v)", n, last)
+	}
+	ttl, err := b.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: lease.ID})
+	if err != nil || ttl.TTL <= 0 {
+		t.Fatalf("lease after the move: %v %v", ttl, err)
+	}
+	c := open(t, "c", src) // follows the move
+	if c.State().LSN < res.FenceLSN {
+		t.Fatalf("an instance opened on the source recovered up to %d", c.State().LSN)
+	}
+	again, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.WarnLevel)})
+	if err != nil || !again.AlreadyMoved {
+		t.Fatalf("second run: %+v %v", again, err)
+	}
+	if _, err := zkstore.FreeMovedSource(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zkstore.Open(ctx, src); !errors.Is(err, zkstore.ErrMoved) {
+		t.Fatalf("open of the freed source: %v, want ErrMoved", err)
+	}
+}
+
+// TestMoveCrashedAfterTheFenceFinishesWhenRunAgain stops the mover right
+// after its fence: the instances hold their writes (the destination is not
+// finished, so neither root takes a commit); a second run finishes the
+// move and the held writes land on the destination, once.
+func TestMoveCrashedAfterTheFenceFinishesWhenRunAgain(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	dst := rootview.StoreConfig(t, sharedZK, "")
+	a := open(t, "a", src)
+	ctx := testutil.Context(t, time.Minute)
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("before"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	crash := errors.New("mover killed")
+	_, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel), AfterFence: func() error { return crash }})
+	if !errors.Is(err, crash) {
+		t.Fatalf("first run: %v", err)
+	}
+	if _, err := zkstore.Open(ctx, dst); !errors.Is(err, zkstore.ErrMoveInProgress) {
+		t.Fatalf("open of the unfinished destination: %v", err)
+	}
+	held := make(chan error, 1)
+	go func() {
+		_, err := a.Put(ctx, &pb.PutRequest{Key: []byte("held"), Value: []byte("v")})
+		held <- err
+	}()
+	select {
+	case err := <-held:
+		t.Fatalf("a write landed while the move was half done: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	view := rootview.Recovered(t, dst)
+	if got, want := rootview.Dump(view), rootview.Dump(a.Snapshot()); got != want {
+		t.Fatalf("destination:\n%s\ninstance:\n%s", got, want)
+	}
+}
