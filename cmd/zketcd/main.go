@@ -5,6 +5,7 @@
 //	zketcd rv --zk ... KEY...                  map keys' revisions to ZooKeeper zxids
 //	zketcd snapshot restore FILE --zk ...      load an etcd snapshot into a fresh root
 //	zketcd mirror --from URLS --zk ...         copy a running etcd with the same revisions
+//	zketcd move --zk ... --to-root ROOT        move a served cluster to another root or ensemble
 //	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
 //	zketcd zk-acl --zk ... --zk-auth ID        ACL every znode of a root to one ZooKeeper identity
 //	zketcd tenant create|list|limits|delete|snapshot --zk ...  administer a fleet's tenants
@@ -37,6 +38,8 @@ func main() {
 		err = runRV(os.Args[2:])
 	case "snapshot":
 		err = runSnapshot(os.Args[2:])
+	case "move":
+		err = runMove(os.Args[2:], os.Stdout)
 	case "mirror":
 		err = runMirror(os.Args[2:])
 	case "replay-loss":
@@ -84,6 +87,8 @@ Usage:
                                               load an etcd snapshot into a fresh root
   zketcd mirror --from URLS --zk HOST:PORT --zk-root /ROOT [--until-caught-up]
                                               copy a running etcd, same revisions, and follow it
+  zketcd move --zk HOST:PORT --zk-root /ROOT --to-root /NEW [--to-zk HOST:PORT] [--free-source]
+                                              move a cluster to another root or ensemble while it serves
   zketcd replay-loss [--endpoints H:P] [--dry-run] FILE
                                               re-apply the changes ZooKeeper lost (a loss file)
   zketcd zk-acl --zk HOST:PORT --zk-root /ROOT --zk-auth ID [--zk-former-auth ID] [--check]

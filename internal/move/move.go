@@ -37,7 +37,7 @@ type Result struct {
 	// FenceLSN is the fence's log position, Rev the revision both roots
 	// hold at it; Copied the entries copied by this run.
 	FenceLSN, Rev int64
-	Copied       int64
+	Copied        int64
 	// AlreadyMoved says the source was moved by an earlier run (nothing
 	// done).
 	AlreadyMoved bool
