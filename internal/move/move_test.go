@@ -36,20 +36,23 @@ func open(t *testing.T, name string, sc zkstore.Config) *engine.Engine {
 }
 
 // writeUntil puts keys through b until stop closes, recording each
-// acknowledged key's revision.
-func writeUntil(t *testing.T, b *engine.Engine, prefix string, stop <-chan struct{}, acked *sync.Map) {
+// acknowledged key's revision; it returns the longest a put took (the
+// write pause its client saw).
+func writeUntil(t *testing.T, b *engine.Engine, prefix string, stop <-chan struct{}, acked *sync.Map) (longest time.Duration) {
 	ctx := testutil.Context(t, time.Minute)
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
-			return
+			return longest
 		default:
 		}
 		key := fmt.Sprintf("%s-%05d", prefix, n)
+		began := time.Now()
 		resp, err := b.Put(ctx, &pb.PutRequest{Key: []byte(key), Value: []byte("v")})
+		longest = max(longest, time.Since(began))
 		if err != nil {
 			t.Errorf("put %s: %v", key, err)
-			return
+			return longest
 		}
 		acked.Store(key, resp.Header.Revision)
 	}
@@ -80,8 +83,9 @@ func TestMoveBetweenRootsWhileTwoInstancesWrite(t *testing.T) {
 	var acked sync.Map
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { writeUntil(t, a, "a", stop, &acked) })
-	wg.Go(func() { writeUntil(t, b, "b", stop, &acked) })
+	var pauseA, pauseB time.Duration
+	wg.Go(func() { pauseA = writeUntil(t, a, "a", stop, &acked) })
+	wg.Go(func() { pauseB = writeUntil(t, b, "b", stop, &acked) })
 	time.Sleep(300 * time.Millisecond)
 
 	res, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.WarnLevel)})
@@ -92,7 +96,8 @@ func TestMoveBetweenRootsWhileTwoInstancesWrite(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	t.Logf("fenced at entry %d (revision %d), writes paused %v", res.FenceLSN, res.Rev, res.Paused)
+	t.Logf("fenced at entry %d (revision %d): fence to finished %v; longest put on a %v, on b %v",
+		res.FenceLSN, res.Rev, res.Paused.Round(time.Millisecond), pauseA.Round(time.Millisecond), pauseB.Round(time.Millisecond))
 
 	in, err := zkstore.OpenInspector(ctx, src)
 	if err != nil {
