@@ -15,7 +15,6 @@ import (
 
 	"github.com/zketcd/zketcd/internal/mirror"
 	"github.com/zketcd/zketcd/internal/revision"
-	"github.com/zketcd/zketcd/internal/snaprestore"
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/memserver"
 	"github.com/zketcd/zketcd/internal/testutil/rootview"
@@ -141,8 +140,10 @@ func TestTheMirrorCopiesEveryRevisionWithItsNumbers(t *testing.T) {
 }
 
 // TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused: a mirror told to
-// stop when caught up returns nil with the copy complete; another mirror
-// into the same root refuses it (it is not fresh).
+// stop when caught up returns nil with the copy complete; run again on the
+// same root with the same source it continues (nothing to copy twice);
+// another source's mirror, or one into a root with other content, is
+// refused.
 func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
@@ -158,8 +159,28 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	if got, want := rootview.Dump(rootview.Recovered(t, cfg)), rootview.Dump(src.Engine.Snapshot()); got != want {
 		t.Fatalf("copy:\n%s\nsource:\n%s", got, want)
 	}
-	if err := start(t, c, cfg, true, nil).result(t); !errors.Is(err, snaprestore.ErrRootInUse) {
-		t.Fatalf("a mirror into a used root: %v, want %v", err, snaprestore.ErrRootInUse)
+	if _, err := c.Put(ctxT(t), "k9", "later"); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(t, c, cfg, true, nil).result(t); err != nil {
+		t.Fatalf("the same mirror run again: %v", err)
+	}
+	if got, want := rootview.Dump(rootview.Recovered(t, cfg)), rootview.Dump(src.Engine.Snapshot()); got != want {
+		t.Fatalf("continued copy:\n%s\nsource:\n%s", got, want)
+	}
+	err := mirror.Run(ctxT(t), mirror.Config{Source: c, Prefix: []byte("k"), Store: cfg, UntilCaughtUp: true}, nil)
+	if !errors.Is(err, mirror.ErrNotResumable) {
+		t.Fatalf("a mirror of another prefix into the root: %v, want %v", err, mirror.ErrNotResumable)
+	}
+	used := storeConfig(t)
+	var st *zkstore.Store
+	st, err = zkstore.Open(ctxT(t), used)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if err := start(t, c, used, true, nil).result(t); !errors.Is(err, zkstore.ErrNotFresh) {
+		t.Fatalf("a mirror into a used root: %v, want %v", err, zkstore.ErrNotFresh)
 	}
 }
 
@@ -205,7 +226,9 @@ func TestAnotherWriterOnTheRootStopsTheMirror(t *testing.T) {
 	cfg := storeConfig(t)
 	m := start(t, c, cfg, false, nil)
 	testutil.Eventually(t, 30*time.Second, "the mirror follows the source", func() bool { return m.status().SourceRev > 0 })
-	st, err := zkstore.Open(ctx, cfg)
+	intruder := cfg
+	intruder.Mirror = true // past the refusal every other Open meets
+	st, err := zkstore.Open(ctx, intruder)
 	if err != nil {
 		t.Fatal(err)
 	}
