@@ -83,6 +83,12 @@ func TestMirrorCommandUntilCaughtUp(t *testing.T) {
 		t.Fatalf("zketcd mirror: %v\n%s", err, out)
 	}
 	t.Logf("mirror: %s", strings.TrimSpace(string(out)))
+	out, err = exec.Command(bin, "mirror", "cutover", "--from", "http://"+src.Endpoint(), "--zk", sharedZK.Addr(t), "--zk-root", root,
+		"--quiet", "200ms", "--log-level", "warn").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("at revision %d: prefix hash", want.Rev)) {
+		t.Fatalf("zketcd mirror cutover: %v\n%s", err, out)
+	}
+	t.Logf("mirror cutover: %s", strings.TrimSpace(string(out)))
 	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})
 	compareDumps(t, "etcd", want, "zketcd mirror", takeDump(t, zk.Client(t), "zketcd"))
 }

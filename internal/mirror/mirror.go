@@ -102,6 +102,10 @@ type Config struct {
 	// Quiet is how long the cut-over waits for the source to take no write
 	// under the prefix (default 1 s).
 	Quiet time.Duration
+	// AfterCommit, if set, is called after each entry the mirror commits
+	// (tests: an error stops the mirror there, as a crash between two
+	// commits would).
+	AfterCommit func(lsn int64) error
 }
 
 // Status is the mirror's position.
@@ -768,6 +772,9 @@ func (m *mirror) commit(ctx context.Context, ops []revision.Op, rev int64) error
 	e.Zxid = res.Zxid
 	if _, err := m.view.Apply(e); err != nil {
 		return fmt.Errorf("mirror: entry %d: %w", e.LSN, err)
+	}
+	if m.cfg.AfterCommit != nil {
+		return m.cfg.AfterCommit(e.LSN)
 	}
 	return nil
 }
