@@ -208,6 +208,11 @@ func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
+	// A keepalive at the source after the mirror copied the lease: the
+	// cut-over renews the copy (keepalives are not mirrored).
+	if _, err := ec.KeepAliveOnce(ctx, viaWatch); err != nil {
+		t.Fatal(err)
+	}
 	grant(viaSync, "") // no key: only the lease sync sees it
 	time.Sleep(time.Second)
 	mcancel()

@@ -15,9 +15,9 @@
 // revisions and versions), granting and revoking leases as the source
 // does, with the same IDs and granted TTLs and the time they have left at
 // the source (a remaining-TTL checkpoint, from LeaseTimeToLive; keepalives
-// are not mirrored: the cut-over checkpoints every lease's remaining TTL
-// again, and after it every lease counts down from that, and a keepalive
-// renews it for its granted TTL, as on the source).
+// are not mirrored: the cut-over renews the copy of every lease the source
+// kept alive since, and after it every lease counts down from what it had
+// left, and a keepalive renews it for its granted TTL, as on the source).
 //
 // The revisions of a prefix are sparse (the source's other clusters took
 // the numbers between): the mirror keeps them, moving the root's revision
@@ -154,8 +154,9 @@ func Run(ctx context.Context, cfg Config, status func(Status)) error {
 
 // Cutover copies the source (continuing a mirror that ran before, or
 // starting one), catches up, waits until the source has taken no write
-// under the prefix for cfg.Quiet, copies the tail, moves the root's
-// revision to the source's, checkpoints every lease's remaining TTL,
+// under the prefix for cfg.Quiet, copies the tail, renews the leases the
+// source kept alive since they were copied, moves the root's revision to
+// the source's,
 // compares PrefixHash of both sides at that revision (ErrHashMismatch if
 // they differ: the mirror then stays unfinished) and marks the mirror
 // finished, after which instances may serve the root. The writers of the
@@ -743,6 +744,51 @@ func (m *mirror) syncLeases(ctx context.Context) error {
 	return m.commitOps(ctx, ops)
 }
 
+// renewKeptAlive renews the root's copy of every lease that has more time
+// left at the source than the copy would have: one the source kept alive
+// after the mirror checkpointed it (keepalives are not mirrored). The copy
+// then lives its whole granted TTL from a leader's first look, never less
+// than at the source. The time the copy has left is estimated as a
+// zketcd instance's LeaseTimeToLive does (from the token's write time, by
+// ZooKeeper's clock, and the checkpoint): a clock offset between
+// ZooKeeper and this host shifts the estimate by as much.
+func (m *mirror) renewKeptAlive(ctx context.Context) error {
+	var renew []int64
+	now := time.Now()
+	for _, id := range m.view.LeaseIDs() {
+		l := m.lease(id)
+		if l == nil {
+			continue
+		}
+		_, remaining, err := m.sourceTTL(ctx, id)
+		if err != nil {
+			return err
+		}
+		tok, ok, err := m.st.ReadLeaseToken(id)
+		if err != nil {
+			return fmt.Errorf("mirror: lease %x: %w", id, err)
+		}
+		if !ok {
+			continue
+		}
+		left := l.TTL
+		if tok.Version == 0 && l.RemainingTTL > 0 && l.RemainingTTL < left {
+			left = l.RemainingTTL
+		}
+		if est := float64(left) - now.Sub(tok.Renewed).Seconds(); float64(remaining) > est+1 {
+			renew = append(renew, id)
+		}
+	}
+	if len(renew) == 0 {
+		return nil
+	}
+	if _, err := m.st.RenewLeases(renew); err != nil {
+		return fmt.Errorf("mirror: renew the leases the source kept alive: %w", err)
+	}
+	m.lg.WithField("leases", len(renew)).Info("mirror: renewed the leases the source kept alive since they were copied")
+	return nil
+}
+
 // commitOps commits ops that take no revision, in entries of at most
 // opsPerEntry ops.
 func (m *mirror) commitOps(ctx context.Context, ops []revision.Op) error {
@@ -780,21 +826,11 @@ func (m *mirror) commit(ctx context.Context, ops []revision.Op, rev int64) error
 }
 
 // finish ends a cut-over at rev, up to which the root holds every change
-// of the source: it checkpoints every lease's remaining TTL, moves the
-// root's revision to rev, compares the prefix's hashes at rev and marks
-// the mirror finished.
+// of the source: it renews the leases the source renewed since the mirror
+// checkpointed them, moves the root's revision to rev, compares the
+// prefix's hashes at rev and marks the mirror finished.
 func (m *mirror) finish(ctx context.Context, rev int64) (Result, error) {
-	var ops []revision.Op
-	for _, id := range m.view.LeaseIDs() {
-		granted, remaining, err := m.sourceTTL(ctx, id)
-		if err != nil {
-			return Result{}, err
-		}
-		if remaining > 0 && remaining <= granted {
-			ops = append(ops, revision.Op{Kind: revision.OpLeaseCheckpoint, Lease: id, TTL: remaining})
-		}
-	}
-	if err := m.commitOps(ctx, ops); err != nil {
+	if err := m.renewKeptAlive(ctx); err != nil {
 		return Result{}, err
 	}
 	if cur := m.view.State().Rev; rev > cur {

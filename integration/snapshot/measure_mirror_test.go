@@ -1,0 +1,117 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/zketcd/zketcd/integration/etcdoracle"
+	"github.com/zketcd/zketcd/integration/kubedata"
+	"github.com/zketcd/zketcd/internal/mirror"
+)
+
+// TestMeasurePrefixMirror is not a check but a measurement, run on
+// request: MIRROR_MEASURE_KEYS=100000 writes that many kube-like objects
+// (integration/kubedata) under one prefix of an etcd 3.7.3 and half as
+// many under another, then times `zketcd mirror cutover` of the first
+// prefix into a fresh root (the initial copy, the follow and the
+// cut-over's hashes), logging its progress and the peak live Go heap it
+// adds in this process (which also runs the idle source etcd).
+func TestMeasurePrefixMirror(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("MIRROR_MEASURE_KEYS"))
+	if n <= 0 {
+		t.Skip("set MIRROR_MEASURE_KEYS to measure")
+	}
+	src := etcdoracle.Start(t, etcdoracle.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 8 << 30 }))
+	ec := src.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	defer cancel()
+	lc := pb.NewLeaseClient(ec.ActiveConnection())
+	for _, id := range []int64{0x61, 0x62, 0x63} {
+		if _, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: 3600}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	var bytes int64
+	fillKube(t, ctx, ec, prefixA, 1, n, &bytes)
+	fillKube(t, ctx, ec, prefixB, 2, n/2, nil)
+	t.Logf("source: %d objects (%.1f MiB of values) under %s and %d under %s written in %v",
+		n, float64(bytes)/(1<<20), prefixA, n/2, prefixB, time.Since(start).Round(time.Second))
+
+	var res mirror.Result
+	var took time.Duration
+	var statusMu sync.Mutex
+	peak := peakHeap(func() {
+		began := time.Now()
+		var err error
+		res, err = mirror.Cutover(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Prefix: []byte(prefixA),
+			Store: storeConfig(t, freshRoot(t)), StatusInterval: 2 * time.Second, Quiet: time.Second},
+			func(s mirror.Status) {
+				statusMu.Lock()
+				defer statusMu.Unlock()
+				if s.Initial {
+					t.Logf("progress %6.1fs: initial copy: %d keys at revision %d", time.Since(began).Seconds(), s.Copied, s.Rev)
+				} else {
+					t.Logf("progress %6.1fs: revision %d, source at %d, behind %d, %d leases", time.Since(began).Seconds(), s.Rev, s.SourceRev, s.Behind(), s.Leases)
+				}
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took = time.Since(began)
+	})
+	t.Logf("MEASURE prefix mirror cutover of %d kube-like objects: %v, peak live heap +%.1f MiB; revision %d, hash %08x on both sides, %d keys, %d leases",
+		n, took.Round(time.Millisecond), float64(peak)/(1<<20), res.Rev, res.RootHash, res.Keys, res.Leases)
+}
+
+// fillKube writes n objects of kubedata seed under prefix, events leased.
+func fillKube(t *testing.T, ctx context.Context, c *clientv3.Client, prefix string, seed uint64, n int, total *int64) {
+	t.Helper()
+	g := kubedata.New(seed)
+	const perTxn, workers = 50, 4
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for base := w * perTxn; base < n; base += workers * perTxn {
+				var ops []clientv3.Op
+				var size int64
+				for i := base; i < min(base+perTxn, n); i++ {
+					o := g.Object(i)
+					size += int64(len(o.Value))
+					var opts []clientv3.OpOption
+					if o.Kind == "event" {
+						opts = append(opts, clientv3.WithLease(clientv3.LeaseID(0x61+int64(i%3))))
+					}
+					ops = append(ops, clientv3.OpPut(prefix+o.Key[1:], string(o.Value), opts...))
+				}
+				if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+					errs <- fmt.Errorf("fill %s: %w", prefix, err)
+					return
+				}
+				if total != nil {
+					mu.Lock()
+					*total += size
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
