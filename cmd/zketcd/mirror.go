@@ -66,9 +66,13 @@ func runMirror(args []string) error {
 	cfg := mirror.Config{Source: src, SourceURLs: *from, Prefix: []byte(*prefix), Store: sc, UntilCaughtUp: *untilCaughtUp,
 		StatusInterval: *interval, Quiet: *quiet, PageSize: *pageSize}
 	var last mirror.Status
+	var shown mirror.Status
 	progress := func(s mirror.Status) {
 		last = s
-		showProgress(os.Stderr, s)
+		if s != shown {
+			shown = s
+			showProgress(os.Stderr, s)
+		}
 	}
 	what := *from
 	if *prefix != "" {

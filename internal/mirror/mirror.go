@@ -350,6 +350,8 @@ func (m *mirror) initial(ctx context.Context, status func(Status)) error {
 	if err != nil {
 		return fmt.Errorf("mirror: initial copy: %w", err)
 	}
+	m.lg.WithFields(logrus.Fields{"revision": snap.State.Rev, "keys": len(snap.Keys), "bytes": snap.DataBytes()}).
+		Info("mirror: writing the initial copy to ZooKeeper")
 	b, err := m.st.ImportBase(ctx, snap)
 	if err != nil {
 		return fmt.Errorf("mirror: write the initial copy to %s: %w", m.cfg.Store.Root, err)

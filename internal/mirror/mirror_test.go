@@ -249,3 +249,63 @@ func TestAnotherWriterOnTheRootStopsTheMirror(t *testing.T) {
 		t.Fatalf("the mirror stopped with %v, want it to name another writer", err)
 	}
 }
+
+// TestPrefixCutoverCopiesOneOfTwoClusters: a mirror of one prefix copies
+// its keys with their revisions across the other prefix's revisions (the
+// gaps), the root refuses instances until the cut-over, and the cut-over
+// agrees on the source's revision with equal prefix hashes.
+func TestPrefixCutoverCopiesOneOfTwoClusters(t *testing.T) {
+	src := memserver.Start(t, memserver.Options{})
+	c := src.Client(t)
+	ctx := ctxT(t)
+	put := func(k string) int64 {
+		t.Helper()
+		r, err := c.Put(ctx, k, "v"+k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	put("/a/1")
+	put("/b/1")
+	pcfg := storeConfig(t)
+	mc := mirror.Config{Source: c, Prefix: []byte("/a/"), Store: pcfg, StatusInterval: 20 * time.Millisecond, Quiet: 50 * time.Millisecond, UntilCaughtUp: true}
+	if err := mirror.Run(ctx, mc, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zkstore.Open(ctx, pcfg); !errors.Is(err, zkstore.ErrMirrorInProgress) {
+		t.Fatalf("an instance on a root being mirrored: %v", err)
+	}
+	put("/b/2")
+	a2 := put("/a/2")
+	put("/b/3")
+	last := put("/b/4")
+	mc.UntilCaughtUp = false
+	res, err := mirror.Cutover(ctx, mc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rev != last || res.SourceHash != res.RootHash || res.Keys != 2 {
+		t.Fatalf("cut-over %+v, want revision %d, 2 keys, equal hashes", res, last)
+	}
+	snap := rootview.Recovered(t, pcfg)
+	if snap.State.Rev != last {
+		t.Fatalf("root at revision %d, want %d", snap.State.Rev, last)
+	}
+	var mods []int64
+	snap.Each(func(kh revision.KeyHistory) bool {
+		mods = append(mods, kh.Versions[len(kh.Versions)-1].ModRevision)
+		return true
+	})
+	if len(mods) != 2 || mods[1] != a2 {
+		t.Fatalf("mod revisions %v, want /a/2 at %d", mods, a2)
+	}
+	st, err := zkstore.Open(ctx, pcfg)
+	if err != nil {
+		t.Fatalf("an instance on the cut-over root: %v", err)
+	}
+	st.Close()
+	if err := mirror.Run(ctx, mc, nil); !errors.Is(err, mirror.ErrNotResumable) {
+		t.Fatalf("a mirror into a root cut over: %v", err)
+	}
+}
