@@ -85,7 +85,7 @@ Usage:
   zketcd mirror --from URLS [--prefix P] --zk HOST:PORT --zk-root /ROOT [--tenant NAME] [--until-caught-up]
                                               copy a running etcd (or one prefix of it), same revisions,
                                               and follow it; run again, it continues where it stopped
-  zketcd mirror cutover --from URLS [--prefix P] --zk HOST:PORT --zk-root /ROOT [--quiet 1s]
+  zketcd mirror cutover --from URLS [--prefix P] --zk HOST:PORT --zk-root /ROOT [--quiet 1s] [--on-signal]
                                               catch up, wait for quiet, check both sides' prefix hash,
                                               and hand the root to the instances
   zketcd replay-loss [--endpoints H:P] [--dry-run] FILE

@@ -39,6 +39,7 @@ func runMirror(args []string) error {
 	untilCaughtUp := fs.Bool("until-caught-up", false, "exit once every revision the source has is copied")
 	interval := fs.Duration("status-interval", 5*time.Second, "how often to show the position and sync leases")
 	quiet := fs.Duration("quiet", time.Second, "cutover: how long the source must take no write under the prefix")
+	onSignal := fs.Bool("on-signal", false, "cutover: copy and follow until SIGUSR1 (send it once the writers stopped), then cut over")
 	pageSize := fs.Int("page-size", 1000, "keys per Range of a prefix's initial copy and of the cut-over's hash")
 	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "root znode to copy into: absent, empty, or a mirror's to continue")
 	f.registerLog(fs)
@@ -77,6 +78,22 @@ func runMirror(args []string) error {
 	what := *from
 	if *prefix != "" {
 		what = fmt.Sprintf("%q of %s", *prefix, *from)
+	}
+	if cutover && *onSignal {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		start := make(chan struct{})
+		cfg.Start = start
+		fmt.Fprintf(os.Stderr, "following; send SIGUSR1 (kill -USR1 %d) once the writers of the prefix stopped\n", os.Getpid())
+		go func() {
+			select {
+			case <-usr1:
+				fmt.Fprintln(os.Stderr, "cut-over: waiting for the source to be quiet")
+				close(start)
+			case <-ctx.Done():
+			}
+		}()
 	}
 	if cutover {
 		res, err := mirror.Cutover(ctx, cfg, progress)

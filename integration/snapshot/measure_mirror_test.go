@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -56,20 +57,41 @@ func TestMeasurePrefixMirror(t *testing.T) {
 		// The command as an operator runs it, in a process of its own:
 		// its wall time, its peak resident memory, its progress lines.
 		root := freshRoot(t)
-		cmd := exec.CommandContext(ctx, bin, "mirror", "cutover", "--from", "http://"+src.Endpoint(), "--prefix", prefixA,
+		cmd := exec.CommandContext(ctx, bin, "mirror", "cutover", "--on-signal", "--from", "http://"+src.Endpoint(), "--prefix", prefixA,
 			"--zk", sharedZK.Addr(t), "--zk-root", root, "--status-interval", "2s", "--log-level", "warn")
-		began := time.Now()
-		out, err := cmd.CombinedOutput()
-		took := time.Since(began)
+		stderr, err := cmd.StderrPipe()
 		if err != nil {
-			t.Fatalf("zketcd mirror cutover: %v\n%s", err, out)
+			t.Fatal(err)
 		}
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			t.Logf("| %s", line)
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		began := time.Now()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
+		// Once caught up, the operator's signal (the writers are idle
+		// here): from it to the last line is the cut-over's write pause.
+		caught := "behind 0"
+		var signalled time.Time
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			t.Logf("| %6.1fs %s", time.Since(began).Seconds(), line)
+			if signalled.IsZero() && strings.Contains(line, caught) {
+				signalled = time.Now()
+				if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("zketcd mirror cutover: %v\n%s", err, stdout.String())
+		}
+		took := time.Since(began)
+		t.Logf("| %s", strings.TrimSpace(stdout.String()))
 		maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB on Linux
-		t.Logf("MEASURE zketcd mirror cutover --prefix of %d kube-like objects: %v, peak RSS %.1f MiB",
-			n, took.Round(time.Millisecond), float64(maxRSS)/1024)
+		t.Logf("MEASURE zketcd mirror cutover --prefix of %d kube-like objects: %v in all, %v from the signal to the cut-over, peak RSS %.1f MiB",
+			n, took.Round(time.Millisecond), time.Since(signalled).Round(time.Millisecond), float64(maxRSS)/1024)
 		return
 	}
 	var res mirror.Result

@@ -102,6 +102,10 @@ type Config struct {
 	// Quiet is how long the cut-over waits for the source to take no write
 	// under the prefix (default 1 s).
 	Quiet time.Duration
+	// Start, if not nil, holds a cut-over back: it copies and follows
+	// until Start is closed (the operator stopped the writers), and only
+	// then waits for the quiet period. Nil: the cut-over starts at once.
+	Start <-chan struct{}
 	// AfterCommit, if set, is called after each entry the mirror commits
 	// (tests: an error stops the mirror there, as a crash between two
 	// commits would).
@@ -510,6 +514,11 @@ func (m *mirror) follow(ctx context.Context, status func(Status), cutover bool) 
 		return nil
 	}
 	caughtUp := false
+	start := m.cfg.Start
+	armed := cutover && start == nil
+	if !cutover {
+		start = nil
+	}
 	// confirmed takes a revision up to which every change is copied and
 	// says whether the mirror is done.
 	confirmed := func(rev int64) bool {
@@ -522,7 +531,7 @@ func (m *mirror) follow(ctx context.Context, status func(Status), cutover bool) 
 			}
 		}
 		if cutover {
-			return time.Since(m.last) >= m.cfg.Quiet
+			return armed && time.Since(m.last) >= m.cfg.Quiet
 		}
 		return m.cfg.UntilCaughtUp
 	}
@@ -552,6 +561,11 @@ func (m *mirror) follow(ctx context.Context, status func(Status), cutover bool) 
 		select {
 		case <-ctx.Done():
 			return 0, nil
+		case <-start:
+			// The quiet period counts from now: writes before the
+			// operator's signal do not count as quiet.
+			start, armed, m.last = nil, true, time.Now()
+			m.lg.Info("mirror: cut-over started; waiting for the source to be quiet")
 		case <-tick.C:
 			sync := time.Since(lastSync) >= interval
 			if sync {

@@ -276,12 +276,37 @@ func TestPrefixCutoverCopiesOneOfTwoClusters(t *testing.T) {
 	if _, err := zkstore.Open(ctx, pcfg); !errors.Is(err, zkstore.ErrMirrorInProgress) {
 		t.Fatalf("an instance on a root being mirrored: %v", err)
 	}
+	// The cut-over held back until the operator's signal: it follows,
+	// and a quiet source does not end it.
+	mc.UntilCaughtUp = false
+	start := make(chan struct{})
+	mc.Start = start
+	type outcome struct {
+		res mirror.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := mirror.Cutover(ctx, mc, nil)
+		done <- outcome{res, err}
+	}()
 	put("/b/2")
 	a2 := put("/a/2")
 	put("/b/3")
 	last := put("/b/4")
-	mc.UntilCaughtUp = false
-	res, err := mirror.Cutover(ctx, mc, nil)
+	select {
+	case o := <-done:
+		t.Fatalf("the cut-over ended before its start: %+v %v", o.res, o.err)
+	case <-time.After(500 * time.Millisecond): // a negative: ten quiet periods
+	}
+	close(start)
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cut-over did not end")
+	}
+	res, err := o.res, o.err
 	if err != nil {
 		t.Fatal(err)
 	}
