@@ -58,7 +58,7 @@ func TestMeasurePrefixMirror(t *testing.T) {
 		// its wall time, its peak resident memory, its progress lines.
 		root := freshRoot(t)
 		cmd := exec.CommandContext(ctx, bin, "mirror", "cutover", "--on-signal", "--from", "http://"+src.Endpoint(), "--prefix", prefixA,
-			"--zk", sharedZK.Addr(t), "--zk-root", root, "--status-interval", "2s", "--log-level", "warn")
+			"--zk", sharedZK.Addr(t), "--zk-root", root, "--status-interval", "2s")
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
 			t.Fatal(err)

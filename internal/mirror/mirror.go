@@ -860,9 +860,12 @@ func (m *mirror) finish(ctx context.Context, rev int64) (Result, error) {
 	res := Result{Rev: rev, Leases: m.view.LeaseCount()}
 	var err error
 	var srcKeys int
+	began := time.Now()
 	if res.SourceHash, srcKeys, err = SourceHash(ctx, m.cfg.Source, m.cfg.Prefix, rev, m.cfg.PageSize); err != nil {
 		return res, err
 	}
+	m.lg.WithFields(logrus.Fields{"revision": rev, "keys": srcKeys, "took": time.Since(began).Round(time.Millisecond)}).Info("mirror: hashed the source's prefix")
+	began = time.Now()
 	if err := m.view.Read(func(r revision.Reader) error {
 		h := NewPrefixHash()
 		key, end := m.key, m.end
@@ -878,6 +881,7 @@ func (m *mirror) finish(ctx context.Context, rev int64) (Result, error) {
 	}); err != nil {
 		return res, fmt.Errorf("mirror: hash the copy at revision %d: %w", rev, err)
 	}
+	m.lg.WithFields(logrus.Fields{"revision": rev, "keys": res.Keys, "took": time.Since(began).Round(time.Millisecond)}).Info("mirror: hashed the copy")
 	if res.SourceHash != res.RootHash || srcKeys != res.Keys {
 		return res, fmt.Errorf("mirror: %w at revision %d: the source's prefix hash is %08x over %d keys, the copy's %08x over %d keys; the mirror stays unfinished",
 			ErrHashMismatch, rev, res.SourceHash, srcKeys, res.RootHash, res.Keys)
