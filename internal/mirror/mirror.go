@@ -232,7 +232,7 @@ func prepare(ctx context.Context, cfg Config, status func(Status)) (*mirror, err
 		return nil, fmt.Errorf("mirror: %w", err)
 	}
 	m.tag = revision.WriterTag{Nonce: binary.BigEndian.Uint64(nonce[:])}
-	head, err := cfg.Source.Get(ctx, string(m.key), clientv3.WithRange(string(m.end)), clientv3.WithCountOnly())
+	head, err := sourceHead(ctx, cfg.Source, m.key)
 	if err != nil {
 		return nil, fmt.Errorf("mirror: source: %w", err)
 	}
@@ -281,6 +281,13 @@ func prepare(ctx context.Context, cfg Config, status func(Status)) (*mirror, err
 		}
 		return m, nil
 	}
+}
+
+// sourceHead is a linearizable read of one key (the prefix itself), for
+// the source's header: its cluster ID and current revision, at the cost
+// of one key, not of the prefix's.
+func sourceHead(ctx context.Context, c *clientv3.Client, key []byte) (*clientv3.GetResponse, error) {
+	return c.Get(ctx, string(key), clientv3.WithCountOnly())
 }
 
 // resumable refuses a root claimed by another mirror, or finished.
@@ -499,7 +506,7 @@ func (m *mirror) follow(ctx context.Context, status func(Status), cutover bool) 
 				return err
 			}
 		}
-		resp, err := m.cfg.Source.Get(ctx, string(m.key), clientv3.WithRange(string(m.end)), clientv3.WithCountOnly())
+		resp, err := sourceHead(ctx, m.cfg.Source, m.key)
 		if err != nil {
 			return fmt.Errorf("mirror: source revision: %w", err)
 		}
