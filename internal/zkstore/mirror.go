@@ -72,7 +72,7 @@ func ClaimMirror(ctx context.Context, cfg Config, rec MirrorRecord) (got MirrorR
 	if err := s.ensureRootNode(); err != nil {
 		return MirrorRecord{}, false, err
 	}
-	kids, st, err := s.conn.Children(cfg.Root)
+	kids, _, err := s.conn.Children(cfg.Root)
 	if err != nil {
 		return MirrorRecord{}, false, s.wrap("list "+cfg.Root, err)
 	}
@@ -81,14 +81,17 @@ func ClaimMirror(ctx context.Context, cfg Config, rec MirrorRecord) (got MirrorR
 	}
 	rec.State = MirrorCopying
 	data, _ := json.Marshal(rec)
-	// The root's child version guards against a concurrent first write.
-	_, err = s.conn.Multi(&zk.CheckVersionRequest{Path: cfg.Root, Version: st.Cversion},
-		&zk.CreateRequest{Path: s.l.mirror(), Data: data, Acl: s.acl})
-	if err != nil {
-		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) {
-			return MirrorRecord{}, false, fmt.Errorf("%w: %s changed while the mirror claimed it", ErrNotFresh, cfg.Root)
+	if _, err := s.conn.Create(s.l.mirror(), data, 0, s.acl); err != nil {
+		if errors.Is(err, zk.ErrNodeExists) {
+			return MirrorRecord{}, false, fmt.Errorf("%w: another mirror claimed %s meanwhile", ErrNotFresh, cfg.Root)
 		}
 		return MirrorRecord{}, false, s.wrap("claim "+cfg.Root, err)
+	}
+	// Something created beside the record meanwhile (an instance that
+	// opened the root before the record existed): not this mirror's.
+	if kids, _, err = s.conn.Children(cfg.Root); err == nil && len(kids) > 1 {
+		_ = s.conn.Delete(s.l.mirror(), -1)
+		return MirrorRecord{}, false, fmt.Errorf("%w: %s changed while the mirror claimed it", ErrNotFresh, cfg.Root)
 	}
 	return rec, true, nil
 }

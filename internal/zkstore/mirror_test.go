@@ -70,4 +70,12 @@ func TestARootAMirrorCopiesIntoIsServedOnlyOnceFinished(t *testing.T) {
 	if _, _, err := ClaimMirror(ctx, other, rec); !errors.Is(err, ErrNotFresh) {
 		t.Fatalf("claimed a root with content: %v", err)
 	}
+	// Emptied (a mirror starting its initial copy over), it is claimed
+	// again: its znode has had children, so its child version moved.
+	if err := DeleteRoot(ctx, other, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, created, err := ClaimMirror(ctx, other, rec); err != nil || !created {
+		t.Fatalf("claim of an emptied root: %v %v", created, err)
+	}
 }
