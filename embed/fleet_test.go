@@ -102,19 +102,13 @@ func (fx *fleetFixture) client(f *embed.Fleet, cn string) *clientv3.Client {
 	return c
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestFleetTenantsAreIndependentClusters: two tenants on one fleet each
 // see only their own keys, revisions and leases, numbered from 1 as a
 // fresh etcd's.
 func TestFleetTenantsAreIndependentClusters(t *testing.T) {
 	fx := newFleetFixture(t, "alpha", "beta")
 	f := fx.start("i1", nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	a, b := fx.client(f, "alpha"), fx.client(f, "beta")
 	for i := range 3 {
 		if _, err := a.Put(ctx, "/registry/k", string(rune('a'+i))); err != nil {
@@ -153,7 +147,7 @@ func TestFleetTenantsAreIndependentClusters(t *testing.T) {
 func TestFleetRefusesACertificateThatNamesNoTenant(t *testing.T) {
 	fx := newFleetFixture(t, "alpha")
 	f := fx.start("i1", nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := fx.client(f, "alpha").Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +173,7 @@ func TestFleetRefusesACertificateThatNamesNoTenant(t *testing.T) {
 func TestFleetStopsADeletedTenantAndAnIdleOne(t *testing.T) {
 	fx := newFleetFixture(t, "alpha", "beta")
 	f := fx.start("i1", func(c *embed.Config) { c.Tenants.IdleTimeout = 300 * time.Millisecond })
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := fx.client(f, "alpha").Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +229,7 @@ func TestFleetForwardsEachTenantsWritesToItsLeader(t *testing.T) {
 	fx := newFleetFixture(t, "alpha", "beta")
 	fwd := func(c *embed.Config) { c.Engine.ForwardWrites = true }
 	i1, i2 := fx.start("i1", fwd), fx.start("i2", fwd)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	// alpha first reaches i1 and beta i2: each leads one.
 	if _, err := fx.client(i1, "alpha").Put(ctx, "seed", "1"); err != nil {
 		t.Fatal(err)

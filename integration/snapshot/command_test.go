@@ -217,7 +217,7 @@ func TestPrefixMirrorCommandKilledAndRunAgain(t *testing.T) {
 		t.Fatalf("zketcd mirror cutover: %v, want %q\n%s", err, want, out)
 	}
 	t.Logf("cutover: %s", strings.TrimSpace(string(out)))
-	snap := rootview.Recovered(t, storeConfig(t, root))
+	snap := rootview.Recovered(t, rootview.StoreConfig(t, sharedZK, root))
 	changed := map[int64]bool{}
 	snap.Each(func(kh revision.KeyHistory) bool {
 		for _, kv := range kh.Versions {

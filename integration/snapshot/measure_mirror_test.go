@@ -20,6 +20,7 @@ import (
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/integration/kubedata"
 	"github.com/zketcd/zketcd/internal/mirror"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 )
 
 // TestMeasurePrefixMirror is not a check but a measurement, run on
@@ -101,7 +102,7 @@ func TestMeasurePrefixMirror(t *testing.T) {
 		began := time.Now()
 		var err error
 		res, err = mirror.Cutover(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Prefix: []byte(prefixA),
-			Store: storeConfig(t, freshRoot(t)), StatusInterval: 2 * time.Second, Quiet: time.Second},
+			Store: rootview.StoreConfig(t, sharedZK, freshRoot(t)), StatusInterval: 2 * time.Second, Quiet: time.Second},
 			func(s mirror.Status) {
 				statusMu.Lock()
 				defer statusMu.Unlock()

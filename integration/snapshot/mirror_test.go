@@ -14,6 +14,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/internal/mirror"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 )
 
 // TestMirrorCopiesEtcdWithTheSameRevisions: `zketcd mirror` copies an etcd
@@ -35,7 +36,7 @@ func TestMirrorCopiesEtcdWithTheSameRevisions(t *testing.T) {
 	var last mirror.Status
 	done := make(chan error, 1)
 	go func() {
-		done <- mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, root),
+		done <- mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
 			StatusInterval: 100 * time.Millisecond}, func(s mirror.Status) { mu.Lock(); last = s; mu.Unlock() })
 	}()
 
@@ -101,7 +102,7 @@ func TestMirrorCopiesEtcdWithTheSameRevisions(t *testing.T) {
 	}
 	// The cut-over continues the stopped mirror, finds the source quiet
 	// and hands the root over.
-	res, err := mirror.Cutover(wctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, root),
+	res, err := mirror.Cutover(wctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
 		StatusInterval: 100 * time.Millisecond, Quiet: 200 * time.Millisecond}, nil)
 	if err != nil || res.Rev != head.Header.Revision || res.SourceHash != res.RootHash {
 		t.Fatalf("cut-over: %+v %v, want revision %d", res, err, head.Header.Revision)
@@ -129,7 +130,7 @@ func TestMirrorStopsWhenTheSourceCompactsPastIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	first := true
-	err := mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, freshRoot(t))},
+	err := mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, freshRoot(t))},
 		func(mirror.Status) {
 			if !first {
 				return
@@ -196,7 +197,7 @@ func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
 	var once sync.Once
 	done := make(chan error, 1)
 	go func() {
-		done <- mirror.Run(mctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, root),
+		done <- mirror.Run(mctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
 			StatusInterval: 100 * time.Millisecond}, func(mirror.Status) { once.Do(func() { close(started) }) })
 	}()
 	select {
@@ -219,7 +220,7 @@ func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("mirror: %v", err)
 	}
-	if _, err := mirror.Cutover(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, root),
+	if _, err := mirror.Cutover(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
 		StatusInterval: 100 * time.Millisecond, Quiet: 100 * time.Millisecond}, nil); err != nil {
 		t.Fatalf("cut-over: %v", err)
 	}

@@ -205,7 +205,7 @@ func TestPrefixMirrorMovesOneClusterOutOfASharedEtcd(t *testing.T) {
 	killAt := 5
 	cfg := func() mirror.Config {
 		return mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), SourceURLs: src.Endpoint(), Prefix: []byte(prefixA),
-			Store: storeConfig(t, root), StatusInterval: 100 * time.Millisecond, Quiet: 300 * time.Millisecond, PageSize: 7,
+			Store: rootview.StoreConfig(t, sharedZK, root), StatusInterval: 100 * time.Millisecond, Quiet: 300 * time.Millisecond, PageSize: 7,
 			AfterCommit: func(int64) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -297,7 +297,7 @@ func TestPrefixMirrorMovesOneClusterOutOfASharedEtcd(t *testing.T) {
 
 	// Every revision copied once, none skipped: the root's log holds the
 	// copied cluster's revisions after the initial copy, in order.
-	snap := rootview.Recovered(t, storeConfig(t, root))
+	snap := rootview.Recovered(t, rootview.StoreConfig(t, sharedZK, root))
 	var logged []int64
 	seen := map[int64]bool{}
 	snap.Each(func(kh revision.KeyHistory) bool {
@@ -395,7 +395,7 @@ func TestPrefixMirrorCannotResumePastACompaction(t *testing.T) {
 		w.step(ctx)
 	}
 	root := freshRoot(t)
-	cfg := mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Prefix: []byte(prefixA), Store: storeConfig(t, root),
+	cfg := mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Prefix: []byte(prefixA), Store: rootview.StoreConfig(t, sharedZK, root),
 		UntilCaughtUp: true, StatusInterval: 100 * time.Millisecond}
 	if err := mirror.Run(ctx, cfg, nil); err != nil {
 		t.Fatal(err)
@@ -415,7 +415,7 @@ func TestPrefixMirrorCannotResumePastACompaction(t *testing.T) {
 		t.Fatalf("resume past a compaction: %v", err)
 	}
 	t.Logf("resume refused: %v", err)
-	if _, err := zkstore.Open(ctx, storeConfig(t, root)); !errors.Is(err, zkstore.ErrMirrorInProgress) {
+	if _, err := zkstore.Open(ctx, rootview.StoreConfig(t, sharedZK, root)); !errors.Is(err, zkstore.ErrMirrorInProgress) {
 		t.Fatalf("an instance on the unfinished root: %v", err)
 	}
 }
@@ -444,7 +444,7 @@ func TestPrefixMirrorRoundTripsBackToEtcd(t *testing.T) {
 	}
 	root := freshRoot(t)
 	res, err := mirror.Cutover(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Prefix: []byte(prefixA),
-		Store: storeConfig(t, root), StatusInterval: 100 * time.Millisecond, Quiet: 100 * time.Millisecond}, nil)
+		Store: rootview.StoreConfig(t, sharedZK, root), StatusInterval: 100 * time.Millisecond, Quiet: 100 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

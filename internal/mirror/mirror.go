@@ -478,6 +478,85 @@ func (m *mirror) status() Status {
 	return Status{Rev: st.Rev, Seen: max(m.seen, st.Rev), SourceRev: m.src, Leases: m.view.LeaseCount()}
 }
 
+// follower is the state of one follow: what the cut-over waits for and
+// what the last progress request asked. It lives on follow's goroutine.
+type follower struct {
+	m       *mirror
+	status  func(Status)
+	cutover bool
+	// asked is the source's revision when the mirror last asked the watch
+	// for a progress notification; a notification at or above it says
+	// every change up to it was delivered.
+	asked    int64
+	caughtUp bool
+	// armed: the cut-over's quiet period counts (at once, or from the
+	// operator's signal on start).
+	armed bool
+	start <-chan struct{}
+}
+
+// look reads the source's revision and, with sync, renews the copied
+// leases and reports the status.
+func (f *follower) look(ctx context.Context, sync bool) error {
+	m := f.m
+	if sync {
+		if err := m.syncLeases(ctx); err != nil {
+			return err
+		}
+	}
+	resp, err := sourceHead(ctx, m.cfg.Source, m.key)
+	if err != nil {
+		return fmt.Errorf("mirror: source revision: %w", err)
+	}
+	m.src = resp.Header.Revision
+	if sync {
+		s := m.status()
+		m.lg.WithFields(logrus.Fields{"revision": s.Rev, "seen": s.Seen, "source_revision": s.SourceRev, "behind": s.Behind(), "leases": s.Leases}).Info("mirror status")
+		if f.status != nil {
+			f.status(s)
+		}
+	}
+	return nil
+}
+
+// confirmed takes a revision up to which every change is copied and says
+// whether the mirror is done.
+func (f *follower) confirmed(rev int64) bool {
+	m := f.m
+	m.seen = max(m.seen, rev)
+	if !f.caughtUp {
+		f.caughtUp = true
+		m.lg.WithFields(logrus.Fields{"revision": m.view.State().Rev, "seen": m.seen}).Info("mirror: caught up with the source")
+		if f.status != nil {
+			f.status(m.status())
+		}
+	}
+	if f.cutover {
+		return f.armed && time.Since(m.last) >= m.cfg.Quiet
+	}
+	return m.cfg.UntilCaughtUp
+}
+
+// watched copies one watch response and says whether the mirror is done.
+func (f *follower) watched(ctx context.Context, resp clientv3.WatchResponse) (done bool, err error) {
+	m := f.m
+	if resp.CompactRevision != 0 {
+		return false, fmt.Errorf("mirror: %w: it compacted its history to revision %d, past revision %d the copy in %s holds; "+
+			"the changes between are gone from the source, so this copy cannot continue: delete the root (or use a new one) and mirror again",
+			ErrSourceCompacted, resp.CompactRevision, m.view.State().Rev, m.cfg.Store.Root)
+	}
+	if err := resp.Err(); err != nil {
+		return false, fmt.Errorf("mirror: source watch: %w", err)
+	}
+	if len(resp.Events) > 0 {
+		if err := m.copy(ctx, resp.Events); err != nil {
+			return false, err
+		}
+		m.last = time.Now()
+	}
+	return resp.IsProgressNotify() && f.asked > 0 && resp.Header.Revision >= f.asked && f.confirmed(resp.Header.Revision), nil
+}
+
 // follow copies the source's changes until ctx ends or an error, or (until
 // caught up, or cutover) until it returns the revision up to which the
 // root holds every change of the source: for the cut-over, once the source
@@ -496,56 +575,15 @@ func (m *mirror) follow(ctx context.Context, status func(Status), cutover bool) 
 			status(m.status())
 		}
 	}()
-	// asked is the source's revision when the mirror last asked the watch
-	// for a progress notification; a notification at or above it says
-	// every change up to it was delivered.
-	var asked int64
-	look := func(sync bool) error {
-		if sync {
-			if err := m.syncLeases(ctx); err != nil {
-				return err
-			}
-		}
-		resp, err := sourceHead(ctx, m.cfg.Source, m.key)
-		if err != nil {
-			return fmt.Errorf("mirror: source revision: %w", err)
-		}
-		m.src = resp.Header.Revision
-		if sync {
-			s := m.status()
-			m.lg.WithFields(logrus.Fields{"revision": s.Rev, "seen": s.Seen, "source_revision": s.SourceRev, "behind": s.Behind(), "leases": s.Leases}).Info("mirror status")
-			if status != nil {
-				status(s)
-			}
-		}
-		return nil
-	}
-	caughtUp := false
-	start := m.cfg.Start
-	armed := cutover && start == nil
+	f := &follower{m: m, status: status, cutover: cutover, start: m.cfg.Start}
+	f.armed = cutover && f.start == nil
 	if !cutover {
-		start = nil
+		f.start = nil
 	}
-	// confirmed takes a revision up to which every change is copied and
-	// says whether the mirror is done.
-	confirmed := func(rev int64) bool {
-		m.seen = max(m.seen, rev)
-		if !caughtUp {
-			caughtUp = true
-			m.lg.WithFields(logrus.Fields{"revision": m.view.State().Rev, "seen": m.seen}).Info("mirror: caught up with the source")
-			if status != nil {
-				status(m.status())
-			}
-		}
-		if cutover {
-			return armed && time.Since(m.last) >= m.cfg.Quiet
-		}
-		return m.cfg.UntilCaughtUp
-	}
-	if err := look(true); err != nil {
+	if err := f.look(ctx, true); err != nil {
 		return 0, err
 	}
-	if m.seen >= m.src && confirmed(m.src) {
+	if m.seen >= m.src && f.confirmed(m.src) {
 		return m.seen, nil
 	}
 	from := m.view.State().Rev + 1
@@ -568,29 +606,29 @@ func (m *mirror) follow(ctx context.Context, status func(Status), cutover bool) 
 		select {
 		case <-ctx.Done():
 			return 0, nil
-		case <-start:
+		case <-f.start:
 			// The quiet period counts from now: writes before the
 			// operator's signal do not count as quiet.
-			start, armed, m.last = nil, true, time.Now()
+			f.start, f.armed, m.last = nil, true, time.Now()
 			m.lg.Info("mirror: cut-over started; waiting for the source to be quiet")
 		case <-tick.C:
 			sync := time.Since(lastSync) >= interval
 			if sync {
 				lastSync = time.Now()
 			}
-			if err := look(sync); err != nil {
+			if err := f.look(ctx, sync); err != nil {
 				return 0, err
 			}
 			if m.seen >= m.src {
 				// Nothing happened at the source since the last change
 				// copied (a watch from a future revision gets no
 				// progress notification, as in etcd).
-				if confirmed(m.src) {
+				if f.confirmed(m.src) {
 					return m.seen, nil
 				}
 				continue
 			}
-			asked = m.src
+			f.asked = m.src
 			if err := m.cfg.Source.RequestProgress(wctx); err != nil {
 				return 0, fmt.Errorf("mirror: source watch progress: %w", err)
 			}
@@ -601,21 +639,11 @@ func (m *mirror) follow(ctx context.Context, status func(Status), cutover bool) 
 				}
 				return 0, errors.New("mirror: the source closed the watch")
 			}
-			if resp.CompactRevision != 0 {
-				return 0, fmt.Errorf("mirror: %w: it compacted its history to revision %d, past revision %d the copy in %s holds; "+
-					"the changes between are gone from the source, so this copy cannot continue: delete the root (or use a new one) and mirror again",
-					ErrSourceCompacted, resp.CompactRevision, m.view.State().Rev, m.cfg.Store.Root)
+			done, err := f.watched(ctx, resp)
+			if err != nil {
+				return 0, err
 			}
-			if err := resp.Err(); err != nil {
-				return 0, fmt.Errorf("mirror: source watch: %w", err)
-			}
-			if len(resp.Events) > 0 {
-				if err := m.copy(ctx, resp.Events); err != nil {
-					return 0, err
-				}
-				m.last = time.Now()
-			}
-			if resp.IsProgressNotify() && asked > 0 && resp.Header.Revision >= asked && confirmed(resp.Header.Revision) {
+			if done {
 				return m.seen, nil
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/internal/mirror"
@@ -28,19 +27,6 @@ import (
 var sharedZK = zkservertest.NewShared("mirror", zkserver.Options{})
 
 func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
-
-func storeConfig(t *testing.T) zkstore.Config {
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: sharedZK.FreshRoot(),
-		Logger: logrus.NewEntry(lg)}
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // mirroring runs a mirror of src into cfg's root until the returned stop
 // is called; status is its last reported position.
@@ -98,7 +84,7 @@ func (m *mirroring) result(t *testing.T) error {
 func TestTheMirrorCopiesEveryRevisionWithItsNumbers(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, time.Minute)
 	must := func(_ any, err error) {
 		t.Helper()
 		if err != nil {
@@ -112,7 +98,7 @@ func TestTheMirrorCopiesEveryRevisionWithItsNumbers(t *testing.T) {
 	must(c.Txn(ctx).Then(clientv3.OpPut("t1", "1"), clientv3.OpPut("t2", "2")).Commit())
 	must(c.Delete(ctx, "a"))
 
-	cfg := storeConfig(t)
+	cfg := rootview.StoreConfig(t, sharedZK, "")
 	m := start(t, c, cfg, false, nil)
 	testutil.Eventually(t, 30*time.Second, "the mirror follows the source", func() bool { return m.status().SourceRev > 0 })
 
@@ -148,18 +134,18 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
 	for i := range 5 {
-		if _, err := c.Put(ctxT(t), fmt.Sprint("k", i), "v"); err != nil {
+		if _, err := c.Put(testutil.Context(t, time.Minute), fmt.Sprint("k", i), "v"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg := storeConfig(t)
+	cfg := rootview.StoreConfig(t, sharedZK, "")
 	if err := start(t, c, cfg, true, nil).result(t); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := rootview.Dump(rootview.Recovered(t, cfg)), rootview.Dump(src.Engine.Snapshot()); got != want {
 		t.Fatalf("copy:\n%s\nsource:\n%s", got, want)
 	}
-	if _, err := c.Put(ctxT(t), "k9", "later"); err != nil {
+	if _, err := c.Put(testutil.Context(t, time.Minute), "k9", "later"); err != nil {
 		t.Fatal(err)
 	}
 	if err := start(t, c, cfg, true, nil).result(t); err != nil {
@@ -168,13 +154,13 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	if got, want := rootview.Dump(rootview.Recovered(t, cfg)), rootview.Dump(src.Engine.Snapshot()); got != want {
 		t.Fatalf("continued copy:\n%s\nsource:\n%s", got, want)
 	}
-	err := mirror.Run(ctxT(t), mirror.Config{Source: c, Prefix: []byte("k"), Store: cfg, UntilCaughtUp: true}, nil)
+	err := mirror.Run(testutil.Context(t, time.Minute), mirror.Config{Source: c, Prefix: []byte("k"), Store: cfg, UntilCaughtUp: true}, nil)
 	if !errors.Is(err, mirror.ErrNotResumable) {
 		t.Fatalf("a mirror of another prefix into the root: %v, want %v", err, mirror.ErrNotResumable)
 	}
-	used := storeConfig(t)
+	used := rootview.StoreConfig(t, sharedZK, "")
 	var st *zkstore.Store
-	st, err = zkstore.Open(ctxT(t), used)
+	st, err = zkstore.Open(testutil.Context(t, time.Minute), used)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,12 +176,12 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 func TestASourceCompactedPastTheMirrorStopsIt(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, time.Minute)
 	if _, err := c.Put(ctx, "k", "0"); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	m := start(t, c, storeConfig(t), false, func(mirror.Status) {
+	m := start(t, c, rootview.StoreConfig(t, sharedZK, ""), false, func(mirror.Status) {
 		once.Do(func() {
 			var rev int64
 			for i := range 3 {
@@ -222,8 +208,8 @@ func TestASourceCompactedPastTheMirrorStopsIt(t *testing.T) {
 func TestAnotherWriterOnTheRootStopsTheMirror(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
-	ctx := ctxT(t)
-	cfg := storeConfig(t)
+	ctx := testutil.Context(t, time.Minute)
+	cfg := rootview.StoreConfig(t, sharedZK, "")
 	m := start(t, c, cfg, false, nil)
 	testutil.Eventually(t, 30*time.Second, "the mirror follows the source", func() bool { return m.status().SourceRev > 0 })
 	intruder := cfg
@@ -257,7 +243,7 @@ func TestAnotherWriterOnTheRootStopsTheMirror(t *testing.T) {
 func TestPrefixCutoverCopiesOneOfTwoClusters(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, time.Minute)
 	put := func(k string) int64 {
 		t.Helper()
 		r, err := c.Put(ctx, k, "v"+k)
@@ -268,7 +254,7 @@ func TestPrefixCutoverCopiesOneOfTwoClusters(t *testing.T) {
 	}
 	put("/a/1")
 	put("/b/1")
-	pcfg := storeConfig(t)
+	pcfg := rootview.StoreConfig(t, sharedZK, "")
 	mc := mirror.Config{Source: c, Prefix: []byte("/a/"), Store: pcfg, StatusInterval: 20 * time.Millisecond, Quiet: 50 * time.Millisecond, UntilCaughtUp: true}
 	if err := mirror.Run(ctx, mc, nil); err != nil {
 		t.Fatal(err)
