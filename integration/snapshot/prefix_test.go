@@ -206,7 +206,7 @@ func TestPrefixMirrorMovesOneClusterOutOfASharedEtcd(t *testing.T) {
 	cfg := func() mirror.Config {
 		return mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), SourceURLs: src.Endpoint(), Prefix: []byte(prefixA),
 			Store: rootview.StoreConfig(t, sharedZK, root), StatusInterval: 100 * time.Millisecond, Quiet: 300 * time.Millisecond, PageSize: 7,
-			AfterCommit: func(int64) error {
+			AfterCommit: func(*revision.Entry) error {
 				mu.Lock()
 				defer mu.Unlock()
 				if commits++; commits == killAt {

@@ -107,9 +107,11 @@ type Config struct {
 	// then waits for the quiet period. Nil: the cut-over starts at once.
 	Start <-chan struct{}
 	// AfterCommit, if set, is called after each entry the mirror commits
-	// (tests: an error stops the mirror there, as a crash between two
-	// commits would).
-	AfterCommit func(lsn int64) error
+	// and applies, with that entry (tests: an error stops the mirror
+	// there, as a crash between two commits would; a fault injected
+	// there meets the mirror's next ZooKeeper request). It must not
+	// change the entry.
+	AfterCommit func(e *revision.Entry) error
 }
 
 // Status is the mirror's position.
@@ -871,7 +873,7 @@ func (m *mirror) commit(ctx context.Context, ops []revision.Op, rev int64) error
 		return fmt.Errorf("mirror: entry %d: %w", e.LSN, err)
 	}
 	if m.cfg.AfterCommit != nil {
-		return m.cfg.AfterCommit(e.LSN)
+		return m.cfg.AfterCommit(e)
 	}
 	return nil
 }
@@ -921,21 +923,58 @@ func (m *mirror) finish(ctx context.Context, rev int64) (Result, error) {
 		return res, fmt.Errorf("mirror: %w at revision %d: the source's prefix hash is %08x over %d keys, the copy's %08x over %d keys; the mirror stays unfinished",
 			ErrHashMismatch, rev, res.SourceHash, srcKeys, res.RootHash, res.Keys)
 	}
-	rec, ok, err := m.st.MirrorRecord()
-	if err != nil || !ok {
-		return res, fmt.Errorf("mirror: read the mirror record of %s: %v %w", m.cfg.Store.Root, ok, err)
-	}
-	head, err := m.st.SyncHead()
-	if err != nil {
-		return res, fmt.Errorf("mirror: %w", err)
-	}
-	if head.LSN != m.view.State().LSN {
-		return res, fmt.Errorf("mirror: the root's head is entry %d, the mirror wrote up to %d: another writer on %s", head.LSN, m.view.State().LSN, m.cfg.Store.Root)
-	}
-	if _, err := m.st.FinishMirror(rec, head, rev); err != nil {
-		return res, fmt.Errorf("mirror: %w", err)
+	if err := m.markFinished(ctx, rev); err != nil {
+		return res, err
 	}
 	m.lg.WithFields(logrus.Fields{"revision": rev, "keys": res.Keys, "leases": res.Leases, "hash": fmt.Sprintf("%08x", res.RootHash)}).
 		Info("mirror: cut over; instances may serve the root")
 	return res, nil
+}
+
+// markFinished marks the mirror finished at rev, riding through ZooKeeper
+// being unavailable for a while (a member lost, a leader elected), as the
+// commits before it do: each try reads the record again, so a finish that
+// landed while its answer was lost is found done, and is not done twice.
+func (m *mirror) markFinished(ctx context.Context, rev int64) error {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := m.tryFinish(rev)
+		if err == nil || !errors.Is(err, zkstore.ErrUnavailable) {
+			return err
+		}
+		m.lg.WithError(err).Warn("mirror: ZooKeeper unavailable while finishing the cut-over; trying again")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("mirror: finish the cut-over at revision %d: %w (last: %v)", rev, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// tryFinish is one try of markFinished.
+func (m *mirror) tryFinish(rev int64) error {
+	root := m.cfg.Store.Root
+	rec, ok, err := m.st.MirrorRecord()
+	if err != nil {
+		return fmt.Errorf("mirror: read the mirror record of %s: %w", root, err)
+	}
+	if !ok {
+		return fmt.Errorf("mirror: %s has no mirror record", root)
+	}
+	if rec.State == zkstore.MirrorFinished {
+		if rec.FinishedRev == rev {
+			return nil // an earlier try's, whose answer was lost
+		}
+		return fmt.Errorf("mirror: %w: %s was cut over at revision %d meanwhile, not at %d", ErrNotResumable, root, rec.FinishedRev, rev)
+	}
+	head, err := m.st.SyncHead()
+	if err != nil {
+		return fmt.Errorf("mirror: %w", err)
+	}
+	if head.LSN != m.view.State().LSN {
+		return fmt.Errorf("mirror: the root's head is entry %d, the mirror wrote up to %d: another writer on %s", head.LSN, m.view.State().LSN, root)
+	}
+	if _, err := m.st.FinishMirror(rec, head, rev); err != nil {
+		return fmt.Errorf("mirror: %w", err)
+	}
+	return nil
 }
