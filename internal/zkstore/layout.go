@@ -28,6 +28,7 @@ const bucketShift = 14
 //	<root>/election/n_<seq>         ephemeral sequential election znodes
 //	<root>/readlease                ephemeral: the leader serves reads from memory (--read-lease)
 //	<root>/rekey                    left by a re-ACL until the token secret is rotated
+//	<root>/mirror                   the mirror copying into the root (MirrorRecord, JSON; absent: none ever did)
 //	<root>/compact                  the current base generation (Base, JSON)
 //	<root>/base/<lsn>-<nonce>-<n>/<i>  chunks of a base generation's snapshot (attempt n)
 type layout struct{ root string }
