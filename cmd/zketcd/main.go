@@ -4,8 +4,8 @@
 //	zketcd dev [flags]                         start a local ZooKeeper and serve on it
 //	zketcd rv --zk ... KEY...                  map keys' revisions to ZooKeeper zxids
 //	zketcd snapshot restore FILE --zk ...      load an etcd snapshot into a fresh root
-//	zketcd mirror --from URLS --zk ...         copy a running etcd with the same revisions
 //	zketcd move --zk ... --to-root ROOT        move a served cluster to another root or ensemble
+//	zketcd mirror [cutover] --from URLS [--prefix P] --zk ...  copy a running etcd (or one prefix) with the same revisions
 //	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
 //	zketcd zk-acl --zk ... --zk-auth ID        ACL every znode of a root to one ZooKeeper identity
 //	zketcd tenant create|list|limits|delete|snapshot --zk ...  administer a fleet's tenants
@@ -85,10 +85,14 @@ Usage:
   zketcd rv --zk HOST:PORT KEY...             show keys' revisions and the zxids that wrote them
   zketcd snapshot restore FILE --zk HOST:PORT --zk-root /ROOT
                                               load an etcd snapshot into a fresh root
-  zketcd mirror --from URLS --zk HOST:PORT --zk-root /ROOT [--until-caught-up]
-                                              copy a running etcd, same revisions, and follow it
   zketcd move --zk HOST:PORT --zk-root /ROOT --to-root /NEW [--to-zk HOST:PORT] [--free-source]
                                               move a cluster to another root or ensemble while it serves
+  zketcd mirror --from URLS [--prefix P] --zk HOST:PORT --zk-root /ROOT [--tenant NAME] [--until-caught-up]
+                                              copy a running etcd (or one prefix of it), same revisions,
+                                              and follow it; run again, it continues where it stopped
+  zketcd mirror cutover --from URLS [--prefix P] --zk HOST:PORT --zk-root /ROOT [--quiet 1s] [--on-signal]
+                                              catch up, wait for quiet, check both sides' prefix hash,
+                                              and hand the root to the instances
   zketcd replay-loss [--endpoints H:P] [--dry-run] FILE
                                               re-apply the changes ZooKeeper lost (a loss file)
   zketcd zk-acl --zk HOST:PORT --zk-root /ROOT --zk-auth ID [--zk-former-auth ID] [--check]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,19 +15,33 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/zketcd/zketcd/internal/mirror"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
-// runMirror is `zketcd mirror --from URLS --zk ... --zk-root ...`: it
-// copies a running etcd into a fresh root with the same revisions and
-// follows it (package mirror) until interrupted or, with
-// --until-caught-up, until it has copied everything.
+// runMirror is `zketcd mirror [cutover] --from URLS [--prefix P] --zk ...
+// --zk-root ... [--tenant NAME]`: it copies a running etcd, or one prefix
+// of it, into a root with the same revisions and follows it (package
+// mirror) until interrupted or, with --until-caught-up, until it has
+// copied everything; run again, it continues where it stopped. `cutover`
+// catches up, waits for the source to be quiet under the prefix, and
+// finishes the mirror so that instances may serve the root.
 func runMirror(args []string) error {
-	fs := flag.NewFlagSet("zketcd mirror", flag.ContinueOnError)
+	cutover := len(args) > 0 && args[0] == "cutover"
+	name := "zketcd mirror"
+	if cutover {
+		args, name = args[1:], "zketcd mirror cutover"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var f serveFlags
 	from := fs.String("from", "", "client URLs of the etcd to copy, comma separated")
+	prefix := fs.String("prefix", "", "copy only the keys under this prefix (one cluster of a shared etcd); empty: every key")
+	tenant := fs.String("tenant", "", "copy into this fleet tenant's root (--zk-root is then the fleet's root)")
 	untilCaughtUp := fs.Bool("until-caught-up", false, "exit once every revision the source has is copied")
-	interval := fs.Duration("status-interval", 5*time.Second, "how often to log the position and sync leases")
-	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "root znode to create; it must not exist or be empty")
+	interval := fs.Duration("status-interval", 5*time.Second, "how often to show the position and sync leases")
+	quiet := fs.Duration("quiet", time.Second, "cutover: how long the source must take no write under the prefix")
+	onSignal := fs.Bool("on-signal", false, "cutover: copy and follow until SIGUSR1 (send it once the writers stopped), then cut over")
+	pageSize := fs.Int("page-size", 1000, "keys per Range of a prefix's initial copy and of the cut-over's hash")
+	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "root znode to copy into: absent, empty, or a mirror's to continue")
 	f.registerLog(fs)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
@@ -39,6 +54,9 @@ func runMirror(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *tenant != "" {
+		sc.Root = zkstore.TenantRoot(sc.Root, *tenant)
+	}
 	src, err := clientv3.New(clientv3.Config{Endpoints: splitList(*from), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", *from, err)
@@ -46,12 +64,59 @@ func runMirror(args []string) error {
 	defer src.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cfg := mirror.Config{Source: src, SourceURLs: *from, Prefix: []byte(*prefix), Store: sc, UntilCaughtUp: *untilCaughtUp,
+		StatusInterval: *interval, Quiet: *quiet, PageSize: *pageSize}
 	var last mirror.Status
-	err = mirror.Run(ctx, mirror.Config{Source: src, Store: sc, UntilCaughtUp: *untilCaughtUp, StatusInterval: *interval},
-		func(s mirror.Status) { last = s })
-	if err != nil {
+	var shown mirror.Status
+	progress := func(s mirror.Status) {
+		last = s
+		if s != shown {
+			shown = s
+			showProgress(os.Stderr, s)
+		}
+	}
+	what := *from
+	if *prefix != "" {
+		what = fmt.Sprintf("%q of %s", *prefix, *from)
+	}
+	if cutover && *onSignal {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		start := make(chan struct{})
+		cfg.Start = start
+		fmt.Fprintf(os.Stderr, "following; send SIGUSR1 (kill -USR1 %d) once the writers of the prefix stopped\n", os.Getpid())
+		go func() {
+			select {
+			case <-usr1:
+				fmt.Fprintln(os.Stderr, "cut-over: waiting for the source to be quiet")
+				close(start)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if cutover {
+		res, err := mirror.Cutover(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("cut over %s into %s at revision %d: prefix hash %08x on both sides (%d keys, %d leases); instances may serve the root\n",
+			what, sc.Root, res.Rev, res.RootHash, res.Keys, res.Leases)
+		return nil
+	}
+	if err := mirror.Run(ctx, cfg, progress); err != nil {
 		return err
 	}
-	fmt.Printf("mirrored %s into %s up to revision %d (source at %d)\n", *from, f.zkRoot, last.Rev, last.SourceRev)
+	fmt.Printf("mirrored %s into %s up to revision %d (source at %d, every change up to %d copied); run `zketcd mirror cutover` with the same flags to finish\n",
+		what, sc.Root, last.Rev, last.SourceRev, last.Seen)
 	return nil
+}
+
+// showProgress writes one line of a mirror's position.
+func showProgress(w io.Writer, s mirror.Status) {
+	if s.Initial {
+		fmt.Fprintf(w, "initial copy: %d keys at revision %d\n", s.Copied, s.Rev)
+		return
+	}
+	fmt.Fprintf(w, "revision %d, source at %d, behind %d, %d leases\n", s.Rev, s.SourceRev, s.Behind(), s.Leases)
 }

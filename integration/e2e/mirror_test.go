@@ -100,6 +100,13 @@ func TestKubeAPIServerMovesToZketcdThroughTheMirror(t *testing.T) {
 		t.Fatalf("mirror: %v\n%s", err, kubelab.TailLog(logPath, 10))
 	}
 	t.Logf("mirror: %s", strings.TrimSpace(kubelab.TailLog(logPath, 1)))
+	// The root is the mirror's until its cut-over finishes it.
+	out, err := exec.Command(lab.Zketcd, "mirror", "cutover", "--from", etcd.URL(), "--zk", zk.Addr(), "--zk-root", "/mirrored",
+		"--zk-auth-file", sec.ZKAuthFile, "--status-interval", "300ms").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("at revision %d: prefix hash", head.Header.Revision)) {
+		t.Fatalf("mirror cutover: %v\n%s", err, out)
+	}
+	t.Logf("mirror cutover: %s", strings.TrimSpace(string(out)))
 	want := keySpace(t, ctx, ec)
 	etcd.Stop()
 

@@ -30,7 +30,7 @@ var sharedZK = zkservertest.NewShared("snapshot", sharedZKOptions())
 
 func sharedZKOptions() zkserver.Options {
 	var opts zkserver.Options
-	if os.Getenv("SNAPSHOT_MEASURE_KEYS") != "" {
+	if os.Getenv("SNAPSHOT_MEASURE_KEYS") != "" || os.Getenv("MIRROR_MEASURE_KEYS") != "" {
 		// TestMeasureSnapshot: a million keys' log entries and a base
 		// generation of the same size do not fit the default 512 MiB heap.
 		opts.JVMFlags = []string{"-Xmx6g"}

@@ -100,6 +100,13 @@ func TestMirrorCopiesEtcdWithTheSameRevisions(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("mirror: %v", err)
 	}
+	// The cut-over continues the stopped mirror, finds the source quiet
+	// and hands the root over.
+	res, err := mirror.Cutover(wctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
+		StatusInterval: 100 * time.Millisecond, Quiet: 200 * time.Millisecond}, nil)
+	if err != nil || res.Rev != head.Header.Revision || res.SourceHash != res.RootHash {
+		t.Fatalf("cut-over: %+v %v, want revision %d", res, err, head.Header.Revision)
+	}
 	want := takeDump(t, ec, "etcd")
 	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})
 	zc := zk.Client(t)
@@ -202,11 +209,20 @@ func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
+	// A keepalive at the source after the mirror copied the lease: the
+	// cut-over renews the copy (keepalives are not mirrored).
+	if _, err := ec.KeepAliveOnce(ctx, viaWatch); err != nil {
+		t.Fatal(err)
+	}
 	grant(viaSync, "") // no key: only the lease sync sees it
 	time.Sleep(time.Second)
 	mcancel()
 	if err := <-done; err != nil {
 		t.Fatalf("mirror: %v", err)
+	}
+	if _, err := mirror.Cutover(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
+		StatusInterval: 100 * time.Millisecond, Quiet: 100 * time.Millisecond}, nil); err != nil {
+		t.Fatalf("cut-over: %v", err)
 	}
 
 	zk := embedtest.Start(t, []string{sharedZK.Addr(t)}, embedtest.Options{Root: root})

@@ -27,6 +27,7 @@ import (
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // repoRoot is the repository the integration module replaces
@@ -49,7 +50,7 @@ func buildNext(t *testing.T, ctx context.Context, dir string) string {
 // write.
 func buildPrevious(t *testing.T, ctx context.Context, dir string) string {
 	return buildPatched(t, ctx, dir, "previous", [][3]string{
-		{"internal/zkstore/format.go", "MetaFormat = 3", "MetaFormat = 1"},
+		{"internal/zkstore/format.go", fmt.Sprintf("MetaFormat = %d", zkstore.MetaFormat), "MetaFormat = 1"},
 		{"internal/zkstore/format.go", "baseFormat = layeredBaseFormat", "baseFormat = fullBaseFormat"},
 		{"internal/zkstore/format.go", "maxEntryFormat = compressedEntryFormat", "maxEntryFormat = indirectFormat"},
 		{"internal/zkstore/snapshot.go", "maxSnapshotFormat = deltaFormat", "maxSnapshotFormat = snapshotFormat"},
@@ -237,7 +238,8 @@ func errorLines(t *testing.T, path, s string) int {
 // compression); B is restarted on the current build and leads, and keeps
 // writing format-1 entries, so A, still previous, serves every write (no
 // halt); once A runs the current build too, the leader raises the root to
-// format 3 and entries are compressed (zketcd_root_format 3 on both);
+// this build's format and entries are compressed (zketcd_root_format the
+// same on both);
 // everything reads back; a previous-build instance started afterwards
 // refuses the root, naming both versions.
 func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testing.T) {
@@ -302,8 +304,8 @@ func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testin
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 30*time.Second, "root format 3 on both once every instance runs the current build", func() error {
-		if fa, fb := metricValue(t, aMetrics, "zketcd_root_format"), metricValue(t, bMetrics, "zketcd_root_format"); fa != 3 || fb != 3 {
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("root format %d on both once every instance runs the current build", zkstore.MetaFormat), func() error {
+		if fa, fb := metricValue(t, aMetrics, "zketcd_root_format"), metricValue(t, bMetrics, "zketcd_root_format"); fa != zkstore.MetaFormat || fb != zkstore.MetaFormat {
 			return fmt.Errorf("root format %v / %v", fa, fb)
 		}
 		return nil
@@ -325,7 +327,7 @@ func TestRollingUpgradeRaisesTheRootFormatOnlyOnceEveryInstanceReadsIt(t *testin
 	// A previous-build instance refuses the raised root.
 	c := instance(prev, "c", embedtest.FreeAddr(t), embedtest.FreeAddr(t))
 	err = c.Start(ctx)
-	if err == nil || !strings.Contains(err.Error(), "has format 3, newer than this zketcd reads (up to 1)") {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("has format %d, newer than this zketcd reads (up to 1)", zkstore.MetaFormat)) {
 		t.Fatalf("a previous-build instance on the raised root: %v", err)
 	}
 	t.Logf("C (previous build) at start: %s", err)

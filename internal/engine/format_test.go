@@ -139,7 +139,7 @@ func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = openBackend(t, root)
-	wantNewerFormat(t, err, "zketcd root "+root+" has format 4, newer than this zketcd reads (up to 3)")
+	wantNewerFormat(t, err, fmt.Sprintf("zketcd root %s has format %d, newer than this zketcd reads (up to %d)", root, zkstore.MetaFormat+1, zkstore.MetaFormat))
 }
 
 // haltedGauge returns the instance's zketcd_halted.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/zketcd/zketcd/internal/mirror"
 	"github.com/zketcd/zketcd/internal/revision"
-	"github.com/zketcd/zketcd/internal/snaprestore"
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/memserver"
 	"github.com/zketcd/zketcd/internal/testutil/rootview"
@@ -127,8 +126,10 @@ func TestTheMirrorCopiesEveryRevisionWithItsNumbers(t *testing.T) {
 }
 
 // TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused: a mirror told to
-// stop when caught up returns nil with the copy complete; another mirror
-// into the same root refuses it (it is not fresh).
+// stop when caught up returns nil with the copy complete; run again on the
+// same root with the same source it continues (nothing to copy twice);
+// another source's mirror, or one into a root with other content, is
+// refused.
 func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
@@ -144,8 +145,28 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	if got, want := rootview.Dump(rootview.Recovered(t, cfg)), rootview.Dump(src.Engine.Snapshot()); got != want {
 		t.Fatalf("copy:\n%s\nsource:\n%s", got, want)
 	}
-	if err := start(t, c, cfg, true, nil).result(t); !errors.Is(err, snaprestore.ErrRootInUse) {
-		t.Fatalf("a mirror into a used root: %v, want %v", err, snaprestore.ErrRootInUse)
+	if _, err := c.Put(testutil.Context(t, time.Minute), "k9", "later"); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(t, c, cfg, true, nil).result(t); err != nil {
+		t.Fatalf("the same mirror run again: %v", err)
+	}
+	if got, want := rootview.Dump(rootview.Recovered(t, cfg)), rootview.Dump(src.Engine.Snapshot()); got != want {
+		t.Fatalf("continued copy:\n%s\nsource:\n%s", got, want)
+	}
+	err := mirror.Run(testutil.Context(t, time.Minute), mirror.Config{Source: c, Prefix: []byte("k"), Store: cfg, UntilCaughtUp: true}, nil)
+	if !errors.Is(err, mirror.ErrNotResumable) {
+		t.Fatalf("a mirror of another prefix into the root: %v, want %v", err, mirror.ErrNotResumable)
+	}
+	used := rootview.StoreConfig(t, sharedZK, "")
+	var st *zkstore.Store
+	st, err = zkstore.Open(testutil.Context(t, time.Minute), used)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if err := start(t, c, used, true, nil).result(t); !errors.Is(err, zkstore.ErrNotFresh) {
+		t.Fatalf("a mirror into a used root: %v, want %v", err, zkstore.ErrNotFresh)
 	}
 }
 
@@ -191,7 +212,9 @@ func TestAnotherWriterOnTheRootStopsTheMirror(t *testing.T) {
 	cfg := rootview.StoreConfig(t, sharedZK, "")
 	m := start(t, c, cfg, false, nil)
 	testutil.Eventually(t, 30*time.Second, "the mirror follows the source", func() bool { return m.status().SourceRev > 0 })
-	st, err := zkstore.Open(ctx, cfg)
+	intruder := cfg
+	intruder.Mirror = true // past the refusal every other Open meets
+	st, err := zkstore.Open(ctx, intruder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,5 +233,90 @@ func TestAnotherWriterOnTheRootStopsTheMirror(t *testing.T) {
 	}
 	if err := m.result(t); err == nil || !strings.Contains(err.Error(), "another writer") {
 		t.Fatalf("the mirror stopped with %v, want it to name another writer", err)
+	}
+}
+
+// TestPrefixCutoverCopiesOneOfTwoClusters: a mirror of one prefix copies
+// its keys with their revisions across the other prefix's revisions (the
+// gaps), the root refuses instances until the cut-over, and the cut-over
+// agrees on the source's revision with equal prefix hashes.
+func TestPrefixCutoverCopiesOneOfTwoClusters(t *testing.T) {
+	src := memserver.Start(t, memserver.Options{})
+	c := src.Client(t)
+	ctx := testutil.Context(t, time.Minute)
+	put := func(k string) int64 {
+		t.Helper()
+		r, err := c.Put(ctx, k, "v"+k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	put("/a/1")
+	put("/b/1")
+	pcfg := rootview.StoreConfig(t, sharedZK, "")
+	mc := mirror.Config{Source: c, Prefix: []byte("/a/"), Store: pcfg, StatusInterval: 20 * time.Millisecond, Quiet: 50 * time.Millisecond, UntilCaughtUp: true}
+	if err := mirror.Run(ctx, mc, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zkstore.Open(ctx, pcfg); !errors.Is(err, zkstore.ErrMirrorInProgress) {
+		t.Fatalf("an instance on a root being mirrored: %v", err)
+	}
+	// The cut-over held back until the operator's signal: it follows,
+	// and a quiet source does not end it.
+	mc.UntilCaughtUp = false
+	start := make(chan struct{})
+	mc.Start = start
+	type outcome struct {
+		res mirror.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := mirror.Cutover(ctx, mc, nil)
+		done <- outcome{res, err}
+	}()
+	put("/b/2")
+	a2 := put("/a/2")
+	put("/b/3")
+	last := put("/b/4")
+	select {
+	case o := <-done:
+		t.Fatalf("the cut-over ended before its start: %+v %v", o.res, o.err)
+	case <-time.After(500 * time.Millisecond): // a negative: ten quiet periods
+	}
+	close(start)
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cut-over did not end")
+	}
+	res, err := o.res, o.err
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rev != last || res.SourceHash != res.RootHash || res.Keys != 2 {
+		t.Fatalf("cut-over %+v, want revision %d, 2 keys, equal hashes", res, last)
+	}
+	snap := rootview.Recovered(t, pcfg)
+	if snap.State.Rev != last {
+		t.Fatalf("root at revision %d, want %d", snap.State.Rev, last)
+	}
+	var mods []int64
+	snap.Each(func(kh revision.KeyHistory) bool {
+		mods = append(mods, kh.Versions[len(kh.Versions)-1].ModRevision)
+		return true
+	})
+	if len(mods) != 2 || mods[1] != a2 {
+		t.Fatalf("mod revisions %v, want /a/2 at %d", mods, a2)
+	}
+	st, err := zkstore.Open(ctx, pcfg)
+	if err != nil {
+		t.Fatalf("an instance on the cut-over root: %v", err)
+	}
+	st.Close()
+	if err := mirror.Run(ctx, mc, nil); !errors.Is(err, mirror.ErrNotResumable) {
+		t.Fatalf("a mirror into a root cut over: %v", err)
 	}
 }

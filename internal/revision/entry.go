@@ -31,6 +31,14 @@ const (
 	// request's origin (and any later leader) tell whether a forwarded
 	// request of unknown outcome was committed.
 	OpOrigin
+	// OpBumpRev moves the revision to Op.Rev (above the current one)
+	// without changing any key: the revisions it skips took no change
+	// here. Only `zketcd mirror` writes it, copying one prefix of a
+	// shared etcd whose other clusters took the revisions between (a root
+	// of format 4, "revision gaps"); the committer never does. A read at
+	// a skipped revision answers the state before the gap, as the source
+	// answers it for the prefix.
+	OpBumpRev
 )
 
 // OpFence ends a root's log for a move (`zketcd move`, `zketcd tenant
@@ -87,7 +95,7 @@ type Change struct {
 // Op is one operation of an entry.
 type Op struct {
 	Kind    OpKind
-	Rev     int64       // OpTxn: its revision; OpCompact: the target
+	Rev     int64       // OpTxn: its revision; OpCompact, OpBumpRev: the target
 	Changes []Change    // OpTxn
 	Lease   int64       // lease ops
 	TTL     int64       // OpLeaseGrant: granted TTL; OpLeaseCheckpoint: remaining TTL
@@ -134,6 +142,17 @@ func (e *Entry) DataBytes() int64 {
 func (e *Entry) LastRev() int64 {
 	for i := len(e.Ops) - 1; i >= 0; i-- {
 		if e.Ops[i].Kind == OpTxn {
+			return e.Ops[i].Rev
+		}
+	}
+	return 0
+}
+
+// EndRev returns the revision the entry leaves the view at if it moves the
+// revision (by its last OpTxn or OpBumpRev), or 0 if it takes none.
+func (e *Entry) EndRev() int64 {
+	for i := len(e.Ops) - 1; i >= 0; i-- {
+		if k := e.Ops[i].Kind; k == OpTxn || k == OpBumpRev {
 			return e.Ops[i].Rev
 		}
 	}

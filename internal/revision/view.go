@@ -200,6 +200,8 @@ func (v *View) Apply(e *Entry) ([]Event, error) {
 			v.auth = op.Auth
 		case OpAlarm:
 			v.alarms = ApplyAlarm(v.alarms, op.Alarm)
+		case OpBumpRev:
+			v.state.Rev = op.Rev
 		}
 	}
 	v.state.LSN = e.LSN
@@ -272,6 +274,11 @@ func (v *View) validate(e *Entry) error {
 			}
 			leases[op.Lease] = false
 		case OpLeaseCheckpoint, OpAuth, OpAlarm, OpOrigin, OpFence:
+		case OpBumpRev:
+			if op.Rev <= rev {
+				return fmt.Errorf("op %d: revision bump to %d does not move past %d", i, op.Rev, rev)
+			}
+			rev = op.Rev
 		default:
 			return fmt.Errorf("op %d: unknown kind %d", i, op.Kind)
 		}

@@ -27,8 +27,11 @@ type Index struct {
 	entries []span
 }
 
+// span is the revisions one log entry's transactions took, or (gap) the
+// revisions one of its OpBumpRev ops skipped.
 type span struct {
 	first, last, lsn, zxid int64
+	gap                    bool
 }
 
 // Open connects to ZooKeeper with cfg, builds the index and disconnects.
@@ -46,13 +49,33 @@ func Open(ctx context.Context, cfg zkstore.Config) (*Index, error) {
 // Load builds the index from an open store.
 func Load(ctx context.Context, st *zkstore.Store) (*Index, error) {
 	ix := &Index{Root: st.Root()}
+	prev := int64(0) // the revision before the entry's ops (0: not known yet)
 	view, head, _, err := engine.Replay(ctx, st, engine.DefaultReadWindow, func(e *revision.Entry) {
-		if first := e.FirstRev(); first > 0 {
-			ix.entries = append(ix.entries, span{first: first, last: e.LastRev(), lsn: e.LSN, zxid: e.Zxid})
+		start := len(ix.entries)
+		for _, op := range e.Ops {
+			switch op.Kind {
+			case revision.OpBumpRev:
+				ix.entries = append(ix.entries, span{first: prev + 1, last: op.Rev, lsn: e.LSN, zxid: e.Zxid, gap: true})
+				prev = op.Rev
+			case revision.OpTxn:
+				if n := len(ix.entries); n > start && !ix.entries[n-1].gap {
+					ix.entries[n-1].last = op.Rev
+				} else {
+					ix.entries = append(ix.entries, span{first: op.Rev, last: op.Rev, lsn: e.LSN, zxid: e.Zxid})
+				}
+				prev = op.Rev
+			}
 		}
 	})
 	if err != nil {
 		return nil, err
+	}
+	// A gap in the first entries after the base starts after the base's
+	// revision, known only now: the replay's view started there.
+	if len(ix.entries) > 0 && ix.entries[0].gap && ix.entries[0].first == 1 {
+		if b, err := st.ReadBase(); err == nil && b.Gen != 0 {
+			ix.entries[0].first = b.Rev + 1
+		}
 	}
 	ix.view, ix.Head = view, head
 	return ix, nil
@@ -92,6 +115,11 @@ type Revision struct {
 	// Sentinel is true for revision 1, the empty store, made by the
 	// transaction that created the root.
 	Sentinel bool
+	// Gap is true for a revision no transaction took: a mirrored root
+	// (zketcd mirror --prefix) skipped it, as another cluster of the
+	// source etcd took it; LSN and Zxid are then those of the entry that
+	// moved the revision past it (revision.OpBumpRev).
+	Gap bool
 	// LSN is the log entry that holds the revision, Zxid the zxid of the
 	// ZooKeeper transaction (the multi) that created that entry.
 	LSN, Zxid int64
@@ -106,7 +134,8 @@ func (ix *Index) Revision(rev int64) Revision {
 	if i == len(ix.entries) || ix.entries[i].first > rev {
 		return Revision{Revision: rev, Future: rev > ix.Head.Rev, Compacted: rev <= ix.Head.Rev && (i == 0 || rev < ix.entries[0].first)}
 	}
-	return Revision{Revision: rev, Found: true, LSN: ix.entries[i].lsn, Zxid: ix.entries[i].zxid}
+	sp := ix.entries[i]
+	return Revision{Revision: rev, Found: !sp.gap, Gap: sp.gap, LSN: sp.lsn, Zxid: sp.zxid}
 }
 
 // WriteTable prints the keys and revisions as `zketcd rv` does.
@@ -136,6 +165,8 @@ func (ix *Index) WriteTable(out io.Writer, keys []string, revs []int64) error {
 				fmt.Fprintf(w, "%d\t-\t(after the head revision)\n", rv)
 			case r.Compacted:
 				fmt.Fprintf(w, "%d\t-\t(compacted into the base generation; its log entry is gone)\n", rv)
+			case r.Gap:
+				fmt.Fprintf(w, "%d\t%d\t%s (a revision gap: no change here; the mirrored source's other clusters took it)\n", rv, r.LSN, ZxidString(r.Zxid))
 			case !r.Found:
 				fmt.Fprintf(w, "%d\t-\t-\n", rv)
 			default:

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/rvmap"
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
@@ -121,5 +122,67 @@ func TestIndexSaysWhenARevisionWasCompactedAway(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "compacted into the base generation") {
 		t.Fatalf("table does not say the revision was compacted:\n%s", out.String())
+	}
+}
+
+// TestIndexNamesRevisionGaps: on a root with revision gaps (a mirrored
+// prefix: revision.OpBumpRev), a skipped revision is a gap, named with the
+// entry that moved past it, not "not found" or "compacted".
+func TestIndexNamesRevisionGaps(t *testing.T) {
+	zk := zkservertest.Standalone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zk.Addr()}, Root: "/gaps", Logger: logrus.NewEntry(lg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	put := func(rev int64) revision.Op {
+		return revision.Op{Kind: revision.OpTxn, Rev: rev, Changes: []revision.Change{{Key: []byte("k"), Value: []byte(fmt.Sprint(rev))}}}
+	}
+	for i, ops := range [][]revision.Op{
+		{put(2)},
+		{{Kind: revision.OpBumpRev, Rev: 9}, put(10), put(11)},
+		{{Kind: revision.OpBumpRev, Rev: 20}},
+	} {
+		e := &revision.Entry{LSN: int64(i + 2), Writer: revision.WriterTag{Nonce: 7, Seq: uint64(i)}, Ops: ops}
+		if res, err := st.Commit(ctx, zkstore.CommitRequest{Prev: int64(i + 1), Entry: e, Rev: e.EndRev()}); err != nil || res.Outcome != zkstore.Committed {
+			t.Fatalf("commit %d: %+v %v", i, res, err)
+		}
+	}
+	ix, err := rvmap.Load(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rev      int64
+		found    bool
+		gap      bool
+		lsn      int64
+		future   bool
+		compactd bool
+	}{
+		{2, true, false, 2, false, false},
+		{3, false, true, 3, false, false},
+		{9, false, true, 3, false, false},
+		{10, true, false, 3, false, false},
+		{11, true, false, 3, false, false},
+		{12, false, true, 4, false, false},
+		{20, false, true, 4, false, false},
+		{21, false, false, 0, true, false},
+	} {
+		m := ix.Revision(tc.rev)
+		if m.Found != tc.found || m.Gap != tc.gap || m.LSN != tc.lsn || m.Future != tc.future || m.Compacted != tc.compactd {
+			t.Errorf("revision %d: %+v", tc.rev, m)
+		}
+	}
+	var out bytes.Buffer
+	if err := ix.WriteTable(&out, nil, []int64{15}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "a revision gap") {
+		t.Errorf("table:\n%s", out.String())
 	}
 }

@@ -268,7 +268,9 @@ func (h *Hub) Notify(e *revision.Entry, events []revision.Event) {
 		h.notifyRev(rev, events[:n])
 		events = events[n:]
 	}
-	if last := e.LastRev(); last > h.rev {
+	// EndRev, not the last transaction's: an entry of a mirrored root
+	// may move the revision past a gap without a change (OpBumpRev).
+	if last := e.EndRev(); last > h.rev {
 		h.rev = last
 	}
 }

@@ -17,6 +17,7 @@ import (
 //	per op: byte kind, then
 //	  txn:        varint rev, uvarint n, n × (byte flags, bytes key, [bytes value, varint lease])
 //	  compact:    varint rev
+//	  bump rev:   varint rev (root format 4 only: see GapsMetaFormat)
 //	  lease ops:  varint lease, [varint ttl]
 //	  auth:       bytes state (package auth's encoding, opaque here)
 //	  alarm:      byte activate (0 or 1), uvarint member, varint type
@@ -68,7 +69,7 @@ func EncodeEntry(e *revision.Entry) []byte {
 				b = appendBytes(b, c.Value)
 				b = binary.AppendVarint(b, c.Lease)
 			}
-		case revision.OpCompact:
+		case revision.OpCompact, revision.OpBumpRev:
 			b = binary.AppendVarint(b, op.Rev)
 		case revision.OpLeaseGrant, revision.OpLeaseCheckpoint:
 			b = binary.AppendVarint(b, op.Lease)
@@ -111,7 +112,7 @@ func RecordBytes(e *revision.Entry) int {
 					n += bytesLen(c.Value) + varintLen(c.Lease)
 				}
 			}
-		case revision.OpCompact:
+		case revision.OpCompact, revision.OpBumpRev:
 			n += varintLen(op.Rev)
 		case revision.OpLeaseGrant, revision.OpLeaseCheckpoint:
 			n += varintLen(op.Lease) + varintLen(op.TTL)
@@ -274,7 +275,7 @@ func DecodeEntry(data []byte) (*revision.Entry, error) {
 				}
 				op.Changes = append(op.Changes, c)
 			}
-		case revision.OpCompact:
+		case revision.OpCompact, revision.OpBumpRev:
 			op.Rev = d.varint()
 		case revision.OpLeaseGrant, revision.OpLeaseCheckpoint:
 			op.Lease = d.varint()

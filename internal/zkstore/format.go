@@ -34,7 +34,14 @@ import (
 // 2, compression: entries may be compressedEntryFormat (3) and base
 // snapshots compressedSnapshotFormat (2); 3, layered base generations: a
 // base description may be of format 2 (layeredBaseFormat), a full snapshot
-// followed by deltas (deltaFormat, 3). A build reads every form of every
+// followed by deltas (deltaFormat, 3); 4, revision gaps: a log entry may
+// hold an op that moves the revision without changing a key
+// (revision.OpBumpRev, written only by `zketcd mirror --prefix`, whose
+// source's other clusters took the revisions between: the committer never
+// writes it), so consecutive transactions of the log may skip revisions.
+// Older builds refuse a root of format 4 at open; one that met such an op
+// anyway (its root raised while it ran) halts on the entry as a newer
+// zketcd's (the op kind is unknown to it). A build reads every form of every
 // root format up to its own, writes only the forms of the format
 // <root>/meta says, and the leader instance raises meta to the build's
 // once every live instance's member znode says it reads that format
@@ -42,13 +49,17 @@ import (
 const (
 	// MetaFormat is the newest root format this build knows (and writes
 	// into a new root's meta).
-	MetaFormat = 3
+	MetaFormat = 4
 	// compressionMetaFormat is the root format from which writers
 	// compress entries and base snapshots.
 	compressionMetaFormat = 2
 	// layeredMetaFormat is the root format from which physical compaction
 	// may write a delta instead of a whole base (layered descriptions).
 	layeredMetaFormat = 3
+	// GapsMetaFormat is the root format from which a log entry may move
+	// the revision without a change (revision.OpBumpRev): a mirrored
+	// root's revision gaps.
+	GapsMetaFormat = 4
 	// maxEntryFormat is the highest first byte of a log entry this build
 	// reads.
 	maxEntryFormat = compressedEntryFormat

@@ -30,6 +30,7 @@ const bucketShift = 14
 //	<root>/rekey                    left by a re-ACL until the token secret is rotated
 //	<root>/move                     a move copying into the root, or finished (MoveRecord, JSON)
 //	<root>/moved                    where the root's cluster moved (MovedRecord, JSON): Open refuses it
+//	<root>/mirror                   the mirror copying into the root (MirrorRecord, JSON; absent: none ever did)
 //	<root>/compact                  the current base generation (Base, JSON)
 //	<root>/base/<lsn>-<nonce>-<n>/<i>  chunks of a base generation's snapshot (attempt n)
 type layout struct{ root string }

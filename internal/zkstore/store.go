@@ -74,6 +74,10 @@ type Config struct {
 	TickTime time.Duration
 	// Logger receives structured logs (required).
 	Logger *logrus.Entry
+	// Mirror says the opener is `zketcd mirror` copying into the root:
+	// every other Open refuses a root a mirror is copying into
+	// (ErrMirrorInProgress; see ClaimMirror).
+	Mirror bool
 
 	// tickRelearn is how often the servers are asked for the tick (0:
 	// tickRelearn; tests only).
@@ -238,6 +242,9 @@ func (s *Store) open(ctx context.Context) error {
 		}
 	}
 	if err := s.checkMove(); err != nil {
+		return err
+	}
+	if err := s.checkMirror(); err != nil {
 		return err
 	}
 	if err := s.ensureLayout(); err != nil {

@@ -283,12 +283,10 @@ func (s *Store) AppendForeign(ops []revision.Op) int64 {
 func (s *Store) appendForeignLocked(ops []revision.Op) int64 {
 	lsn := s.head.LSN + 1
 	rev := s.head.Rev
-	for _, op := range ops {
-		if op.Kind == revision.OpTxn {
-			rev = op.Rev
-		}
-	}
 	e := &revision.Entry{LSN: lsn, Writer: revision.WriterTag{Nonce: 0xf0e1, Seq: uint64(lsn)}, Ops: ops}
+	if end := e.EndRev(); end > 0 {
+		rev = end
+	}
 	s.writeLocked(e, zkstore.EncodeEntry(e), rev)
 	return lsn
 }

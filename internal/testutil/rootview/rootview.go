@@ -36,7 +36,8 @@ func Recovered(t testing.TB, cfg zkstore.Config) *revision.Snapshot {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := zkstore.Open(ctx, cfg)
+	// Read-only: a root a mirror still copies into is readable too.
+	st, err := zkstore.OpenInspector(ctx, cfg)
 	if err != nil {
 		t.Fatalf("rootview: open %s: %v", cfg.Root, err)
 	}
