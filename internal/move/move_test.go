@@ -189,3 +189,50 @@ func TestMoveCrashedAfterTheFenceFinishesWhenRunAgain(t *testing.T) {
 		t.Fatalf("destination:\n%s\ninstance:\n%s", got, want)
 	}
 }
+
+// TestMoveRefusesAFleetTenantsRoot refuses, with a plain error and before
+// writing anything, a move of a fleet tenant's root and a move into a
+// fleet's roots: a fleet's tenant engines cannot follow a move yet.
+func TestMoveRefusesAFleetTenantsRoot(t *testing.T) {
+	fleet := rootview.StoreConfig(t, sharedZK, "")
+	ctx := testutil.Context(t, 30*time.Second)
+	reg, err := zkstore.OpenRegistry(ctx, fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	if _, err := reg.CreateTenant(zkstore.TenantRecord{Name: "t", CNs: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	tenant := fleet
+	tenant.Root = zkstore.TenantRoot(fleet.Root, "t")
+	a := open(t, "a", tenant)
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	single := rootview.StoreConfig(t, sharedZK, "")
+	open(t, "s", single)
+	into := fleet
+	into.Root = zkstore.TenantRoot(fleet.Root, "new")
+	for _, tc := range []struct {
+		name      string
+		src, dest zkstore.Config
+	}{
+		{"a tenant's root", tenant, rootview.StoreConfig(t, sharedZK, "")},
+		{"into a fleet's roots", single, into},
+		{"the fleet root", fleet, rootview.StoreConfig(t, sharedZK, "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := move.Run(ctx, move.Config{Source: tc.src, Dest: tc.dest, Logger: testutil.Logger(logrus.ErrorLevel)})
+			if !errors.Is(err, zkstore.ErrFleetTenant) {
+				t.Fatalf("move: %v, want ErrFleetTenant", err)
+			}
+			if ok, _, err := zkstore.RootExists(ctx, tc.dest); err != nil || ok {
+				t.Fatalf("the destination was written: %v %v", ok, err)
+			}
+		})
+	}
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("w")}); err != nil {
+		t.Fatalf("the tenant after the refused move: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,36 @@ var ErrMoveInProgress = errors.New("a move is copying into this root")
 // ErrMoved is wrapped by Open for a root whose cluster moved elsewhere
 // (see MovedError).
 var ErrMoved = errors.New("this root's cluster moved")
+
+// ErrFleetTenant is wrapped by a move of a fleet's root, of a fleet
+// tenant's root (<fleet>/roots/<name>), or into one: a fleet's tenant
+// engines cannot follow a move yet (they would hold the tenant's writes
+// for good).
+var ErrFleetTenant = errors.New("moving a fleet or a fleet tenant's root is not supported yet")
+
+// refuseFleet fails with ErrFleetTenant if root is a fleet root or a
+// tenant root of one (its parent is <fleet>/roots, <fleet>/fleet exists);
+// what names the operation (e.g. "move").
+func (s *Store) refuseFleet(root, what string) error {
+	fleet, tenant := root, ""
+	if dir := path.Dir(root); path.Base(dir) == "roots" {
+		fleet, tenant = path.Dir(dir), path.Base(root)
+	}
+	for _, f := range []string{root, fleet} {
+		ok, _, err := s.conn.Exists(fleetLayout{f}.marker())
+		if err != nil {
+			return s.wrap("check for a fleet at "+f, err)
+		}
+		if !ok {
+			continue
+		}
+		if f == root {
+			return fmt.Errorf("%w: cannot %s %s, a fleet root", ErrFleetTenant, what, root)
+		}
+		return fmt.Errorf("%w: cannot %s %s, the root of tenant %q of fleet %s", ErrFleetTenant, what, root, tenant, fleet)
+	}
+	return nil
+}
 
 // MovedError is Open's error for a moved root: where the cluster went.
 type MovedError struct {
@@ -138,6 +169,10 @@ func OpenRootCopy(ctx context.Context, src, dst Config) (*RootCopy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
 	}
+	if err := s.refuseFleet(src.Root, "move"); err != nil {
+		s.Close()
+		return nil, err
+	}
 	data, _, err := s.conn.Get(s.l.meta())
 	if err != nil {
 		s.Close()
@@ -154,6 +189,11 @@ func OpenRootCopy(ctx context.Context, src, dst Config) (*RootCopy, error) {
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("destination: %w", err)
+	}
+	if err := d.refuseFleet(dst.Root, "move into"); err != nil {
+		s.Close()
+		d.Close()
+		return nil, err
 	}
 	_ = d.decodeMeta(data) // the destination is written in the source's format
 	return &RootCopy{src: s, dst: d, meta: s.meta, srcMeta: data}, nil
