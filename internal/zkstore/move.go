@@ -349,8 +349,16 @@ func (c *RootCopy) copyChunksOf(data []byte) error {
 	return nil
 }
 
-// copyBatchBytes bounds the entries one multi copies.
-const copyBatchBytes = 512 << 10
+// copyBatchBytes bounds the bytes of one multi that copies entries (their
+// data, paths and each op's framing: copyOpBytes), and copyBatchOps its
+// ops, well below what one ZooKeeper request may carry (jute.maxbuffer,
+// 1 MiB by default, and the client's send buffer): a log of small entries
+// is mostly framing.
+const (
+	copyBatchBytes = 512 << 10
+	copyBatchOps   = 2000
+	copyOpBytes    = 64
+)
 
 // CopyEntries copies the source's entries after the destination's head
 // up to lsn, byte for byte, moving the destination's head with each batch;
@@ -375,11 +383,12 @@ func (c *RootCopy) CopyEntries(ctx context.Context, from Head, lsn int64) (Head,
 		ops, size = nil, 0
 		return nil
 	}
+	read := c.readAhead(ctx, from.LSN+1, lsn)
 	for n := from.LSN + 1; n <= lsn; n++ {
 		if err := ctx.Err(); err != nil {
 			return from, err
 		}
-		data, _, err := c.src.conn.Get(c.src.l.entry(n))
+		data, err := read()
 		if errors.Is(err, zk.ErrNoNode) {
 			return from, fmt.Errorf("%w: source entry %d (compacted away)", ErrEntryMissing, n)
 		}
@@ -413,7 +422,7 @@ func (c *RootCopy) CopyEntries(ctx context.Context, from Head, lsn int64) (Head,
 		}
 		ops = append(ops, &zk.CreateRequest{Path: c.dst.l.entry(n), Data: data, Acl: c.dst.acl})
 		head = Head{LSN: n, Rev: max(head.Rev, e.LastRev())}
-		if size += len(data); size >= copyBatchBytes {
+		if size += len(data) + len(c.dst.l.entry(n)) + copyOpBytes; size >= copyBatchBytes || len(ops) >= copyBatchOps {
 			if err := flush(); err != nil {
 				return from, err
 			}
@@ -424,6 +433,49 @@ func (c *RootCopy) CopyEntries(ctx context.Context, from Head, lsn int64) (Head,
 		return from, err
 	}
 	return head, nil
+}
+
+// copyReadWindow is how many source entries CopyEntries reads ahead: one
+// read at a time would copy slower than a busy root commits, and the copy
+// would never come close enough to its head to fence it.
+const copyReadWindow = 64
+
+// readAhead reads the source's entries from..to, copyReadWindow at a time
+// in flight, and returns the reader of the next one's bytes (in order).
+// The reads stop with ctx.
+func (c *RootCopy) readAhead(ctx context.Context, from, to int64) func() ([]byte, error) {
+	type result struct {
+		data []byte
+		err  error
+	}
+	var pending []chan result
+	next := from
+	launch := func() {
+		ch := make(chan result, 1)
+		pending = append(pending, ch)
+		p := c.src.l.entry(next)
+		next++
+		go func() {
+			data, _, err := c.src.conn.Get(p)
+			ch <- result{data, err}
+		}()
+	}
+	return func() ([]byte, error) {
+		for next <= to && len(pending) < copyReadWindow {
+			launch()
+		}
+		if len(pending) == 0 {
+			return nil, errors.New("read past the copy's end")
+		}
+		var r result
+		select {
+		case r = <-pending[0]:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		pending = pending[1:]
+		return r.data, r.err
+	}
 }
 
 // SameEntry reports whether the destination's entry lsn is the source's
