@@ -19,6 +19,10 @@ type Config struct {
 	// OpenMoved opens the destination of a move that fenced the log (nil:
 	// the instance cannot follow a move; Open sets OpenMovedStore(Store)).
 	OpenMoved OpenMovedFunc
+	// WaitMoved waits until the destination of a move is ready to open
+	// (nil: OpenMoved is tried every 20-100 ms; Open sets
+	// WaitMovedStore(Store)).
+	WaitMoved WaitMovedFunc
 	// Name is this instance's member name; the member ID derives from it
 	// and the cluster ID, so it is stable across restarts.
 	Name string

@@ -69,6 +69,25 @@ func OpenMovedStore(cfg zkstore.Config) OpenMovedFunc {
 	}
 }
 
+// WaitMovedFunc waits until the destination of a move that fenced cur, the
+// log the engine runs on, is ready to open (the mover finished it).
+// Errors: ctx's, or one reading the destination (the engine tries
+// OpenMoved anyway, and waits again).
+type WaitMovedFunc func(ctx context.Context, cur Log, to revision.Move) error
+
+// WaitMovedStore is the WaitMovedFunc of a root on ZooKeeper configured by
+// cfg: a watch on the destination's move record, on cur's session when
+// the destination is on the same ensemble, else on one session of the
+// destination's ensemble for the whole wait.
+func WaitMovedStore(cfg zkstore.Config) WaitMovedFunc {
+	return func(ctx context.Context, cur Log, to revision.Move) error {
+		if st, ok := cur.(*zkstore.Store); ok && to.Servers == "" {
+			return st.WaitMoveFinished(ctx, to.Root)
+		}
+		return zkstore.WaitMoveFinished(ctx, MovedConfig(cfg, to))
+	}
+}
+
 // MovedConfig is cfg for the destination of to: its root, and its servers
 // if to names any.
 func MovedConfig(cfg zkstore.Config, to revision.Move) zkstore.Config {
@@ -132,6 +151,15 @@ func (b *Engine) handoff(f *fenceSeen) {
 	backoff := 20 * time.Millisecond
 	warned := false
 	for {
+		if wait := b.cfg.WaitMoved; wait != nil {
+			// Bounded, so that a mover that is not running is said.
+			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+			err := wait(ctx, current(b.store), f.to)
+			cancel()
+			if err != nil && b.ctx.Err() == nil {
+				lg.WithError(err).Debug("waiting for the destination")
+			}
+		}
 		err := b.tryAdopt(f)
 		if err == nil {
 			lg.WithField("took", time.Since(start).Round(time.Millisecond)).Warn("moved: the instance runs on the destination root")

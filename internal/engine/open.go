@@ -30,6 +30,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.OpenMoved == nil {
 		cfg.OpenMoved = OpenMovedStore(cfg.Store)
 	}
+	if cfg.WaitMoved == nil {
+		cfg.WaitMoved = WaitMovedStore(cfg.Store)
+	}
 	st, storeCfg, err := openFollowingMoves(ctx, cfg)
 	if err != nil {
 		return nil, err

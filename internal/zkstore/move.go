@@ -634,3 +634,50 @@ func FenceWriter() revision.WriterTag {
 func (r MoveRecord) String() string {
 	return r.State + " from " + prefixServers(r.FromServers) + r.FromRoot + " (fence " + strconv.FormatInt(r.FenceLSN, 10) + ")"
 }
+
+// WaitMoveFinished waits until the move copying into root, on this
+// store's ensemble, is finished (its move record says so), with a watch on
+// the record on this store's session: no session of its own, no polling.
+// A root without a record waits for one. Errors: ctx's; the session's
+// (the caller tries again); a record that names no cluster.
+func (s *Store) WaitMoveFinished(ctx context.Context, root string) error {
+	p := layout{root: root}.move()
+	for {
+		data, _, ch, err := s.conn.GetW(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			var ok bool
+			ok, _, ch, err = s.conn.ExistsW(p)
+			if err == nil && ok {
+				continue // created meanwhile: read it
+			}
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return s.wrap("watch "+p, err)
+		}
+		if data != nil {
+			var r MoveRecord
+			if err := decodeJSON(p, data, &r); err != nil {
+				return err
+			}
+			if r.State == MoveFinished {
+				return nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitMoveFinished is Store.WaitMoveFinished for cfg.Root on cfg's
+// ensemble, on a session of its own (one, for the whole wait).
+func WaitMoveFinished(ctx context.Context, cfg Config) error {
+	s, err := openRaw(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.WaitMoveFinished(ctx, cfg.Root)
+}
