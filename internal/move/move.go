@@ -92,11 +92,32 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if head, err = rc.Init(ctx); err != nil {
 			return Result{}, fmt.Errorf("move: %w", err)
 		}
-	} else if same, err := rc.SameEntry(head.LSN); err != nil || !same {
+	} else if same, err := rc.SameEntry(head.LSN); errors.Is(err, zkstore.ErrEntryMissing) {
+		if head, err = recopy(ctx, rc, lg, err); err != nil {
+			return Result{}, err
+		}
+	} else if err != nil || !same {
 		if err == nil {
 			err = fmt.Errorf("the destination's entry %d differs from the source's", head.LSN)
 		}
 		return Result{}, fmt.Errorf("move: cannot continue into %s: %w; delete it and move again", cfg.Dest.Root, err)
+	}
+	// copyTo copies the source's entries up to lsn, starting over from its
+	// current base generation when its compaction removed entries the copy
+	// had not read yet.
+	recopies := 0
+	copyTo := func(lsn int64) error {
+		for {
+			h, err := rc.CopyEntries(ctx, head, lsn)
+			head = h
+			if !errors.Is(err, zkstore.ErrEntryMissing) || recopies == maxRecopies {
+				return err
+			}
+			recopies++
+			if head, err = recopy(ctx, rc, lg, err); err != nil {
+				return err
+			}
+		}
 	}
 	lg.WithFields(logrus.Fields{"resumed": resumed, "lsn": head.LSN, "revision": head.Rev}).Info("destination at")
 	res := Result{}
@@ -122,7 +143,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if sh.LSN-head.LSN <= cfg.CatchUpLag {
 			break
 		}
-		if head, err = rc.CopyEntries(ctx, head, sh.LSN); err != nil {
+		if err := copyTo(sh.LSN); err != nil {
 			return res, fmt.Errorf("move: %w", err)
 		}
 		lg.WithFields(logrus.Fields{"lsn": head.LSN, "source_lsn": sh.LSN}).Info("copied")
@@ -148,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		fencedAt = time.Now()
 		lg.WithField("fence_lsn", fenceLSN).Warn("source fenced by an earlier run: finishing the move")
 	}
-	if head, err = rc.CopyEntries(ctx, head, fenceLSN); err != nil {
+	if err := copyTo(fenceLSN); err != nil {
 		return res, fmt.Errorf("move: %w", err)
 	}
 	if err := waitReleased(ctx, rc, cfg.ReleaseTimeout, lg); err != nil {
@@ -165,6 +186,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	lg.WithFields(logrus.Fields{"fence_lsn": fenceLSN, "revision": head.Rev, "leases": leases, "writes_paused": res.Paused.Round(time.Millisecond)}).
 		Warn("moved: the destination is finished, the instances switch to it")
 	return res, nil
+}
+
+// maxRecopies bounds how many times one run starts the copy over because
+// the source's compaction overtook it.
+const maxRecopies = 3
+
+// recopy starts the copy over from the source's current base generation
+// (why: the entry the copy needed next was compacted away) and returns the
+// destination's new head.
+func recopy(ctx context.Context, rc *zkstore.RootCopy, lg *logrus.Entry, why error) (zkstore.Head, error) {
+	lg.WithError(why).Warn("the source's compaction overtook the copy: copying again from its current base generation")
+	if err := rc.Reset(ctx); err != nil {
+		return zkstore.Head{}, fmt.Errorf("move: %w", err)
+	}
+	h, err := rc.Init(ctx)
+	if err != nil {
+		return zkstore.Head{}, fmt.Errorf("move: %w", err)
+	}
+	return h, nil
 }
 
 // fenceAt returns the move the source's entry lsn fences toward, or nil.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/move"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/rootview"
 	"github.com/zketcd/zketcd/internal/zkserver"
@@ -234,5 +235,53 @@ func TestMoveRefusesAFleetTenantsRoot(t *testing.T) {
 	}
 	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("w")}); err != nil {
 		t.Fatalf("the tenant after the refused move: %v", err)
+	}
+}
+
+// TestMoveStartsOverWhenCompactionOvertookTheCopy stops a mover before its
+// fence, compacts the source past what it copied, and runs it again: the
+// copy starts over from the source's new base generation and the move
+// finishes with every write.
+func TestMoveStartsOverWhenCompactionOvertookTheCopy(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	dst := rootview.StoreConfig(t, sharedZK, "")
+	a := open(t, "a", src)
+	ctx := testutil.Context(t, time.Minute)
+	for i := range 20 {
+		if _, err := a.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := errors.New("mover stopped")
+	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel), BeforeFence: func() error { return stopped }}); !errors.Is(err, stopped) {
+		t.Fatalf("first run: %v", err)
+	}
+	// A compaction truncates the log below the base generation before
+	// it: three rounds of rewrites and compactions.
+	for round := range 3 {
+		for i := range 20 {
+			if _, err := a.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%02d", i), Value: fmt.Appendf(nil, "w%d-%0200d", round, 0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := a.Compact(ctx, &pb.CompactionRequest{Revision: a.State().Rev, Physical: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "the source's log truncated", func() bool {
+		in, err := zkstore.OpenInspector(ctx, src)
+		if err != nil {
+			return false
+		}
+		defer in.Close()
+		err = in.ReadEntries(ctx, 3, 3, 1, func(*revision.Entry, int) error { return nil })
+		return err != nil
+	})
+	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel)}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "a on the destination", func() bool { return a.Moves() == 1 })
+	if got, want := rootview.Dump(rootview.Recovered(t, dst)), rootview.Dump(a.Snapshot()); got != want {
+		t.Fatalf("destination:\n%s\ninstance:\n%s", got, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -325,6 +326,33 @@ func (c *RootCopy) Init(ctx context.Context) (Head, error) {
 		return Head{}, d.wrap("create the destination's layout", err)
 	}
 	return Head{LSN: at, Rev: rev}, nil
+}
+
+// Reset deletes what a move copied into the destination, all but its move
+// record, so that Init can copy it again: for a copy the source's
+// compaction overtook (ErrEntryMissing). The destination must be this
+// move's and not finished (Claim); nothing serves it until then.
+func (c *RootCopy) Reset(ctx context.Context) error {
+	d := c.dst
+	if r, ok, err := d.readMove(); err != nil {
+		return err
+	} else if !ok || r.State != MoveCopying || r.ClusterID != c.meta.ClusterID {
+		return fmt.Errorf("%s is not a copy in progress of cluster %x: not reset", d.l.root, c.meta.ClusterID)
+	}
+	kids, _, err := d.conn.Children(d.l.root)
+	if err != nil {
+		return d.wrap("list "+d.l.root, err)
+	}
+	var deleted atomic.Int64
+	for _, k := range kids {
+		if k == path.Base(d.l.move()) {
+			continue
+		}
+		if err := d.deleteTreeCounting(ctx, d.l.root+"/"+k, &deleted); err != nil {
+			return fmt.Errorf("reset %s: %w", d.l.root, err)
+		}
+	}
+	return nil
 }
 
 // copyChunksOf copies the chunks an indirect entry names (none for a
