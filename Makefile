@@ -25,7 +25,7 @@
 # Not in CI (long, or rewriting docs/):
 #   make compose-test   docker-compose.yml run for real with Debian's docker.io (root; images built here)
 #   make demo           the e2e scenarios printed as a lab notebook
-#   make faults         the 28 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
+#   make faults         the 31 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
 #   make soak           hours of load with a fault every few minutes; output in SOAK_OUT (out/soak)
 #   make bench          zketcd vs etcd vs kine (~45 min); rewrites docs/benchmarks.md and docs/bench/
 #   make bench-long     the same with longer cells and recovery over 1M keys
@@ -279,7 +279,7 @@ bench-long: deps-zookeeper deps-postgresql build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \
 		$(BENCH_BASELINE) -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
-# faults runs the 28 fault-injection scenarios of integration/faults (a real
+# faults runs the 31 fault-injection scenarios of integration/faults (a real
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1;
 # ZooKeeper leaders and followers killed, the ensemble restarted, zketcd
 # SIGSTOPped, killed and partitioned from ZooKeeper, the leader instance
@@ -292,7 +292,9 @@ bench-long: deps-zookeeper deps-postgresql build
 # ZooKeeper link slowed), two instances both committing with
 # --commit-pipeline 4 while one's ZooKeeper links are slow or reset for
 # 50-200 ms at a time, and two over a log kept as the generation: the
-# zketcd leader and the ZooKeeper leader killed) for
+# zketcd leader and the ZooKeeper leader killed, and three moves of the
+# cluster to another root while it serves: the mover, zketcd A or the
+# ZooKeeper leader killed during it) for
 # FAULTS_DURATION of workload each, checks
 # linearizability, watch guarantees, lost and duplicated writes and lease
 # expiry, prints the summary table and writes it into docs/reliability.md

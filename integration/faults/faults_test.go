@@ -122,6 +122,10 @@ type cluster struct {
 	notes  []string
 	// sessionTimeout is the instances' --zk-session-timeout.
 	sessionTimeout time.Duration
+	// root is the instances' --zk-root; moved is where a move scenario
+	// moved the cluster last ("": nowhere), moves how many it made.
+	root, moved string
+	moves       int
 }
 
 // clusterOptions shape a cluster.
@@ -197,6 +201,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		cl.bProxies, bZK = memberProxies()
 	}
 	root := "/faults-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	cl.root = root
 	cl.internal = map[*Zketcd]*faultproxy.Proxy{}
 	st := co.sessionTimeout
 	if st == 0 {
@@ -597,6 +602,13 @@ var scenarios = []scenario{
 	// order would leave writes of unknown outcome.
 	{name: "TwoCommittersZKBlip", args: twoCommittersArgs, casWorkers: casWorkers, casOnly: true, casLeases: true,
 		casLead: 2 * twoCommittersDelay, putRate: blipPutRate, flights: true, hold: blipHold, inject: blipALinks},
+	// The cluster moved to another root of the ensemble while it serves
+	// (`zketcd move`, move_test.go), once a fault: the mover killed
+	// mid-copy and run again, zketcd A killed at the fence, the ZooKeeper
+	// leader killed mid-move.
+	{name: "MoveMoverKill", hold: time.Second, inject: moveMoverKill},
+	{name: "MoveZketcdKill", hold: time.Second, inject: moveZketcdKill},
+	{name: "MoveZKLeaderKill", hold: 3 * time.Second, inject: moveZKLeaderKill},
 }
 
 func TestFaults(t *testing.T) {

@@ -83,41 +83,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("move: %w", err)
 	}
-	head, ok, err := rc.DestHead()
+	head, err := destStart(ctx, rc, lg, cfg.Dest.Root)
 	if err != nil {
 		return Result{}, err
 	}
-	if !ok {
-		lg.Info("copying the source's base generation")
-		if head, err = rc.Init(ctx); err != nil {
-			return Result{}, fmt.Errorf("move: %w", err)
-		}
-	} else if same, err := rc.SameEntry(head.LSN); errors.Is(err, zkstore.ErrEntryMissing) {
-		if head, err = recopy(ctx, rc, lg, err); err != nil {
-			return Result{}, err
-		}
-	} else if err != nil || !same {
-		if err == nil {
-			err = fmt.Errorf("the destination's entry %d differs from the source's", head.LSN)
-		}
-		return Result{}, fmt.Errorf("move: cannot continue into %s: %w; delete it and move again", cfg.Dest.Root, err)
-	}
-	// copyTo copies the source's entries up to lsn, starting over from its
-	// current base generation when its compaction removed entries the copy
-	// had not read yet.
-	recopies := 0
+	cp := &copier{rc: rc, lg: lg}
 	copyTo := func(lsn int64) error {
-		for {
-			h, err := rc.CopyEntries(ctx, head, lsn)
-			head = h
-			if !errors.Is(err, zkstore.ErrEntryMissing) || recopies == maxRecopies {
-				return err
-			}
-			recopies++
-			if head, err = recopy(ctx, rc, lg, err); err != nil {
-				return err
-			}
-		}
+		cp.head = head
+		err := cp.copyTo(ctx, lsn)
+		head = cp.head
+		return err
 	}
 	lg.WithFields(logrus.Fields{"resumed": resumed, "lsn": head.LSN, "revision": head.Rev}).Info("destination at")
 	res := Result{}
@@ -186,6 +161,58 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	lg.WithFields(logrus.Fields{"fence_lsn": fenceLSN, "revision": head.Rev, "leases": leases, "writes_paused": res.Paused.Round(time.Millisecond)}).
 		Warn("moved: the destination is finished, the instances switch to it")
 	return res, nil
+}
+
+// destStart returns the destination's head to copy on from: a new copy of
+// the source's base generation if it holds none yet, or a new one again if
+// the source's compaction removed the entry it ends with. Errors say why
+// the copy cannot continue into dest.
+func destStart(ctx context.Context, rc *zkstore.RootCopy, lg *logrus.Entry, dest string) (zkstore.Head, error) {
+	head, ok, err := rc.DestHead()
+	if err != nil {
+		return zkstore.Head{}, err
+	}
+	if !ok {
+		lg.Info("copying the source's base generation")
+		if head, err = rc.Init(ctx); err != nil {
+			return zkstore.Head{}, fmt.Errorf("move: %w", err)
+		}
+	} else if same, err := rc.SameEntry(head.LSN); errors.Is(err, zkstore.ErrEntryMissing) {
+		if head, err = recopy(ctx, rc, lg, err); err != nil {
+			return zkstore.Head{}, err
+		}
+	} else if err != nil || !same {
+		if err == nil {
+			err = fmt.Errorf("the destination's entry %d differs from the source's", head.LSN)
+		}
+		return zkstore.Head{}, fmt.Errorf("move: cannot continue into %s: %w; delete it and move again", dest, err)
+	}
+	return head, nil
+}
+
+// copier copies the source's entries, starting over from its current base
+// generation when its compaction removed entries the copy had not read yet
+// (at most maxRecopies times).
+type copier struct {
+	rc       *zkstore.RootCopy
+	lg       *logrus.Entry
+	head     zkstore.Head
+	recopies int
+}
+
+// copyTo copies up to lsn, from c.head, which it moves.
+func (c *copier) copyTo(ctx context.Context, lsn int64) error {
+	for {
+		h, err := c.rc.CopyEntries(ctx, c.head, lsn)
+		c.head = h
+		if !errors.Is(err, zkstore.ErrEntryMissing) || c.recopies == maxRecopies {
+			return err
+		}
+		c.recopies++
+		if c.head, err = recopy(ctx, c.rc, c.lg, err); err != nil {
+			return err
+		}
+	}
 }
 
 // maxRecopies bounds how many times one run starts the copy over because

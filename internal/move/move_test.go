@@ -285,3 +285,46 @@ func TestMoveStartsOverWhenCompactionOvertookTheCopy(t *testing.T) {
 		t.Fatalf("destination:\n%s\ninstance:\n%s", got, want)
 	}
 }
+
+// TestMoveWithAnInstanceRestartedAtTheFence restarts an instance right
+// after the fence (it opens the fenced source and follows it), then both
+// instances write on the destination: neither finds ZooKeeper's history
+// behind its own.
+func TestMoveWithAnInstanceRestartedAtTheFence(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	dst := rootview.StoreConfig(t, sharedZK, "")
+	a, b := open(t, "a", src), open(t, "b", src)
+	ctx := testutil.Context(t, time.Minute)
+	for i := range 10 {
+		if _, err := b.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var a2 *engine.Engine
+	reopened := make(chan struct{})
+	_, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.WarnLevel), AfterFence: func() error {
+		a.Close()
+		go func() {
+			defer close(reopened)
+			a2 = open(t, "a", src)
+		}()
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-reopened
+	testutil.Eventually(t, 20*time.Second, "both on the destination", func() bool { return a2.Moves() == 1 && b.Moves() == 1 })
+	for i := range 20 {
+		e := []*engine.Engine{a2, b}[i%2]
+		if _, err := e.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "after%02d", i), Value: []byte("v")}); err != nil {
+			t.Fatalf("put %d through %d: %v", i, i%2, err)
+		}
+	}
+	if _, err := b.Range(ctx, &pb.RangeRequest{Key: []byte("after00")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a2.Range(ctx, &pb.RangeRequest{Key: []byte("after00")}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -352,6 +352,9 @@ func (c *RootCopy) Reset(ctx context.Context) error {
 			return fmt.Errorf("reset %s: %w", d.l.root, err)
 		}
 	}
+	d.mu.Lock()
+	clear(d.buckets) // deleted with the log
+	d.mu.Unlock()
 	return nil
 }
 
