@@ -287,7 +287,8 @@ func TestMoveStartsOverWhenCompactionOvertookTheCopy(t *testing.T) {
 }
 
 // TestMoveWithAnInstanceRestartedAtTheFence restarts an instance right
-// after the fence (it opens the fenced source and follows it), then both
+// after the fence (it opens the fenced source and switches, or, opened
+// after the move finished, follows the source's moved record), then both
 // instances write on the destination: neither finds ZooKeeper's history
 // behind its own.
 func TestMoveWithAnInstanceRestartedAtTheFence(t *testing.T) {
@@ -302,7 +303,7 @@ func TestMoveWithAnInstanceRestartedAtTheFence(t *testing.T) {
 	}
 	var a2 *engine.Engine
 	reopened := make(chan struct{})
-	_, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.WarnLevel), AfterFence: func() error {
+	res, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.WarnLevel), AfterFence: func() error {
 		a.Close()
 		go func() {
 			defer close(reopened)
@@ -314,7 +315,12 @@ func TestMoveWithAnInstanceRestartedAtTheFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-reopened
-	testutil.Eventually(t, 20*time.Second, "both on the destination", func() bool { return a2.Moves() == 1 && b.Moves() == 1 })
+	// a2 opened the fenced source and switched, or (opened after the move
+	// finished) followed the source's moved record to the destination.
+	testutil.Eventually(t, 20*time.Second, "both on the destination", func() bool {
+		_, fenced := a2.Moved()
+		return b.Moves() == 1 && !fenced && a2.State().LSN >= res.FenceLSN
+	})
 	for i := range 20 {
 		e := []*engine.Engine{a2, b}[i%2]
 		if _, err := e.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "after%02d", i), Value: []byte("v")}); err != nil {

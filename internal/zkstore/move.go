@@ -673,31 +673,54 @@ func (r MoveRecord) String() string {
 // (the caller tries again); a record that names no cluster.
 func (s *Store) WaitMoveFinished(ctx context.Context, root string) error {
 	p := layout{root: root}.move()
+	type read struct {
+		data []byte
+		ch   <-chan zk.Event
+		err  error
+	}
 	for {
-		data, _, ch, err := s.conn.GetW(p)
-		if errors.Is(err, zk.ErrNoNode) {
-			var ok bool
-			ok, _, ch, err = s.conn.ExistsW(p)
-			if err == nil && ok {
-				continue // created meanwhile: read it
+		// Each read in the background: the caller's ctx ends the wait even
+		// while a request is unanswered (a session reconnecting).
+		got := make(chan read, 1)
+		go func() {
+			data, _, ch, err := s.conn.GetW(p)
+			if errors.Is(err, zk.ErrNoNode) {
+				var ok bool
+				ok, _, ch, err = s.conn.ExistsW(p)
+				if err == nil && ok { // created meanwhile: read it at once
+					now := make(chan zk.Event)
+					close(now)
+					ch = now
+				}
 			}
+			got <- read{data, ch, err}
+		}()
+		var r read
+		select {
+		case r = <-got:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closed:
+			return fmt.Errorf("%w: store closed", ErrUnavailable)
 		}
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return s.wrap("watch "+p, err)
+		if r.err != nil && !errors.Is(r.err, zk.ErrNoNode) {
+			return s.wrap("watch "+p, r.err)
 		}
-		if data != nil {
-			var r MoveRecord
-			if err := decodeJSON(p, data, &r); err != nil {
+		if r.data != nil {
+			var rec MoveRecord
+			if err := decodeJSON(p, r.data, &rec); err != nil {
 				return err
 			}
-			if r.State == MoveFinished {
+			if rec.State == MoveFinished {
 				return nil
 			}
 		}
 		select {
-		case <-ch:
+		case <-r.ch:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.closed:
+			return fmt.Errorf("%w: store closed", ErrUnavailable)
 		}
 	}
 }
