@@ -373,7 +373,15 @@ func (c *committer) launch() bool {
 	if limit <= 0 {
 		limit = len(c.pending)
 	}
+	moves := c.core.moves.Load()
 	group, rest, st, batch := c.evaluate(c.pending, limit, last)
+	if c.fenced() != nil || c.core.moves.Load() != moves {
+		// The view applied a fence meanwhile (noted before it applies
+		// it), or the engine switched logs: nothing evaluated on it is
+		// sent, the fence is the log's last entry. Evaluated again once
+		// the engine runs on the destination.
+		return true
+	}
 	if len(group) == 0 {
 		return false // must start on the view: wait for the flights
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/compactor"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -82,6 +83,10 @@ type Config struct {
 	// error stops the compaction there, as a crash would. For fault
 	// injection in tests.
 	CompactionHook func(step string) error
+	// appliedHook, if set, is called by the tailer right after the view
+	// applied an entry, before the tailer lets go of it (tests: an
+	// instance paused in the middle of applying a fence).
+	appliedHook func(e *revision.Entry)
 	// LogGenerationLimit bounds when a physical compaction keeps the log as
 	// its generation instead of writing a base: while there is no base
 	// generation yet, a compaction writes none as long as the log's data

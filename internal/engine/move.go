@@ -101,7 +101,9 @@ func MovedConfig(cfg zkstore.Config, to revision.Move) zkstore.Config {
 // fenced returns the fence the view applied on the current log, or nil.
 func (c *core) fenced() *fenceSeen { return c.fence.Load() }
 
-// noteFence records that the view applied e, if e fences the log.
+// noteFence records that the view applies e, if e fences the log: called
+// before the view applies it, so that whoever reads a view at the fence's
+// position finds the engine fenced.
 func (c *core) noteFence(e *revision.Entry) {
 	if mv := e.Fence(); mv != nil {
 		c.fence.Store(&fenceSeen{lsn: e.LSN, writer: e.Writer, to: *mv, done: make(chan struct{})})

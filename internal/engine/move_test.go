@@ -188,3 +188,79 @@ func TestMoveSwitchesEveryInstanceToTheDestinationWithoutLosingAWriteOrAnEvent(t
 		}
 	}
 }
+
+// TestNothingCommitsAfterAFenceWhileTheViewAppliesIt pauses the tailer
+// right after the view applied a move's fence and sends a write then: the
+// committer must not commit it after the fence on the source (an entry
+// there would be acknowledged and never reach the destination); it
+// commits on the destination once the engine switched.
+func TestNothingCommitsAfterAFenceWhileTheViewAppliesIt(t *testing.T) {
+	src := memlog.New(memlog.Options{ClusterID: 9, Root: "/a"})
+	dst := memlog.New(memlog.Options{ClusterID: 9, Root: "/b"})
+	mv := &memMove{src: src, dst: dst, to: revision.Move{Root: "/b"}}
+	ctx := testutil.Context(t, 30*time.Second)
+	var a *Engine
+	written := make(chan error, 1)
+	configure := func(c *Config) {
+		c.OpenMoved = mv.open
+		c.ForwardWrites = false
+		c.appliedHook = func(e *revision.Entry) {
+			if e.Fence() == nil {
+				return
+			}
+			// The view holds the fence; the write arrives now.
+			go func() {
+				_, err := a.Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("v")})
+				written <- err
+			}()
+			deadline := time.Now().Add(500 * time.Millisecond)
+			for time.Now().Before(deadline) && src.HeadNow().LSN == e.LSN {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	a, _ = engine(t, src, "a", configure)
+	put(t, a, "before", "v")
+	mv.copyUpTo(t, src.HeadNow().LSN)
+	fenceAt := mv.fence(t)
+	testutil.Eventually(t, 5*time.Second, "the fence applied", func() bool { _, ok := a.Moved(); return ok })
+	if h := src.HeadNow(); h.LSN != fenceAt {
+		t.Fatalf("the source took entry %d after its fence at %d", h.LSN, fenceAt)
+	}
+	mv.copyUpTo(t, fenceAt)
+	mv.finished.Store(true)
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatalf("put after the fence: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the write held by the fence never committed")
+	}
+	if h := src.HeadNow(); h.LSN != fenceAt {
+		t.Fatalf("the source took entry %d after its fence at %d", h.LSN, fenceAt)
+	}
+	if h := dst.HeadNow(); h.LSN != fenceAt+1 {
+		t.Fatalf("destination head %d, want the write at %d", h.LSN, fenceAt+1)
+	}
+}
+
+// TestCloseWhileFencedReturns closes an instance whose log was fenced by a
+// move that never finishes: Close returns (the tailer stops trying to
+// switch to the destination).
+func TestCloseWhileFencedReturns(t *testing.T) {
+	src := memlog.New(memlog.Options{ClusterID: 9, Root: "/a"})
+	dst := memlog.New(memlog.Options{ClusterID: 9, Root: "/b"})
+	mv := &memMove{src: src, dst: dst, to: revision.Move{Root: "/b"}}
+	a, _ := engine(t, src, "a", func(c *Config) { c.OpenMoved = mv.open })
+	put(t, a, "k", "v")
+	mv.fence(t)
+	testutil.Eventually(t, 5*time.Second, "the fence applied", func() bool { _, ok := a.Moved(); return ok })
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while the engine waits for the destination")
+	}
+}

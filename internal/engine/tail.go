@@ -64,16 +64,22 @@ func (t *tailer) apply(e *revision.Entry, size int) error {
 		return err
 	}
 	t.origins.record(e) // first: the index is never behind the view
+	// A fence is noted before the view holds it: a committer that
+	// evaluates on a view at the fence's position then finds it fenced
+	// (launch), and commits nothing after it on this log.
+	t.noteFence(e)
 	events, err := t.view.Apply(e)
 	if err != nil {
 		t.log.WithError(err).WithField("lsn", e.LSN).Error("cannot apply log entry; this instance stops serving")
 		return err
 	}
+	if t.cfg.appliedHook != nil {
+		t.cfg.appliedHook(e)
+	}
 	t.rb.record(e, prev.Rev, t.view.State().Rev)
 	t.space.applied(e.LSN, size, int64(zkstore.RecordBytes(e)), e.DataBytes())
 	t.metrics.applied(e)
 	t.hub.Notify(e, events)
-	t.noteFence(e)
 	return nil
 }
 
@@ -109,6 +115,9 @@ func (t *tailer) run() {
 		if f := t.fenced(); err == nil && f != nil {
 			// Nothing follows a fence: the log goes on at the destination.
 			t.handoff(f)
+			if t.ctx.Err() != nil {
+				return // closed while fenced
+			}
 			fired = nil
 			continue
 		}
