@@ -150,6 +150,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := waitReleased(ctx, rc, cfg.ReleaseTimeout, lg); err != nil {
 		return res, err
 	}
+	if err := fenceIsLast(rc.Source(), fenceLSN); err != nil {
+		return res, err
+	}
 	leases, err := rc.CopyLeaseTokens()
 	if err != nil {
 		return res, fmt.Errorf("move: %w", err)
@@ -274,6 +277,21 @@ func commitFence(ctx context.Context, st *zkstore.Store, to revision.Move) (int6
 			return 0, err
 		}
 	}
+}
+
+// fenceIsLast fails if the source holds entries after its fence at
+// fenceLSN, once every instance left it: finishing would leave them behind
+// (writes acknowledged on the source, missing from the destination).
+// Nothing may commit after a fence; this keeps a breach loud.
+func fenceIsLast(st *zkstore.Store, fenceLSN int64) error {
+	h, err := st.SyncHead()
+	if err != nil {
+		return fmt.Errorf("move: source head: %w", err)
+	}
+	if h.LSN != fenceLSN {
+		return fmt.Errorf("move: the source holds entries %d-%d after its fence at %d: the destination is not finished (they would be lost); keep serving the source's data from a copy of it, nothing may commit after a fence", fenceLSN+1, h.LSN, fenceLSN)
+	}
+	return nil
 }
 
 // waitReleased waits until no instance is left on the fenced source.

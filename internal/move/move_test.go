@@ -334,3 +334,41 @@ func TestMoveWithAnInstanceRestartedAtTheFence(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMoveRefusesToFinishWhenTheSourceTookEntriesAfterItsFence commits an
+// entry after the fence on the source (what no instance may do): the mover
+// stops with an error instead of finishing a destination without it.
+func TestMoveRefusesToFinishWhenTheSourceTookEntriesAfterItsFence(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	dst := rootview.StoreConfig(t, sharedZK, "")
+	a := open(t, "a", src)
+	ctx := testutil.Context(t, time.Minute)
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("before"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	after := func() error {
+		st, err := zkstore.Open(ctx, src)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		h, err := st.SyncHead()
+		if err != nil {
+			return err
+		}
+		e := &revision.Entry{LSN: h.LSN + 1, Writer: revision.WriterTag{Nonce: 5, Seq: 1}, Ops: []revision.Op{{Kind: revision.OpBumpRev, Rev: h.Rev + 1}}}
+		res, err := st.Commit(ctx, zkstore.CommitRequest{Prev: h.LSN, Entry: e, Rev: h.Rev + 1})
+		if err != nil || res.Outcome != zkstore.Committed {
+			return fmt.Errorf("commit after the fence: %v %v", res.Outcome, err)
+		}
+		return nil
+	}
+	res, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel), AfterFence: after})
+	if err == nil {
+		t.Fatalf("the move finished (fence at %d) with an entry after its fence", res.FenceLSN)
+	}
+	if _, err := zkstore.Open(ctx, dst); !errors.Is(err, zkstore.ErrMoveInProgress) {
+		t.Fatalf("open of the destination: %v, want it unfinished", err)
+	}
+}
