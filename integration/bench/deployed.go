@@ -65,7 +65,7 @@ func (r *Report) workloadCells(prefix string, value func(*Result) string, ratio 
 // writeThroughput writes the throughput table of servers over cells with
 // the ratio columns pairs.
 func (r *Report) writeThroughput(b *strings.Builder, servers []string, cells [][2]string, pairs []ratioPair) {
-	t := r.workloadCells("", func(x *Result) string { return fmtNum(x.Throughput) }, throughputRatio)
+	t := r.workloadCells("", func(x *Result) string { return withCPU(fmtNum(x.Throughput), x) }, throughputRatio)
 	r.writeCellTable(b, t, servers, cells, pairs)
 }
 
@@ -168,7 +168,8 @@ func (r *Report) writeKeepalive(b *strings.Builder, servers []string) {
 }
 
 // floorPeers maps each floor workload to the zketcd workload built on it.
-var floorPeers = map[string]string{WFloorCommit: WPutSeq, WFloorCheck: WGetLin, WFloorSyncGet: WGetLin, WFloorGet: WGetSer}
+var floorPeers = map[string]string{WFloorCommit: WPutSeq, WFloorCheck: WGetLin, WFloorSyncGet: WGetLin, WFloorGet: WGetSer,
+	WFloorCommitPadded: WPutSeq, WFloorCommitZketcd: WPutSeq, WFloorCommitTailed: WPutSeq}
 
 func (r *Report) writeFloor(b *strings.Builder, cells [][2]string) {
 	if len(cells) == 0 {
@@ -201,7 +202,7 @@ func (r *Report) writeFloor(b *strings.Builder, cells [][2]string) {
 
 // kubePairs are the ratio columns of the kube table: each zketcd stack
 // against the etcd stack with as many kube-apiservers.
-var kubePairs = []ratioPair{{ServerKubeZK3, ServerKubeEtcd3}, {ServerKubeZK3x2, ServerKubeEtcd3x2},
+var kubePairs = []ratioPair{{ServerKubeZK1, ServerKubeEtcd}, {ServerKubeZK3, ServerKubeEtcd3}, {ServerKubeZK3x2, ServerKubeEtcd3x2},
 	{ServerKubeZK3Lease, ServerKubeEtcd3}, {ServerKubeZK3x2Lease, ServerKubeEtcd3x2}}
 
 // kubeLeaseStack tells whether kube stack s runs zketcd with --read-lease.
@@ -216,16 +217,17 @@ func (r *Report) writeKube(b *strings.Builder, servers []string) {
 		"Real kube-apiservers (v1.37.2, the flags of `make e2e`, watch cache on) as child processes, one per etcd member or " +
 		"zketcd instance they are pointed at (a single kube-apiserver on the etcd cluster is given all three members); N clients, " +
 		"each with its own HTTP/1.1 connection, spread over the kube-apiservers, create, update, get, list and watch ConfigMaps " +
-		"and Pods through the REST API. Each cell: ops/s (p99 ms); for `kube-create-10k`: the seconds to create all the objects, " +
-		"then ops/s (p99 ms). The server CPU counts the kube-apiservers as well. Ratios: zketcd's throughput and p99 divided " +
-		"by those of etcd with as many kube-apiservers.\n\n")
+		"and Pods through the REST API. Each cell: ops/s (p99 ms; the **store's** CPU seconds per 1,000 requests: " +
+		"etcd's members, or zketcd and every ZooKeeper member, not the kube-apiservers); for " +
+		"`kube-create-10k`: the seconds to create all the objects first. Ratios: zketcd's throughput, p99 and storage CPU " +
+		"per request divided by those of etcd with as many kube-apiservers.\n\n")
 	head := []string{"workload", "clients"}
 	for _, s := range servers {
 		head = append(head, ServerLabel(s))
 	}
 	pairs := presentPairs(kubePairs, servers)
 	for _, p := range pairs {
-		head = append(head, p.header(), "p99 "+p.header())
+		head = append(head, p.header(), "p99 "+p.header(), "cpu "+p.header())
 	}
 	mdHeader(b, head...)
 	for _, c := range cells {
@@ -235,7 +237,7 @@ func (r *Report) writeKube(b *strings.Builder, servers []string) {
 			x := r.find(s, c[0], n)
 			v := cellStatus(x)
 			if v == "" {
-				v = fmt.Sprintf("%s (%s)", fmtNum(x.Throughput), fmtMs(x.P99Ms))
+				v = rateP99CPU(x)
 				if c[0] == WKubeLoad {
 					v = fmt.Sprintf("%.1f s: ", x.Seconds) + v
 				}
@@ -244,7 +246,7 @@ func (r *Report) writeKube(b *strings.Builder, servers []string) {
 		}
 		for _, p := range pairs {
 			a, d := r.find(p.num, c[0], n), r.find(p.den, c[0], n)
-			row = append(row, fmtRatio(throughputRatio(a, d)), fmtRatio(p99Ratio(a, d)))
+			row = append(row, fmtRatio(throughputRatio(a, d)), fmtRatio(p99Ratio(a, d)), fmtRatio(cpuRatio(a, d)))
 		}
 		mdRow(b, row...)
 	}

@@ -24,13 +24,17 @@ const (
 	WToolRangeSer = "tool-range-ser"
 )
 
+// toolKeySize is the key size of the tool's puts: that of put-seq's keys
+// (seqPrefix and 12 digits), so both drivers write the same bytes.
+var toolKeySize = len(seqPrefix) + 12
+
 // toolCells returns the cross-check cells at clients concurrency (as many
 // connections), total requests each.
 func toolCells(clients, totalPut, totalRange int) []toolCell {
 	g := []string{fmt.Sprintf("--conns=%d", clients), fmt.Sprintf("--clients=%d", clients), "--precise"}
 	return []toolCell{
 		{WToolPut, append(append([]string{}, g...), "put", fmt.Sprintf("--total=%d", totalPut),
-			"--key-size=8", "--val-size=256", "--sequential-keys", "--key-space-size=1000000")},
+			fmt.Sprintf("--key-size=%d", toolKeySize), fmt.Sprintf("--val-size=%d", valueSize), "--sequential-keys", "--key-space-size=1000000")},
 		{WToolRangeLin, append(append([]string{}, g...), "range", kvKey(1), fmt.Sprintf("--total=%d", totalRange), "--consistency=l")},
 		{WToolRangeSer, append(append([]string{}, g...), "range", kvKey(1), fmt.Sprintf("--total=%d", totalRange), "--consistency=s")},
 	}
@@ -45,9 +49,11 @@ func runTool(ctx context.Context, bin string, t *Target, clients int, tc toolCel
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cpu0 := totalCPU(t.pids())
+	cost0 := sampleCost(ctx, t)
 	start := time.Now()
 	out, err := exec.CommandContext(ctx, bin, args...).Output()
 	res.ServerCPUSeconds = totalCPU(t.pids()) - cpu0
+	cost1 := sampleCost(ctx, t)
 	res.Load1 = loadAvg()[0]
 	res.Note = "etcd benchmark " + strings.Join(tc.args, " ")
 	if err != nil {
@@ -66,6 +72,7 @@ func runTool(ctx context.Context, bin string, t *Target, clients int, tc toolCel
 	if res.Ops > 0 {
 		res.ServerCPUPerOpUs = res.ServerCPUSeconds / float64(res.Ops) * 1e6
 	}
+	addCost(&res, t, cost0, cost1)
 	return res
 }
 

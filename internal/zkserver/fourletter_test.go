@@ -20,6 +20,20 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
+func TestParseZxidReadsTheHexCounter(t *testing.T) {
+	t.Parallel()
+	srvr := "Zookeeper version: 3.8.0\nZxid: 0x10000002a\nMode: leader\n"
+	if z, err := parseZxid("a", srvr); err != nil || z != 0x10000002a {
+		t.Fatalf("parseZxid = %#x, %v", z, err)
+	}
+	if _, err := parseZxid("a", "This ZooKeeper instance is not currently serving requests\n"); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("not serving: err = %v", err)
+	}
+	if _, err := parseZxid("a", "Zxid: 0xzz\nMode: leader\n"); err == nil {
+		t.Fatal("bad zxid accepted")
+	}
+}
+
 func TestConfigHasLoopbackAndExtras(t *testing.T) {
 	t.Parallel()
 	o, err := Options{Dir: t.TempDir(), ExtraConfig: map[string]string{"forceSync": "no"}}.withDefaults()
