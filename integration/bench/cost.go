@@ -31,6 +31,7 @@ import (
 const (
 	xStorageCPU   = "storage_cpu_per_op_us"   // the store's processes (etcd members; zketcd and ZooKeeper)
 	xAPIServerCPU = "apiserver_cpu_per_op_us" // the kube-apiservers (kube stacks only)
+	xZketcdCPU    = "zketcd_cpu_per_op_us"    // the zketcd processes of a zketcd stack
 	xZKUser       = "zk_user_cpu_per_op_us"
 	xZKSys        = "zk_sys_cpu_per_op_us"
 	xZKRequests   = "zk_requests_per_op"  // packets received from clients, every member
@@ -292,6 +293,9 @@ func addCost(r *Result, t *Target, a, b *costSample) {
 	}
 	if t.zk == nil || zkOK {
 		set(xStorageCPU, us(storage))
+	}
+	if t.zk != nil && len(t.procs) > 0 {
+		set(xZketcdCPU, us(b.store.total()-a.store.total()))
 	}
 	if len(t.extraPIDs) > 0 {
 		set(xAPIServerCPU, us(b.apiserver-a.apiserver))

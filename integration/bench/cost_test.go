@@ -227,6 +227,9 @@ func TestCostSectionAndCPUColumns(t *testing.T) {
 		"| 3,400 |",
 		"| etcd 3.7.3 | put-seq | 16 | 1.00 | — | — | — | — | — | — | — | 0.20 |",
 		"| kube-apiserver on zketcd, ZK standalone | kube-create | 16 | Txn 1.00 |",
+		"## Issue 38's targets",
+		"| storage CPU per Kubernetes request (every verb and client count), standalone and 3-member | ≤ 1.2× etcd's | worst: kube-create ×16 k-zk1/k-etcd 3.00× | **missed** |",
+		"| kube-apiserver throughput at 16 clients, every verb | ≥ 1.0× etcd | worst: kube-create ×16 k-zk1/k-etcd 0.80× | **missed** |",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("markdown lacks %q", want)

@@ -22,7 +22,7 @@ func (r *Report) costRows() []*Result {
 			continue
 		}
 		seen[s] = true
-		for _, w := range append(append(append(append([]string{}, AllWorkloads...), WToolPut, WToolRangeLin, WToolRangeSer), FloorWorkloads...), KubeWorkloads...) {
+		for _, w := range append(append(append(append([]string{}, AllWorkloads...), append([]string{WToolPut, WToolRangeLin, WToolRangeSer}, ToolVariants...)...), FloorWorkloads...), KubeWorkloads...) {
 			for _, c := range r.cellsOf([]string{w}, []string{s}) {
 				n, _ := strconv.Atoi(c[1])
 				x := r.find(s, w, n)
@@ -78,7 +78,7 @@ func (r *Report) writeCost(b *strings.Builder) {
 	}
 	for _, x := range zkRows {
 		row := []string{ServerLabel(x.Server), x.Workload, strconv.Itoa(x.Clients), fmtNum(x.Throughput), fmtNum(storageCPU(x)),
-			f0(x, "zketcd_cpu_per_op_us"), f0(x, xZKUser), f0(x, xZKSys)}
+			f0(x, xZketcdCPU), f0(x, xZKUser), f0(x, xZKSys)}
 		for _, k := range ZKThreadKinds {
 			row = append(row, f0(x, xZKThreadPfx+k))
 		}

@@ -438,6 +438,75 @@ func (r *Report) writeTargets(b *strings.Builder) {
 	b.WriteString("\n")
 }
 
+// writeTargets38 lists issue 38's targets (a Kubernetes request costs the
+// storage stack no more CPU than it costs etcd) against this run, when
+// it has kube-apiserver or tool rows.
+func (r *Report) writeTargets38(b *strings.Builder) {
+	shapes := []ratioPair{{ServerKubeZK1, ServerKubeEtcd}, {ServerKubeZK3, ServerKubeEtcd3}}
+	verbs := []string{WKubeCreate, WKubeUpdate, WKubeGet, WKubeList}
+	var cpu, tput, p50 []namedRatio
+	for _, sh := range shapes {
+		for _, w := range verbs {
+			for _, c := range r.cellsOf([]string{w}, []string{sh.num}) {
+				n, _ := strconv.Atoi(c[1])
+				a, d := r.find(sh.num, w, n), r.find(sh.den, w, n)
+				name := fmt.Sprintf("%s ×%d %s", w, n, sh.header())
+				cpu = append(cpu, namedRatio{name, cpuRatio(a, d)})
+				if n == 16 {
+					tput = append(tput, namedRatio{name, throughputRatio(a, d)})
+					if (w == WKubeCreate || w == WKubeUpdate) && ok(a) && ok(d) && d.P50Ms > 0 {
+						p50 = append(p50, namedRatio{name, a.P50Ms / d.P50Ms})
+					}
+				}
+			}
+		}
+	}
+	var tool, floor []namedRatio
+	for _, sh := range []ratioPair{{ServerZK1, ServerEtcd}, {ServerZK3, ServerEtcd3}} {
+		for _, n := range []int{16, 64} {
+			tool = append(tool, namedRatio{fmt.Sprintf("tool-put ×%d %s", n, sh.header()),
+				throughputRatio(r.find(sh.num, WToolPut, n), r.find(sh.den, WToolPut, n))})
+		}
+	}
+	for _, sh := range []ratioPair{{ServerZK1, ServerZK1Floor}, {ServerZK3, ServerZKFloor}} {
+		floor = append(floor, namedRatio{"tool-put ×1 " + shortName(sh.num) + "/floor",
+			throughputRatio(r.find(sh.num, WToolPut, 1), r.find(sh.den, WFloorCommit, 1))})
+	}
+	measured := func(rs []namedRatio) bool {
+		return slices.ContainsFunc(rs, func(x namedRatio) bool { return !math.IsNaN(x.v) })
+	}
+	if !measured(cpu) && !measured(tool) {
+		return
+	}
+	worst := func(rs []namedRatio, high bool) []namedRatio {
+		var w *namedRatio
+		for i := range rs {
+			if !math.IsNaN(rs[i].v) && (w == nil || (high && rs[i].v > w.v) || (!high && rs[i].v < w.v)) {
+				w = &rs[i]
+			}
+		}
+		if w == nil {
+			return []namedRatio{{"—", math.NaN()}}
+		}
+		return []namedRatio{{"worst: " + w.name, w.v}}
+	}
+	ts := []target{
+		{what: "storage CPU per Kubernetes request (every verb and client count), standalone and 3-member", want: "≤ 1.2× etcd's", ratios: worst(cpu, true), max: 1.2},
+		{what: "kube-apiserver throughput at 16 clients, every verb", want: "≥ 1.0× etcd", ratios: worst(tput, false), min: 1},
+		{what: "kube-apiserver create and update p50 at 16 clients", want: "≤ etcd's", ratios: worst(p50, true), max: 1},
+		{what: "etcd's benchmark put ×16 and ×64, both shapes", want: "≥ 1.0× etcd", ratios: tool, min: 1},
+		{what: "etcd's benchmark put ×1 against the raw ZooKeeper multi (`zk-commit` ×1)", want: "≥ 0.9× the floor", ratios: floor, min: 0.9},
+	}
+	b.WriteString("## Issue 38's targets\n\nThe storage stack's CPU per Kubernetes request (the store's processes only: etcd's members, " +
+		"or zketcd and every ZooKeeper member) and etcd's own benchmark tool, against etcd on the same shape; one run decides " +
+		"nothing close to a bound.\n\n")
+	mdHeader(b, "target", "bound", "measured", "verdict")
+	for _, t := range ts {
+		mdRow(b, t.what, t.want, t.measured(), t.verdict())
+	}
+	b.WriteString("\n")
+}
+
 // keepaliveFigures returns Extra[key] of each zketcd shape's keepalive
 // cell over the profile's lease count (10,000 in both profiles).
 func (r *Report) keepaliveFigures(key string) []namedRatio {

@@ -95,6 +95,7 @@ func (r *Report) Markdown(rel string, plots []plotFile, analysis string) string 
 	r.writeCPU(&b, servers, cells)
 	r.writeTool(&b, servers, standalonePairs())
 	r.writeDeployed(&b)
+	r.writeTargets38(&b)
 	r.writeCost(&b)
 
 	if len(plots) > 0 {
@@ -347,6 +348,9 @@ func (r *Report) writeCPUTable(b *strings.Builder, servers []string, cells [][2]
 func (r *Report) writeTool(b *strings.Builder, servers []string, pairs []ratioPair) {
 	type pair struct{ tool, own string }
 	tpairs := []pair{{WToolPut, WPutSeq}, {WToolRangeLin, WGetLin}, {WToolRangeSer, WGetSer}}
+	for _, v := range ToolVariants {
+		tpairs = append(tpairs, pair{v, WPutSeq})
+	}
 	var any bool
 	for _, p := range tpairs {
 		if len(r.cellsOf([]string{p.tool}, servers)) > 0 {

@@ -111,6 +111,12 @@ func (o *Options) wants(w string) bool {
 	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, w)
 }
 
+// wantsTool tells whether the run uses etcd's benchmark tool: its
+// cross-check cells or a variant of tool-put named in Workloads.
+func (o *Options) wantsTool() bool {
+	return o.wants(WToolPut) || slices.ContainsFunc(ToolVariants, func(w string) bool { return slices.Contains(o.Workloads, w) })
+}
+
 // selected returns the workloads of ws the run asks for: those named in
 // opts.Workloads, or all of ws when none of them is named (a server with
 // workloads of its own, such as the ZooKeeper floor, runs them all unless
@@ -203,7 +209,7 @@ func resolveBinaries(ctx context.Context, opts *Options, env *Env) error {
 	if opts.KineBin == "" && (slices.Contains(opts.Servers, ServerKine) || slices.Contains(opts.Servers, ServerKinePG)) {
 		need = append(need, "kine")
 	}
-	if opts.BenchmarkBin == "" && opts.wants(WToolPut) {
+	if opts.BenchmarkBin == "" && opts.wantsTool() {
 		need = append(need, "benchmark")
 	}
 	if len(need) > 0 {
@@ -385,7 +391,7 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 		results = append(results, r)
 	}
 
-	if opts.BenchmarkBin != "" && opts.wants(WToolPut) {
+	if opts.BenchmarkBin != "" && opts.wantsTool() {
 		total := func(w string, n int, fallback float64) int {
 			rate := fallback
 			for _, r := range results {
@@ -396,7 +402,12 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 			return int(min(max(rate*p.Duration.Seconds(), 1000), 200000))
 		}
 		for _, n := range p.Clients {
-			for _, tc := range toolCells(n, total(WPutSeq, n, 1000), total(WGetLin, n, 2000)) {
+			var cells []toolCell
+			if opts.wants(WToolPut) {
+				cells = toolCells(n, total(WPutSeq, n, 1000), total(WGetLin, n, 2000))
+			}
+			cells = append(cells, toolVariantCells(opts.Workloads, n, p.MaxConns, total(WPutSeq, n, 1000))...)
+			for _, tc := range cells {
 				if ctx.Err() != nil {
 					return results, ctx.Err()
 				}

@@ -52,6 +52,7 @@ func run() error {
 	servers := flag.String("servers", "all", "servers to measure, comma separated: "+strings.Join(bench.AllServers, ",")+", or the groups all, standalone, deployed, kube")
 	workloads := flag.String("workloads", "", "workloads to run, comma separated (default all): "+
 		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WKeepalive+","+bench.WToolPut+","+bench.WRecovery+
+		"; tool-put's variants (only when named): "+strings.Join(bench.ToolVariants, ",")+
 		"; the floor's: "+strings.Join(bench.FloorWorkloads, ",")+"; the kube stacks': "+strings.Join(bench.KubeWorkloads, ","))
 	duration := flag.Duration("duration", 0, "measured time per cell (default: the profile's)")
 	warmup := flag.Duration("warmup", -1, "warm-up per cell (default: the profile's)")
@@ -59,6 +60,7 @@ func run() error {
 	recoveryKeys := flag.String("recovery-keys", "", "key counts for the recovery measurement, comma separated (default: the profile's)")
 	baseline := flag.String("baseline", "", "an earlier results.json whose standalone zketcd rows the report compares with (read before it is overwritten)")
 	leases := flag.Int("leases", 0, "leases the lease-keepalive cell keeps alive (default: the profile's)")
+	maxConns := flag.Int("max-conns", 0, "most connections a cell's clients share (default: the profile's, 16)")
 	floorEntry := flag.Int("floor-entry-bytes", 0, "size of the ZooKeeper floors' log entries (default: that of a 256 B put)")
 	kubeObjects := flag.Int("kube-objects", 0, "objects the kube stacks create, then read, update and list (default: the profile's)")
 	repo := flag.String("repo", "..", "the zketcd repository root")
@@ -159,6 +161,12 @@ func run() error {
 	}
 	if *kubeObjects > 0 {
 		p.KubeObjects = *kubeObjects
+	}
+	if *maxConns > 0 {
+		p.MaxConns = *maxConns
+		if !strings.HasSuffix(p.Name, "-custom") {
+			p.Name += "-custom"
+		}
 	}
 	if *floorEntry > 0 {
 		p.FloorEntryBytes = *floorEntry
