@@ -72,7 +72,7 @@ var zkThreadKinds = []struct{ prefix, kind string }{
 
 // ZKThreadKinds lists the thread categories of the ZooKeeper CPU split in
 // report order.
-var ZKThreadKinds = []string{"net", "prep", "sync", "commit", "quorum", "gc", "jit", "other"}
+var ZKThreadKinds = []string{"net", "prep", "sync", "commit", "quorum", "gc", "jit", "other", "exited"}
 
 func zkThreadKind(name string) string {
 	for _, k := range zkThreadKinds {
@@ -111,10 +111,15 @@ func procTimes(path string) (name string, t cpuTimes, err error) {
 	return string(b[i+1 : j]), cpuTimes{u / clockTicks, s / clockTicks}, nil
 }
 
-// threadKinds sums the CPU of pid's threads by zkThreadKind. Threads that
-// exited during a window are not counted (ZooKeeper's are long-lived).
-func threadKinds(pid int) map[string]float64 {
-	out := map[string]float64{}
+// threadTimes is one thread's kind and CPU seconds.
+type threadTimes struct {
+	kind string
+	cpu  float64
+}
+
+// threadsOf reads pid's threads, by thread id.
+func threadsOf(pid int) map[string]threadTimes {
+	out := map[string]threadTimes{}
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -125,8 +130,24 @@ func threadKinds(pid int) map[string]float64 {
 		if err != nil {
 			continue
 		}
-		out[zkThreadKind(name)] += t.total()
+		out[e.Name()] = threadTimes{zkThreadKind(name), t.total()}
 	}
+	return out
+}
+
+// threadDeltas returns the CPU each kind of thread used between a and b
+// (thread ids in both, or started after a) and, as "exited", what the
+// process used besides: threads that ended in between (the JVM retires
+// idle compiler threads).
+func threadDeltas(a, b map[string]threadTimes, process float64) map[string]float64 {
+	out := map[string]float64{}
+	var known float64
+	for tid, tb := range b {
+		d := tb.cpu - a[tid].cpu
+		out[tb.kind] += d
+		known += d
+	}
+	out["exited"] = max(0, process-known)
 	return out
 }
 
@@ -135,7 +156,7 @@ type memberSample struct {
 	ok      bool
 	leader  bool // standalone or leader
 	cpu     cpuTimes
-	threads map[string]float64
+	threads map[string]threadTimes // by thread id
 	mntr    map[string]float64
 	zxid    int64
 	logSize int64 // size of the member's log file (-zk-request-log)
@@ -197,7 +218,7 @@ func sampleMember(ctx context.Context, m *zkserver.Server) memberSample {
 	if pid == 0 {
 		return memberSample{}
 	}
-	ms := memberSample{threads: threadKinds(pid), mntr: map[string]float64{}}
+	ms := memberSample{threads: threadsOf(pid), mntr: map[string]float64{}}
 	var err error
 	if _, ms.cpu, err = procTimes(strconv.Itoa(pid)); err != nil {
 		return memberSample{}
@@ -251,8 +272,8 @@ func addCost(r *Result, t *Target, a, b *costSample) {
 		}
 		zkCPU.user += mb.cpu.user - ma.cpu.user
 		zkCPU.sys += mb.cpu.sys - ma.cpu.sys
-		for k, v := range mb.threads {
-			threads[k] += v - ma.threads[k]
+		for k, v := range threadDeltas(ma.threads, mb.threads, mb.cpu.total()-ma.cpu.total()) {
+			threads[k] += v
 		}
 		for _, k := range []string{"zk_packets_received", "zk_cnt_readlatency", "zk_cnt_updatelatency", "zk_bytes_received_count",
 			"zk_response_bytes", "zk_sum_node_changed_watch_count", "zk_sum_node_created_watch_count",

@@ -23,6 +23,16 @@ func TestZKThreadKindsByLinuxName(t *testing.T) {
 	}
 }
 
+func TestThreadDeltasCountExitedThreadsApart(t *testing.T) {
+	t.Parallel()
+	a := map[string]threadTimes{"1": {"sync", 10}, "2": {"jit", 5}, "3": {"jit", 1}}
+	b := map[string]threadTimes{"1": {"sync", 12}, "3": {"jit", 1.5}, "4": {"jit", 0.25}} // 2 exited, 4 started
+	d := threadDeltas(a, b, 4)
+	if d["sync"] != 2 || d["jit"] != 0.75 || d["exited"] != 1.25 {
+		t.Errorf("threadDeltas = %v, want sync 2, jit 0.75, exited 1.25", d)
+	}
+}
+
 func TestParseMetricsKeepsRPCsAndCommitCounters(t *testing.T) {
 	t.Parallel()
 	page := `# HELP grpc_server_handled_total x
@@ -58,7 +68,7 @@ func TestAddCostDividesDeltasByOps(t *testing.T) {
 	t.Parallel()
 	member := func(cpu float64, leader bool, zxid int64, packets float64) memberSample {
 		return memberSample{ok: true, leader: leader, cpu: cpuTimes{user: cpu * 0.75, sys: cpu * 0.25},
-			threads: map[string]float64{"sync": cpu / 2, "gc": cpu / 4, "jit": cpu / 4}, zxid: zxid,
+			threads: map[string]threadTimes{"1": {"sync", cpu / 2}, "2": {"gc", cpu / 4}, "3": {"jit", cpu / 4}}, zxid: zxid,
 			mntr: map[string]float64{"zk_packets_received": packets, "zk_cnt_readlatency": packets / 2,
 				"zk_cnt_updatelatency": packets / 2, "zk_bytes_received_count": packets * 100,
 				"zk_response_bytes": packets * 10, "zk_sum_node_changed_watch_count": packets / 4,

@@ -61,7 +61,7 @@ func (r *Report) writeCost(b *strings.Builder) {
 		"`prep` the request throttler and the prep processor, `sync` the transaction log (serialize, write, fsync; on a " +
 		"standalone server also applying the transaction and queueing its answer), `commit` the commit processor (ensemble), " +
 		"`quorum` the leader/follower links, `gc` the collector (the serial collector runs in the VM thread), `jit` the " +
-		"compilers.\n\n")
+		"compilers, `exited` threads that ended during the window (the JVM retires idle compiler threads).\n\n")
 	b.WriteString("CPU in µs per operation:\n\n")
 	head := []string{"server", "workload", "clients", "ops/s", "store", "zketcd", "ZK user", "ZK sys"}
 	for _, k := range ZKThreadKinds {
