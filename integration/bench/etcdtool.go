@@ -109,11 +109,16 @@ func runTool(ctx context.Context, bin string, t *Target, clients int, tc toolCel
 			return res
 		}
 	}
-	cpu0 := totalCPU(t.pids())
+	cpu0, busy0 := totalCPU(t.pids()), machineBusy()
 	cost0 := sampleCost(ctx, t)
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, bin, args...).Output()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.Output()
 	res.ServerCPUSeconds = totalCPU(t.pids()) - cpu0
+	if ps := cmd.ProcessState; ps != nil {
+		res.DriverCPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	res.OtherCPUSeconds = max(0, machineBusy()-busy0-res.ServerCPUSeconds-res.DriverCPUSeconds)
 	cost1 := sampleCost(ctx, t)
 	res.Load1 = loadAvg()[0]
 	res.Note = "etcd benchmark " + strings.Join(tc.args, " ")
