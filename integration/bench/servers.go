@@ -466,10 +466,15 @@ func (z *zkCluster) stop() error {
 }
 
 // ZKDefaultJVMFlags are the JVM flags of the benchmarks' ZooKeeper
-// servers besides the heap: the JVM's default collector and JIT, no
-// hsperfdata file. It returns a new slice on every call.
+// servers besides the heap: the serial collector, the C1 JIT only and no
+// hsperfdata file. Measured under zketcd's loads (docs/bench/analysis.md,
+// issue 38): C2's compilations cost ZooKeeper 0.1–1.4 ms of CPU per
+// Kubernetes request during the minutes a benchmark's fresh JVM serves,
+// which C1 avoids (a long-lived server recovers them: there C2 costs about
+// a fifth less per request); the collector's share is a few percent with
+// any of them. It returns a new slice on every call.
 func ZKDefaultJVMFlags() []string {
-	return []string{"-XX:-UsePerfData"}
+	return []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData"}
 }
 
 // ZKDefaultConfig are the benchmarks' zoo.cfg settings besides
@@ -477,9 +482,10 @@ func ZKDefaultJVMFlags() []string {
 // It returns a new map on every call.
 func ZKDefaultConfig() map[string]string { return map[string]string{} }
 
-// ZKDefaultProps are the benchmarks' ZooKeeper system properties. It
-// returns a new map on every call.
-func ZKDefaultProps() map[string]string { return map[string]string{} }
+// ZKDefaultProps are the benchmarks' ZooKeeper system properties:
+// zkserver.LowCPUSystemProps (the Netty connection factory). It returns
+// a new map on every call.
+func ZKDefaultProps() map[string]string { return zkserver.LowCPUSystemProps(nil) }
 
 // zkSettings describes the ZooKeeper servers e starts (the heap
 // included), for the report.
@@ -507,7 +513,7 @@ func (e *Env) zkSettings() *ZKSettings {
 // forceSync=yes), a heap of e.ZKHeap, the JVM flags, zoo.cfg lines and
 // system properties of ZKDefaultJVMFlags, ZKDefaultConfig and
 // ZKDefaultProps unless e says otherwise (not the test defaults of
-// internal/zkserver).
+// internal/zkserver: no -Xss, the heap committed at start).
 //
 // Its files go to WorkDir/name; a ZooKeeper started on an existing
 // directory serves the data left there.

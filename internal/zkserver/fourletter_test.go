@@ -34,6 +34,26 @@ func TestParseZxidReadsTheHexCounter(t *testing.T) {
 	}
 }
 
+func TestNettyAvailableNeedsItsJarsOnTheClassPath(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cp   []string
+		want bool
+	}{
+		{[]string{"/usr/share/java/zookeeper.jar", "/usr/share/java/netty-codec.jar"}, true},
+		{[]string{"/opt/zookeeper/lib/*"}, true},
+		{[]string{"/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"}, false},
+	} {
+		if got := NettyAvailable(c.cp); got != c.want {
+			t.Errorf("NettyAvailable(%v) = %v, want %v", c.cp, got, c.want)
+		}
+		props := LowCPUSystemProps(c.cp)
+		if got := props["zookeeper.serverCnxnFactory"] == NettyConnectionFactory; got != c.want {
+			t.Errorf("LowCPUSystemProps(%v) = %v", c.cp, props)
+		}
+	}
+}
+
 func TestConfigHasLoopbackAndExtras(t *testing.T) {
 	t.Parallel()
 	o, err := Options{Dir: t.TempDir(), ExtraConfig: map[string]string{"forceSync": "no"}}.withDefaults()
