@@ -1,7 +1,10 @@
 # zketcd — an etcd v3 server whose storage is Apache ZooKeeper.
 #
 #   make run            a local ZooKeeper (Debian's package, installed if missing) and zketcd on 127.0.0.1:2379
-#   make build          bin/zketcd
+#   make build          bin/zketcd (version from git describe)
+#   make install        bin/zketcd, the systemd unit, the zketcd user's sysusers.d entry and the
+#                       example configuration under $(DESTDIR)$(PREFIX) (/usr/local)
+#   make tools          bin/etcdctl and bin/etcdutl v3.7.3, built from the Go module proxy
 #
 # What CI runs (.ci/run installs ZooKeeper and the Go modules, then runs make ci):
 #   make ci             test, the kube-apiserver build, e2e, etcdctl-test, snapshot-test,
@@ -20,8 +23,9 @@
 #                       following docs/operations.md "Instances on several hosts"
 #
 # Not in CI (long, or rewriting docs/):
+#   make compose-test   docker-compose.yml run for real with Debian's docker.io (root; images built here)
 #   make demo           the e2e scenarios printed as a lab notebook
-#   make faults         the 25 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
+#   make faults         the 28 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
 #   make soak           hours of load with a fault every few minutes; output in SOAK_OUT (out/soak)
 #   make bench          zketcd vs etcd vs kine (~45 min); rewrites docs/benchmarks.md and docs/bench/
 #   make bench-long     the same with longer cells and recovery over 1M keys
@@ -35,12 +39,22 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale faults upgrade-test soak deps-zookeeper deps-postgresql clean
+.PHONY: all build install tools compose-test run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale faults upgrade-test soak deps-zookeeper deps-postgresql clean
 
 all: build
 
+# The build's version, commit and modified flag, linked into
+# internal/buildinfo (zketcd version, /version, the build-info metric):
+# VERSION is `git describe` (the newest tag, commits since, the commit,
+# -dirty), e.g. `make build VERSION=v1.2.3` overrides it.
+VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/zketcd/zketcd/internal/buildinfo
+LDFLAGS   := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) \
+	-X $(BUILDINFO).modified=$(if $(findstring -dirty,$(VERSION)),true,false)
+
 build:
-	$(GO) build -o $(BIN)/zketcd ./cmd/zketcd
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/zketcd ./cmd/zketcd
 
 # deps-zookeeper installs Debian's ZooKeeper if its jar is missing.
 deps-zookeeper:
@@ -59,6 +73,38 @@ deps-postgresql:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql; \
 	fi
+
+# install puts bin/zketcd, the systemd unit (its ExecStart pointing at the
+# installed binary), the sysusers.d entry of the zketcd user, the example
+# configuration, and the backup script with its service and timer
+# (docs/kubernetes.md "Backups") under $(DESTDIR)$(PREFIX); it creates no
+# user and writes nothing in /etc: docs/operations.md "Installing" has
+# those steps.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: build
+	install -D -m 0755 $(BIN)/zketcd $(DESTDIR)$(PREFIX)/bin/zketcd
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/systemd/system
+	sed 's|/usr/local/bin/zketcd|$(PREFIX)/bin/zketcd|' docs/zketcd.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd.service
+	install -D -m 0644 docs/zketcd.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/zketcd.conf
+	install -D -m 0644 docs/zketcd.conf.yml $(DESTDIR)$(PREFIX)/share/zketcd/zketcd.conf.yml
+	install -D -m 0755 docs/zketcd-backup $(DESTDIR)$(PREFIX)/bin/zketcd-backup
+	sed 's|/usr/local/bin|$(PREFIX)/bin|g' docs/zketcd-backup.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd-backup.service
+	install -m 0644 docs/zketcd-backup.timer $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd-backup.timer
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/zketcd-backup.service
+
+# tools copies etcdctl and etcdutl v3.7.3 into bin/: build-peers.sh builds
+# them from the Go module proxy (a wrapper module: etcd's own go.mod
+# files carry replace directives, so `go install ...@v3.7.3` fails) into
+# $${ZKETCD_CACHE:-$$HOME/.cache/zketcd} once (~3 min cold), as the tests use them.
+tools:
+	@out=$$($(PEERS_BUILD) etcdctl etcdutl) || { echo "tools: building etcdctl/etcdutl failed" >&2; exit 1; }; \
+	for t in etcdctl etcdutl; do \
+		p=$$(printf '%s\n' "$$out" | sed -n "s/^$$t=//p"); \
+		[ -x "$$p" ] || { echo "tools: no $$t in: $$out" >&2; exit 1; }; \
+		install -D -m 0755 "$$p" $(BIN)/$$t && echo "$(BIN)/$$t: $$($(BIN)/$$t version | head -n 1)"; \
+	done
 
 run: deps-zookeeper build
 	$(BIN)/zketcd dev --data-dir zketcd-dev --listen-client-urls http://127.0.0.1:2379
@@ -106,18 +152,21 @@ KUBE_APISERVER_BUILD := integration/kube/build-kube-apiserver.sh
 kube-apiserver:
 	@out=$$($(KUBE_APISERVER_BUILD)) && printf '%s\n' "$$out" | tail -n 1
 
-# e2e runs kube-apiserver (as a child process) on ZooKeeper through zketcd:
-# integration/e2e, every scenario of integration/kubelab, the move of a
-# kube-apiserver's data from etcd to zketcd and back (needs etcdutl, built
-# by build-peers.sh; skipped without it), plus the checks of
+# e2e runs kube-apiserver (as a child process) on ZooKeeper through zketcd,
+# every zketcd in the secure shape of docs/kubernetes.md (client TLS and
+# certificates, authentication on, a ZooKeeper identity): integration/e2e,
+# every scenario of integration/kubelab, the documented recipe with its
+# backups (etcdctl and etcdutl, built by build-peers.sh), the move of a
+# kube-apiserver's data from etcd to zketcd and back, plus the checks of
 # docker-compose.yml. Fails if kube-apiserver cannot be built.
 E2E_FLAGS ?= -count=1 -timeout 30m -v
 e2e: deps-zookeeper build
 	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "e2e: building kube-apiserver failed" >&2; exit 1; }; \
 	bin=$$(printf '%s\n' "$$out" | tail -n 1); \
 	[ -x "$$bin" ] || { echo "e2e: no kube-apiserver binary at '$$bin'" >&2; exit 1; }; \
-	utl=$$($(PEERS_BUILD) etcdutl | sed -n 's/^etcdutl=//p') || utl=""; \
-	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" ETCDUTL="$$utl" \
+	peers=$$($(PEERS_BUILD) etcdctl etcdutl) || { echo "e2e: building etcdctl/etcdutl failed" >&2; exit 1; }; \
+	ctl=$$(printf '%s\n' "$$peers" | sed -n 's/^etcdctl=//p'); utl=$$(printf '%s\n' "$$peers" | sed -n 's/^etcdutl=//p'); \
+	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" ETCDCTL="$$ctl" ETCDUTL="$$utl" \
 		$(GO) test $(E2E_FLAGS) ./e2e/
 
 # etcdctl-test runs the real etcdctl v3.7.3 against `zketcd dev` and etcd
@@ -230,7 +279,7 @@ bench-long: deps-zookeeper deps-postgresql build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \
 		$(BENCH_BASELINE) -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
-# faults runs the 27 fault-injection scenarios of integration/faults (a real
+# faults runs the 28 fault-injection scenarios of integration/faults (a real
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1;
 # ZooKeeper leaders and followers killed, the ensemble restarted, zketcd
 # SIGSTOPped, killed and partitioned from ZooKeeper, the leader instance
@@ -240,9 +289,10 @@ bench-long: deps-zookeeper deps-postgresql build
 # the zketcd leader, six on --read-lease (one on a ZooKeeper granting a
 # shorter session timeout than asked), four with --commit-pipeline 8 (the
 # leader killed and SIGSTOPped, the ZooKeeper leader killed, the leader's
-# ZooKeeper link slowed), and two instances both committing with
-# --commit-pipeline 4 while one's ZooKeeper link is slow, and two over a log
-# kept as the generation: the zketcd leader and the ZooKeeper leader killed) for
+# ZooKeeper link slowed), two instances both committing with
+# --commit-pipeline 4 while one's ZooKeeper links are slow or reset for
+# 50-200 ms at a time, and two over a log kept as the generation: the
+# zketcd leader and the ZooKeeper leader killed) for
 # FAULTS_DURATION of workload each, checks
 # linearizability, watch guarantees, lost and duplicated writes and lease
 # expiry, prints the summary table and writes it into docs/reliability.md
@@ -279,6 +329,18 @@ SOAK_OUT ?= $(abspath out/soak)
 soak: deps-zookeeper build
 	cd integration/faults && SOAK_DURATION=$(SOAK_DURATION) SOAK_FAULT_EVERY=$(SOAK_FAULT_EVERY) SOAK_OUT=$(SOAK_OUT) \
 		ZKETCD_BINARY=$(abspath $(BIN))/zketcd $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v
+
+# compose-test (not in CI; root) runs docker-compose.yml for real:
+# integration/compose/compose-test.sh starts Debian's dockerd if none runs
+# (with its host networking off), builds every image locally (debootstrap
+# base with Debian's zookeeper, this host's Go toolchain, the kube-apiserver
+# make e2e builds; nothing pulled), checks the file with Compose v1 and v2,
+# runs the stack, checks /readyz, a create, a LIST and a WATCH through
+# kube-apiserver and a key through etcdctl, takes it down, stops the daemon
+# it started and restores the host's network settings (compared with those
+# before). ~5 min warm; the first run also debootstraps (~5 min).
+compose-test:
+	integration/compose/compose-test.sh
 
 clean:
 	rm -rf $(BIN)

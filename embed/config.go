@@ -67,6 +67,9 @@ type Config struct {
 	// Without it such a configuration is refused at start; with it the
 	// start logs a warning.
 	InternalInsecurePlaintext bool
+	// Tenants serves the many tenants of a fleet root (StartFleet) instead
+	// of one cluster.
+	Tenants TenantsConfig
 	// Logger receives structured logs (nil: logrus's standard logger).
 	Logger *logrus.Entry
 }

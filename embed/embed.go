@@ -139,11 +139,24 @@ func (z *Zketcd) forwarding(cfg *Config) (*tls.Config, error) {
 	if !cfg.Engine.ForwardWrites {
 		return nil, nil
 	}
+	l, client, serverTLS, err := openInternal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	z.internal, z.fwd = l, client
+	cfg.Engine.Forwarder = client
+	return serverTLS, nil
+}
+
+// openInternal opens the internal endpoint's listener and the forwarding
+// client that dials the other instances' endpoints, and sets
+// cfg.Engine.InternalURL to what the endpoint advertises. It returns the
+// endpoint's server TLS configuration (nil: plaintext).
+func openInternal(cfg *Config) (net.Listener, *forward.Client, *tls.Config, error) {
 	l, err := net.Listen("tcp", cfg.InternalAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
+		return nil, nil, nil, fmt.Errorf("listen on %s (internal endpoint): %w", cfg.InternalAddr, err)
 	}
-	z.internal = l
 	scheme := "http://"
 	if cfg.Peer.Enabled() {
 		scheme = "https://"
@@ -151,18 +164,18 @@ func (z *Zketcd) forwarding(cfg *Config) (*tls.Config, error) {
 	if cfg.Engine.InternalURL = cfg.InternalURL; cfg.Engine.InternalURL == "" {
 		cfg.Engine.InternalURL = scheme + l.Addr().String()
 	}
-	z.fwd = forward.NewClient()
+	client := forward.NewClient()
 	var serverTLS *tls.Config
 	if cfg.Peer.Enabled() {
-		var client *tls.Config
-		if serverTLS, client, err = cfg.Peer.configs(internalHosts(l.Addr(), cfg.Engine.InternalURL)); err != nil {
-			return nil, err
+		var clientTLS *tls.Config
+		if serverTLS, clientTLS, err = cfg.Peer.configs(internalHosts(l.Addr(), cfg.Engine.InternalURL)); err != nil {
+			l.Close()
+			return nil, nil, nil, err
 		}
-		z.fwd.TLS = client
+		client.TLS = clientTLS
 	}
-	cfg.Engine.Forwarder = z.fwd
 	warnInternalSecurity(*cfg, l.Addr().String())
-	return serverTLS, nil
+	return l, client, serverTLS, nil
 }
 
 // serve starts serving the etcd API on the client listeners and /metrics
@@ -222,12 +235,16 @@ func (z *Zketcd) abort() {
 	}
 }
 
-func (z *Zketcd) report(err error) {
+func (z *Zketcd) report(err error) { reportTo(z.errc, err) }
+
+// reportTo hands a serving error to errc (which holds one; later ones are
+// dropped), but for a stopped server's.
+func reportTo(errc chan error, err error) {
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
 		return
 	}
 	select {
-	case z.errc <- err:
+	case errc <- err:
 	default:
 	}
 }
@@ -236,22 +253,19 @@ func (z *Zketcd) report(err error) {
 func (z *Zketcd) Err() <-chan error { return z.errc }
 
 // ClientAddrs returns the addresses the etcd API is served on.
-func (z *Zketcd) ClientAddrs() []string {
-	out := make([]string, len(z.clients))
-	for i, l := range z.clients {
+func (z *Zketcd) ClientAddrs() []string { return addrs(z.clients) }
+
+// addrs lists the addresses of ls.
+func addrs(ls []net.Listener) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
 		out[i] = l.Addr().String()
 	}
 	return out
 }
 
 // MetricsAddrs returns the addresses /metrics is served on.
-func (z *Zketcd) MetricsAddrs() []string {
-	out := make([]string, len(z.metrics))
-	for i, l := range z.metrics {
-		out[i] = l.Addr().String()
-	}
-	return out
-}
+func (z *Zketcd) MetricsAddrs() []string { return addrs(z.metrics) }
 
 // InternalAddr returns the address of the internal endpoint ("": none).
 func (z *Zketcd) InternalAddr() string {

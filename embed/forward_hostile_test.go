@@ -13,10 +13,12 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc64"
 	"io"
 	"math/rand/v2"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	zkclient "github.com/go-zookeeper/zk"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,6 +34,8 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
@@ -41,6 +46,7 @@ import (
 	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // forwardingLeader starts one forwarding instance (the leader of its
@@ -285,7 +291,7 @@ func TestInternalEndpointRefusesPeersWithoutAVerifiedCertificate(t *testing.T) {
 	} {
 		a := newAttacker(t, in, tc.scheme, tc.tls)
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := a.c.ReadIndex(rctx, a.peer)
+		_, err := a.c.Call(rctx, a.peer, readIndexCall(), &emptypb.Empty{}, &wrapperspb.Int64Value{})
 		rcancel()
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: read index answered %v, want ok %v", name, err, tc.ok)
@@ -493,4 +499,223 @@ func TestClientCertificateIdentityIsForwardedOnlyOverMutualTLS(t *testing.T) {
 			t.Errorf("without mutual TLS: forwarded %v, committed by the follower %v; want the follower to commit it", forwarded, committedHere)
 		}
 	}
+}
+
+// TestForwardedSimpleTokenIdlePastItsTTLIsRefused: a simple token idle for
+// longer than --auth-token-ttl is refused on the client API, and also when
+// a holder of the internal endpoint (its token, and a peer certificate
+// under mutual TLS) forwards a write with it to the leader; a token kept
+// alive by use through a follower for longer than its TTL since it was
+// issued still has its writes forwarded and committed by the leader.
+func TestForwardedSimpleTokenIdlePastItsTTLIsRefused(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	const ttl = 2 * time.Second
+	certs := testcerts.New(t)
+	for _, mutual := range []bool{false, true} {
+		configure := func(cn string) func(*embed.Config) {
+			return func(c *embed.Config) {
+				c.GRPC.Auth.BcryptCost = bcrypt.MinCost
+				tp, err := auth.NewTokenProvider("simple", ttl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.GRPC.Auth.Tokens = tp
+				if mutual {
+					cert, key := certs.Peer(t, cn, "127.0.0.1")
+					c.Peer = embed.PeerTLS{CertFile: cert, KeyFile: key, TrustedCAFile: certs.CAFile, ClientCertAuth: true}
+				}
+			}
+		}
+		leader := forwardingLeader(t, zk, configure("zketcd-a"))
+		follower := embedtest.Start(t, []string{zk}, embedtest.Options{Root: leader.Root(), ForwardWrites: true, SessionTimeout: 4 * time.Second,
+			Configure: configure("zketcd-b")})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		enableAuth(t, follower.Client(t))
+		_, tok := login(t, ctx, follower.Endpoint(), "root", "rootpw")
+		kv := pb.NewKVClient(rawConn(t, follower.Endpoint()))
+		withTok := metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, tok)
+
+		// Kept alive by reads through the follower past its TTL since
+		// issue, then a write: forwarded, and committed by the leader.
+		for end := time.Now().Add(ttl + time.Second); time.Now().Before(end); time.Sleep(ttl / 4) {
+			if _, err := kv.Range(withTok, &pb.RangeRequest{Key: []byte("k")}); err != nil {
+				t.Fatalf("mutual TLS %v: a read with a token in use: %v", mutual, err)
+			}
+		}
+		forwarded := map[string]string{"method": "put", "outcome": "ok"}
+		before := counter(t, follower, "zketcd_forward_requests_total", forwarded)
+		if _, err := kv.Put(withTok, &pb.PutRequest{Key: []byte("alive"), Value: []byte("v")}); err != nil {
+			t.Fatalf("mutual TLS %v: a write with a token kept alive: %v", mutual, err)
+		}
+		if n := counter(t, follower, "zketcd_forward_requests_total", forwarded) - before; n != 1 {
+			t.Fatalf("mutual TLS %v: the write with a token kept alive was forwarded %v times, want once (not committed by the follower itself)", mutual, n)
+		}
+
+		time.Sleep(ttl + time.Second) // idle past its TTL
+		if _, err := kv.Put(withTok, &pb.PutRequest{Key: []byte("idle"), Value: []byte("v")}); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+			t.Fatalf("mutual TLS %v: the client API took an idle token: %v", mutual, err)
+		}
+		scheme, peerTLS := "http://", (*tls.Config)(nil)
+		if mutual {
+			cert, key := certs.Peer(t, "zketcd-c", "127.0.0.1")
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scheme, peerTLS = "https://", &tls.Config{RootCAs: certs.CA, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+		}
+		err := newAttacker(t, leader, scheme, peerTLS).send(ctx, auth.Caller{Token: tok}, &pb.PutRequest{Key: []byte("forged"), Value: []byte("v")}, nil)
+		if err == nil {
+			t.Errorf("mutual TLS %v: the leader took a forwarded write with a token idle past its TTL", mutual)
+		}
+		rootC, _ := login(t, ctx, follower.Endpoint(), "root", "rootpw")
+		if resp, err := rootC.Get(ctx, "forged"); err != nil || len(resp.Kvs) != 0 {
+			t.Errorf("mutual TLS %v: the forged write: %v %v, want nothing stored", mutual, resp, err)
+		}
+	}
+}
+
+// sendAs forwards req on behalf of caller under tag, as send does.
+func (a *attacker) sendAs(ctx context.Context, caller auth.Caller, req proto.Message, tag revision.WriterTag) error {
+	k, ok := engine.WriteKindOf(req)
+	if !ok {
+		return errors.New("not forwardable")
+	}
+	state, _ := a.in.Engine().AuthState()
+	var fp uint64
+	if len(state) > 0 {
+		fp = crc64.Checksum(state, crc64.MakeTable(crc64.ECMA)) | 1
+	}
+	_, err := a.c.Forward(auth.WithCaller(ctx, caller), a.peer, engine.ForwardCall{
+		Origin: tag, AuthFP: fp, Req: req, Resp: k.NewResponse(), Fresh: true,
+	})
+	return err
+}
+
+// logOf reads the log of root, in log order, as a ZooKeeper session without any identity
+// reads an open root (or as whoever holds the identity, or a backup).
+func logOf(t *testing.T, zkAddr, root string) []*revision.Entry {
+	t.Helper()
+	conn, _, err := zkclient.Connect([]string{zkAddr}, 5*time.Second, zkclient.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buckets, _, err := conn.Children(root + "/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(buckets) // names are zero-padded positions
+	var out []*revision.Entry
+	for _, bucket := range buckets {
+		entries, _, err := conn.Children(root + "/log/" + bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(entries)
+		for _, name := range entries {
+			data, _, err := conn.Get(root + "/log/" + bucket + "/" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := zkstore.DecodeEntry(data)
+			if err != nil {
+				t.Fatalf("entry %s: %v", name, err)
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// originNonce returns the nonce of the forwarded requests in root's log
+// (logOf): the follower's, whose tags count their sequence from 1.
+func originNonce(t *testing.T, zkAddr, root string) uint64 {
+	t.Helper()
+	for _, e := range logOf(t, zkAddr, root) {
+		for _, op := range e.Ops {
+			if op.Kind == revision.OpOrigin {
+				return op.Origin.Nonce
+			}
+		}
+	}
+	t.Fatal("no forwarded request in the log")
+	return 0
+}
+
+// TestForgedForwardsUnderAFollowersNextTagsDoNotAnswerItsWrites: a holder
+// of the leader's internal token reads the follower's nonce in ZooKeeper's
+// data and forwards its own requests under the follower's next tags (a
+// sequence counted from 1: it sends under the first 40), before the
+// follower sends its own: an alarm activation (accepted without any
+// credential), or puts of its own with alice's credential. Each request of
+// root's through the follower under those tags must still be committed
+// and answered with its own response: a tag answers only the same request
+// of the same caller.
+func TestForgedForwardsUnderAFollowersNextTagsDoNotAnswerItsWrites(t *testing.T) {
+	zk := zkservertest.Standalone(t).Addr()
+	for _, tc := range []struct {
+		name   string
+		caller func(aliceTok string) auth.Caller
+		forged func(follower *embedtest.Instance, i int) proto.Message
+	}{
+		{"an alarm, without a credential", func(string) auth.Caller { return auth.Caller{} },
+			func(f *embedtest.Instance, _ int) proto.Message {
+				return &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: f.Engine().MemberID(), Alarm: pb.AlarmType_NONE}
+			}},
+		{"alice's own puts", func(tok string) auth.Caller { return auth.Caller{Token: tok} },
+			func(_ *embedtest.Instance, i int) proto.Message {
+				return &pb.PutRequest{Key: []byte("/bar"), Value: []byte(fmt.Sprintf("mallory-%d", i))}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leader := forwardingLeader(t, zk, nil)
+			follower := embedtest.Start(t, []string{zk}, embedtest.Options{Root: leader.Root(), ForwardWrites: true, SessionTimeout: 4 * time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			enableAuth(t, follower.Client(t))
+			rootC, _ := login(t, ctx, follower.Endpoint(), "root", "rootpw")
+			_, aliceTok := login(t, ctx, follower.Endpoint(), "alice", "alicepw")
+			if _, err := rootC.Put(ctx, "warm", "1"); err != nil {
+				t.Fatal(err)
+			}
+			nonce := originNonce(t, zk, leader.Root())
+			a := newAttacker(t, leader, "http://", nil)
+			for seq := uint64(1); seq <= 40; seq++ {
+				tag := revision.WriterTag{Nonce: nonce, Seq: seq}
+				if err := a.sendAs(ctx, tc.caller(aliceTok), tc.forged(follower, int(seq)), tag); err != nil {
+					t.Fatalf("the forged request under the follower's tag %d (accepted for what it is): %v", seq, err)
+				}
+			}
+			const n = 5
+			for i := 1; i <= n; i++ {
+				key := fmt.Sprintf("root-%d", i)
+				resp, err := rootC.Put(ctx, key, "v")
+				if err != nil {
+					t.Fatalf("root's put %d through the follower: %v", i, err)
+				}
+				if resp.Header == nil || resp.Header.Revision == 0 {
+					t.Fatalf("root's put %d answered %v", i, resp)
+				}
+				got, err := rootC.Get(ctx, key)
+				if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != resp.Header.Revision {
+					t.Fatalf("root's put %d answered OK at revision %d; stored: %v %v", i, resp.Header.Revision, got, err)
+				}
+			}
+			if err := follower.Engine().Health(); err != nil {
+				t.Fatalf("the follower after the attack: %v", err)
+			}
+		})
+	}
+}
+
+// readIndexCall is the engine's ReadIndex call of the internal endpoint.
+func readIndexCall() engine.CallKind {
+	for _, k := range engine.CallKinds() {
+		if k.Method == "ReadIndex" {
+			return k
+		}
+	}
+	panic("no ReadIndex call")
 }

@@ -5,7 +5,16 @@
 //	                            tokens.csv (a bearer token in system:masters), token (the
 //	                            token alone, for kubectl/curl), sa.key and sa.pub (the
 //	                            service account signing key pair); and copy this
-//	                            static binary to DIR/zketcd-kubeinit
+//	                            static binary to DIR/zketcd-kubeinit. With
+//	                            ZKETCD_SECRETS_DIR also zketcd's secrets and the TLS of
+//	                            the stack: a CA, zketcd's serving certificate (secrets
+//	                            directory), kube-apiserver's and root's client
+//	                            certificates (DIR: ca.crt, kube-apiserver.crt/.key,
+//	                            root.crt/.key)
+//	zketcd-kubeinit auth URL DIR
+//	                            turn etcd's authentication on at zketcd's URL with
+//	                            root's certificate from DIR: users root and
+//	                            kube-apiserver (their certificates' common names)
 //	zketcd-kubeinit probe URL   exit 0 if GET URL answers 200 within 5s (https is not
 //	                            verified: kube-apiserver's certificate is self-signed)
 //
@@ -15,6 +24,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -31,14 +41,16 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: zketcd-kubeinit creds DIR | probe URL")
+	if len(os.Args) < 3 || (os.Args[1] == "auth") != (len(os.Args) == 4) || len(os.Args) > 4 {
+		fmt.Fprintln(os.Stderr, "usage: zketcd-kubeinit creds DIR | auth URL DIR | probe URL")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "creds":
 		err = creds(os.Args[2])
+	case "auth":
+		err = enableAuth(context.Background(), os.Args[2], os.Args[3], 2*time.Minute)
 	case "probe":
 		err = probe(os.Args[2], 5*time.Second)
 	default:
@@ -71,8 +83,9 @@ const (
 )
 
 // zketcdSecrets writes zk-auth and token.secret into dir unless they
-// exist, 0600 and owned by owner.
-func zketcdSecrets(dir, owner string) error {
+// exist, 0600 and owned by owner, and the stack's certificates (pki): the
+// serving ones into dir, the clients' into credsDir.
+func zketcdSecrets(dir, credsDir, owner string) error {
 	if owner == "" {
 		owner = nonrootOwner
 	}
@@ -109,6 +122,9 @@ func zketcdSecrets(dir, owner string) error {
 		if err := os.Lchown(p, uid, gid); err != nil && os.Geteuid() == 0 {
 			return err
 		}
+	}
+	if err := pki(credsDir, dir, uid, gid); err != nil {
+		return fmt.Errorf("certificates: %w", err)
 	}
 	if err := os.Lchown(dir, uid, gid); err != nil && os.Geteuid() == 0 {
 		return err
@@ -162,7 +178,7 @@ func creds(dir string) error {
 		}
 	}
 	if d := os.Getenv(secretsDirEnv); d != "" {
-		if err := zketcdSecrets(d, os.Getenv(secretsOwnerEnv)); err != nil {
+		if err := zketcdSecrets(d, dir, os.Getenv(secretsOwnerEnv)); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -11,6 +13,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 func TestCredsKeepsExistingFiles(t *testing.T) {
@@ -125,5 +133,106 @@ func TestProbe(t *testing.T) {
 	err := probe(ok.URL+"/livez", 2*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("probe of a 503: %v", err)
+	}
+}
+
+// TestCredsMakesTheStacksTLSAndAuthTurnsItOn: with ZKETCD_SECRETS_DIR,
+// creds writes a CA, zketcd's serving certificate (valid for its service
+// name and the host's loopback) and the client certificates of
+// kube-apiserver and root, keeps them on a second run; auth then turns
+// etcd's authentication on at a zketcd requiring those certificates, once,
+// after which kube-apiserver's certificate is served as its user.
+func TestCredsMakesTheStacksTLSAndAuthTurnsItOn(t *testing.T) {
+	secrets := filepath.Join(t.TempDir(), "zketcd")
+	t.Setenv(secretsDirEnv, secrets)
+	t.Setenv(secretsOwnerEnv, fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()))
+	dir := filepath.Join(t.TempDir(), "creds")
+	if err := creds(dir); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(read(filepath.Join(dir, "ca.crt"))) || string(read(filepath.Join(secrets, "ca.crt"))) != string(read(filepath.Join(dir, "ca.crt"))) {
+		t.Fatal("no CA, or two")
+	}
+	parse := func(p string) *x509.Certificate {
+		t.Helper()
+		b, _ := pem.Decode(read(p))
+		if b == nil {
+			t.Fatalf("%s: not PEM", p)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	server := parse(filepath.Join(secrets, "zketcd.crt"))
+	for _, name := range []string{"zketcd", "localhost", "127.0.0.1"} {
+		if _, err := server.Verify(x509.VerifyOptions{Roots: pool, DNSName: name}); err != nil {
+			t.Errorf("zketcd's certificate for %s: %v", name, err)
+		}
+	}
+	for _, user := range []string{"kube-apiserver", "root"} {
+		c := parse(filepath.Join(dir, user+".crt"))
+		if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || c.Subject.CommonName != user {
+			t.Errorf("%s's certificate: CN %q, %v", user, c.Subject.CommonName, err)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, user+".key")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s.key: %v %v", user, fi, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(secrets, "zketcd.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("zketcd.key: %v %v", fi, err)
+	}
+	before := read(filepath.Join(secrets, "zketcd.crt"))
+	if err := creds(dir); err != nil {
+		t.Fatal(err)
+	}
+	if string(read(filepath.Join(secrets, "zketcd.crt"))) != string(before) {
+		t.Fatal("a second run replaced the certificates")
+	}
+
+	serving, err := tls.LoadX509KeyPair(filepath.Join(secrets, "zketcd.crt"), filepath.Join(secrets, "zketcd.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zk := zkservertest.Standalone(t)
+	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{TLS: &tls.Config{
+		Certificates: []tls.Certificate{serving}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+	}})
+	url := "https://" + in.Endpoint()
+	for range 2 { // the second run finds it on
+		if err := enableAuth(t.Context(), url, dir, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := clientTLS(dir, "kube-apiserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{in.Endpoint()}, TLS: cfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	st, err := c.AuthStatus(ctx)
+	if err != nil || !st.Enabled {
+		t.Fatalf("auth status: %+v %v", st, err)
+	}
+	if _, err := c.Put(ctx, "/registry/x", "y"); err != nil {
+		t.Fatalf("kube-apiserver's certificate: %v", err)
+	}
+	if _, err := c.Compact(ctx, 1); err != nil && !strings.Contains(err.Error(), "compacted") {
+		t.Fatalf("kube-apiserver's compaction (root only): %v", err)
 	}
 }

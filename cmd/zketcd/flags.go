@@ -37,6 +37,8 @@ type serveFlags struct {
 	zkTLSKey         string
 	zkTLSCA          string
 
+	tenants tenantFlags
+
 	name                string
 	listenClientURLs    string
 	advertiseClientURLs string
@@ -166,6 +168,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	}
 	f.registerZK(fs, zkHelp, "znode under which zketcd keeps everything")
 	fs.StringVar(&f.name, "name", "", "member name (default: host name and client port); the member ID derives from it")
+	f.tenants.register(fs)
 	fs.StringVar(&f.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "URLs to serve the etcd API on, comma separated")
 	fs.StringVar(&f.advertiseClientURLs, "advertise-client-urls", "", "URLs advertised in the member list (default: the listen URLs)")
 	fs.StringVar(&f.listenMetricsURLs, "listen-metrics-urls", "", "URLs to serve /metrics and /health on (http only), comma separated")
@@ -277,9 +280,9 @@ func (f *serveFlags) logger() (*logrus.Logger, error) {
 	lg.SetLevel(lvl)
 	switch f.logFormat {
 	case "json":
-		lg.SetFormatter(&logrus.JSONFormatter{})
+		lg.SetFormatter(durationFormatter{next: &logrus.JSONFormatter{}})
 	case "text", "console": // etcd's name for its text format
-		lg.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+		lg.SetFormatter(durationFormatter{next: &logrus.TextFormatter{FullTimestamp: true}})
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}

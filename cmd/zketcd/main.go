@@ -7,18 +7,20 @@
 //	zketcd mirror --from URLS --zk ...         copy a running etcd with the same revisions
 //	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
 //	zketcd zk-acl --zk ... --zk-auth ID        ACL every znode of a root to one ZooKeeper identity
+//	zketcd tenant create|list|limits|delete|snapshot --zk ...  administer a fleet's tenants
 //	zketcd version
 package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"runtime"
 
 	"go.etcd.io/etcd/api/v3/version"
-)
 
-// Version is zketcd's own version, set at link time.
-var Version = "dev"
+	"github.com/zketcd/zketcd/internal/buildinfo"
+)
 
 func main() {
 	if len(os.Args) < 2 {
@@ -41,8 +43,10 @@ func main() {
 		err = runReplayLoss(os.Args[2:])
 	case "zk-acl":
 		err = runZKACL(os.Args[2:])
+	case "tenant":
+		err = runTenant(os.Args[2:], os.Stdout)
 	case "version", "--version":
-		fmt.Printf("zketcd %s (etcd API %s)\n", Version, version.Version)
+		printVersion(os.Stdout)
 	case "help", "-h", "--help":
 		usage()
 	default:
@@ -54,6 +58,19 @@ func main() {
 		fmt.Fprintf(os.Stderr, "zketcd: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// printVersion writes what `zketcd version` prints, in the shape of
+// `etcd --version`: the build (internal/buildinfo, the version set at link
+// time by make build) and the etcd API it serves.
+func printVersion(w io.Writer) {
+	b := buildinfo.Get()
+	commit := b.Commit
+	if b.Modified {
+		commit += " (modified)"
+	}
+	fmt.Fprintf(w, "zketcd Version: %s\nGit SHA: %s\nGo Version: %s\nGo OS/Arch: %s/%s\netcd API Version: %s\n",
+		b.Version, commit, b.GoVersion, runtime.GOOS, runtime.GOARCH, version.Version)
 }
 
 func usage() {
@@ -71,6 +88,8 @@ Usage:
                                               re-apply the changes ZooKeeper lost (a loss file)
   zketcd zk-acl --zk HOST:PORT --zk-root /ROOT --zk-auth ID [--zk-former-auth ID] [--check]
                                               ACL every znode of a root to one ZooKeeper identity
+  zketcd tenant create|list|limits|delete|snapshot --zk HOST:PORT --zk-root /FLEET ...
+                                              administer the tenants of a fleet (serve --tenants)
   zketcd version
 
 Run "zketcd serve -h" for the flags. Every flag can also be set with an

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/zketcd/zketcd/internal/rvmap"
-	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // runRV prints, for each key, its revisions and the zxids of the ZooKeeper
@@ -19,14 +17,27 @@ import (
 // zxid that made it. It reads the log directly, not through a zketcd (the
 // logic is in internal/rvmap).
 func runRV(args []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return rv(ctx, args, os.Stdout)
+}
+
+// defaultRVZK is where `zketcd rv` looks for ZooKeeper without --zk.
+const defaultRVZK = "127.0.0.1:2181"
+
+// rv is runRV writing its table to out. It reaches ZooKeeper with serve's
+// flags (registerZK): the identity from --zk-auth-file or ZKETCD_ZK_AUTH
+// rather than the command line, and TLS to the secure client port.
+func rv(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("zketcd rv", flag.ContinueOnError)
-	zkServers := fs.String("zk", "127.0.0.1:2181", "ZooKeeper servers, comma separated")
-	root := fs.String("zk-root", "/zketcd", "zketcd's root znode")
-	auth := fs.String("zk-auth", "", "ZooKeeper credentials scheme:credential")
+	var f serveFlags
+	f.registerZK(fs, "ZooKeeper servers, comma separated host:port (default "+defaultRVZK+")", "zketcd's root znode")
+	f.registerLog(fs)
+	f.logLevel = "warn"
 	var revs revList
 	fs.Var(&revs, "revision", "a revision to map to its zxid (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: zketcd rv [--zk H:P] [--zk-root /zketcd] [--revision N]... KEY...")
+		fmt.Fprintln(fs.Output(), "usage: zketcd rv [--zk H:P] [--zk-root /zketcd] [--zk-auth-file FILE] [--zk-tls-ca-file CA] [--revision N]... KEY...")
 		fs.PrintDefaults()
 	}
 	keys, err := parseInterspersed(fs, args)
@@ -37,19 +48,18 @@ func runRV(args []string) error {
 		fs.Usage()
 		return errors.New("give at least one key or --revision")
 	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	cfg := zkstore.Config{Servers: splitList(*zkServers), Root: *root, Logger: logrus.NewEntry(lg)}
-	if *auth != "" {
-		cfg.Auth = []string{*auth}
+	if f.zk == "" {
+		f.zk = defaultRVZK
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	cfg, err := f.loggedStoreConfig()
+	if err != nil {
+		return err
+	}
 	ix, err := rvmap.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	return ix.WriteTable(os.Stdout, keys, revs)
+	return ix.WriteTable(out, keys, revs)
 }
 
 type revList []int64

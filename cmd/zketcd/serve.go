@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
@@ -108,6 +109,7 @@ func (f serveFlags) config() (embed.Config, error) {
 		EnablePprof:   f.enablePprof,
 		CORS:          cors,
 		HostWhitelist: splitList(f.hostWhitelist),
+		Tenants:       f.tenants.config(),
 		Logger:        lg,
 	}
 	if err := f.internalEndpoint(&cfg); err != nil {
@@ -211,6 +213,9 @@ func (f serveFlags) grpcConfig() (grpcsrv.Config, error) {
 // but zketcd dev's) warns once started if every origin may use the HTTP
 // gateway of an instance without authentication or client certificates.
 func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func()) error {
+	if cfg.Tenants.Enabled {
+		return runFleet(ctx, cfg, ready)
+	}
 	lg := cfg.Logger
 	zk := logrus.Fields{"zk": cfg.Engine.Store.Servers, "zk_root": cfg.Engine.Store.Root}
 	lg.WithFields(zk).Info("connecting to zookeeper")
@@ -252,6 +257,7 @@ func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func
 		"name": cfg.Engine.Name, "member_id": fmt.Sprintf("%x", z.Engine().MemberID()),
 		"cluster_id": fmt.Sprintf("%x", z.Engine().ClusterID()), "client_addrs": z.ClientAddrs(),
 	}).Info("zketcd is serving")
+	notifySystemd(lg, daemon.SdNotifyReady+"\nSTATUS=serving")
 	if ready != nil {
 		ready()
 	}
@@ -261,32 +267,53 @@ func run(ctx context.Context, cfg embed.Config, warnOpenGateway bool, ready func
 	case err = <-z.Err():
 	}
 	lg.Info("shutting down")
+	notifySystemd(lg, daemon.SdNotifyStopping+"\nSTATUS=shutting down")
 	z.Close(5 * time.Second)
 	return err
 }
 
-// corsOrigins checks --cors as etcd does: "*", or origins of the form
-// scheme://host:port (http or https, no path).
+// corsOrigins checks --cors as etcd 3.7.3 parses it (its flag and its
+// config file's cors: the same URL list) and returns the origins in
+// etcd's form: "*", or URLs of scheme http or https with a host:port and
+// no path (unix and unixs URLs are accepted too, as etcd accepts them,
+// though no browser sends such an origin), each as url.URL.String() writes
+// it (the scheme in lower case). etcd refuses an origin without a port,
+// so zketcd does, saying which form to write: a browser's Origin without
+// a port (its scheme's default) matches the listing with 80 or 443.
 func corsOrigins(values []string) ([]string, error) {
+	out := make([]string, 0, len(values))
 	for _, v := range values {
 		if v == "*" {
+			out = append(out, v)
 			continue
 		}
 		u, err := url.Parse(v)
 		if err != nil {
 			return nil, fmt.Errorf("--cors %q: %w", v, err)
 		}
-		if u.Scheme != "http" && u.Scheme != "https" {
+		switch u.Scheme {
+		case "http", "https":
+			if _, _, err := net.SplitHostPort(u.Host); err != nil {
+				if u.Host == "" {
+					return nil, fmt.Errorf("--cors %q: an origin must have the form scheme://host:port, as etcd requires", v)
+				}
+				port := "80"
+				if u.Scheme == "https" {
+					port = "443"
+				}
+				return nil, fmt.Errorf("--cors %q: an origin must have the form scheme://host:port, as etcd requires (%s://%s:%s: a browser's Origin %s://%s, without a port, matches it)",
+					v, u.Scheme, u.Host, port, u.Scheme, u.Host)
+			}
+			if u.Path != "" {
+				return nil, fmt.Errorf("--cors %q: an origin has no path", v)
+			}
+		case "unix", "unixs":
+		default:
 			return nil, fmt.Errorf("--cors %q: the scheme must be http or https", v)
 		}
-		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return nil, fmt.Errorf("--cors %q: the origin must have the form scheme://host:port", v)
-		}
-		if u.Path != "" || u.RawQuery != "" {
-			return nil, fmt.Errorf("--cors %q: an origin has no path", v)
-		}
+		out = append(out, u.String())
 	}
-	return values, nil
+	return out, nil
 }
 
 // faultTagGenerationEnv names the fault-injection hook that sets how many

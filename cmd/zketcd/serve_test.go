@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,15 +85,41 @@ func serveUntilDone(t *testing.T, f serveFlags) context.Context {
 	return ctx
 }
 
+// TestCORSOriginsAreCheckedAsEtcdChecksThem: --cors takes exactly the
+// values etcd 3.7.3's flag parser takes (the accepted and refused values
+// below are its answers), in the form it keeps them, and the refusal of an
+// origin without a port (which etcd refuses too) says what to write.
 func TestCORSOriginsAreCheckedAsEtcdChecksThem(t *testing.T) {
-	for _, ok := range [][]string{{"*"}, {"http://a.example:80", "https://b.example:8443"}, nil} {
-		if _, err := corsOrigins(ok); err != nil {
-			t.Errorf("corsOrigins(%q): %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"a.example:80", "ftp://a.example:21", "http://a.example", "http://a.example:80/ui"} {
-		if _, err := corsOrigins([]string{bad}); err == nil {
-			t.Errorf("corsOrigins(%q) accepted it", bad)
+	for _, tc := range []struct {
+		in   []string
+		want []string // nil: refused
+		hint string   // the refusal names it
+	}{
+		{in: []string{"*"}, want: []string{"*"}},
+		{in: nil, want: []string{}},
+		{in: []string{"http://a.example:80", "https://b.example:8443"}, want: []string{"http://a.example:80", "https://b.example:8443"}},
+		{in: []string{"HTTP://a.example:80"}, want: []string{"http://a.example:80"}},
+		{in: []string{"http://a.example:"}, want: []string{"http://a.example:"}},
+		{in: []string{"http://a.example:80?x=1"}, want: []string{"http://a.example:80?x=1"}},
+		{in: []string{"http://[::1]:8080"}, want: []string{"http://[::1]:8080"}},
+		{in: []string{"unix://local.sock"}, want: []string{"unix://local.sock"}},
+		{in: []string{"http://good.example"}, hint: "http://good.example:80"},
+		{in: []string{"https://good.example"}, hint: "https://good.example:443"},
+		{in: []string{"a.example:80"}},
+		{in: []string{"ftp://a.example:21"}},
+		{in: []string{"http://a.example:80/ui"}},
+		{in: []string{"http://a.example/"}},
+	} {
+		got, err := corsOrigins(tc.in)
+		switch {
+		case tc.want == nil && err == nil:
+			t.Errorf("corsOrigins(%q) = %q, want it refused (etcd refuses it)", tc.in, got)
+		case tc.want == nil && !strings.Contains(err.Error(), tc.hint):
+			t.Errorf("corsOrigins(%q): %v, want the error to name %q", tc.in, err, tc.hint)
+		case tc.want != nil && err != nil:
+			t.Errorf("corsOrigins(%q): %v (etcd accepts it)", tc.in, err)
+		case tc.want != nil && !slices.Equal(got, tc.want):
+			t.Errorf("corsOrigins(%q) = %q, want %q (etcd's form)", tc.in, got, tc.want)
 		}
 	}
 }

@@ -68,7 +68,7 @@ func zkACL(ctx context.Context, f serveFlags, check bool, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "set the ACL of %d znodes\n", n)
+		fmt.Fprintf(out, "set the ACL of %d znodes; the simple tokens' secret is rotated by the next instance to start with this identity (or its leader instance within seconds): clients log in again\n", n)
 	}
 	checked, wrong, err := s.CheckACL(ctx)
 	if err != nil {

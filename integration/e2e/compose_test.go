@@ -10,15 +10,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/cli"
 	"sigs.k8s.io/yaml"
 
 	"github.com/zketcd/zketcd/integration/kubelab"
 )
 
-// The compose file cannot run here (no Docker engine); this test parses it
-// and checks it against the flags the e2e test proves (kubelab's flag
-// lists), the kube-apiserver version integration/kube builds, and the
-// Dockerfile it builds zketcd from.
+// These tests parse the compose file — strictly, and with the loader
+// Compose v2 uses — and check it against the flags the e2e test proves
+// (kubelab's flag lists), the kube-apiserver version integration/kube
+// builds, and the Dockerfiles it builds zketcd and ZooKeeper from. `make
+// compose-test` runs it for real (integration/compose).
 
 type composeFile struct {
 	Name     string                    `json:"name"`
@@ -36,8 +38,9 @@ type composeFile struct {
 type composeService struct {
 	Image string `json:"image"`
 	Build *struct {
-		Context    string `json:"context"`
-		Dockerfile string `json:"dockerfile"`
+		Context    string            `json:"context"`
+		Dockerfile string            `json:"dockerfile"`
+		Args       map[string]string `json:"args"`
 	} `json:"build"`
 	Hostname    string            `json:"hostname"`
 	Restart     string            `json:"restart"`
@@ -86,12 +89,12 @@ func TestComposeServices(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	want := []string{"kube-apiserver", "kube-init", "zk1", "zk2", "zk3", "zketcd"}
+	want := []string{"kube-apiserver", "kube-auth", "kube-init", "zk1", "zk2", "zk3", "zketcd"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("services %v, want %v", names, want)
 	}
 	for name, s := range c.Services {
-		if name == "kube-init" { // one-shot
+		if name == "kube-init" || name == "kube-auth" { // one-shot
 			continue
 		}
 		if s.Healthcheck == nil || len(s.Healthcheck.Test) < 2 || s.Healthcheck.Test[0] != "CMD" {
@@ -116,8 +119,9 @@ func zkServers(t *testing.T, c composeFile) []string {
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("zk%d", i)
 		s := c.Services[name]
-		if s.Image != "zookeeper:3.8" {
-			t.Errorf("%s: image %q, want the official zookeeper:3.8", name, s.Image)
+		if s.Image != "zketcd-zookeeper:3.8" || s.Build == nil || s.Build.Context != "docker/zookeeper" ||
+			s.Build.Args["BASE_IMAGE"] != "${ZOOKEEPER_BASE_IMAGE:-debian:bookworm-slim}" {
+			t.Errorf("%s: image %q build %+v, want zketcd-zookeeper:3.8 built from docker/zookeeper (Debian's package)", name, s.Image, s.Build)
 		}
 		if s.Environment["ZOO_MY_ID"] != fmt.Sprint(i) {
 			t.Errorf("%s: ZOO_MY_ID %q", name, s.Environment["ZOO_MY_ID"])
@@ -125,8 +129,11 @@ func zkServers(t *testing.T, c composeFile) []string {
 		if s.Hostname != name {
 			t.Errorf("%s: hostname %q", name, s.Hostname)
 		}
-		if !slices.Contains(s.Healthcheck.Test, "zkServer.sh") {
-			t.Errorf("%s: healthcheck %v does not ask zkServer.sh status", name, s.Healthcheck.Test)
+		if !slices.Equal(s.Healthcheck.Test, []string{"CMD", "/usr/local/bin/zk-healthy"}) {
+			t.Errorf("%s: healthcheck %v, want docker/zookeeper's zk-healthy", name, s.Healthcheck.Test)
+		}
+		if !strings.Contains(s.Environment["ZOO_4LW_COMMANDS_WHITELIST"], "conf") {
+			t.Errorf("%s: 4lw.commands.whitelist %q lacks conf (docs/operations.md, ZooKeeper settings)", name, s.Environment["ZOO_4LW_COMMANDS_WHITELIST"])
 		}
 		lines = append(lines, s.Environment["ZOO_SERVERS"])
 	}
@@ -154,21 +161,27 @@ func TestComposeZketcdFlags(t *testing.T) {
 	zk := zkServers(t, c)
 	s := c.Services["zketcd"]
 	f, _ := kubelab.ParseFlags(s.Command)
-	site := kubelab.ZketcdSite{ZK: f["zk"], Name: f["name"], ListenClientURLs: f["listen-client-urls"],
-		AdvertiseClientURLs: f["advertise-client-urls"], ListenMetricsURLs: f["listen-metrics-urls"]}
+	site := kubelab.ZketcdSite{ZK: f["zk"], ZKAuthFile: f["zk-auth-file"], Name: f["name"], ListenClientURLs: f["listen-client-urls"],
+		AdvertiseClientURLs: f["advertise-client-urls"], ListenMetricsURLs: f["listen-metrics-urls"],
+		CertFile: f["cert-file"], KeyFile: f["key-file"], TrustedCAFile: f["trusted-ca-file"]}
 	if want := kubelab.ZketcdFlags(site, kubelab.ZketcdRoot); !slices.Equal(s.Command, want) {
 		t.Errorf("zketcd command\n got %q\nwant %q (kubelab.ZketcdFlags, as make e2e runs it)", s.Command, want)
 	}
 	if site.ZK != strings.Join(zk, ",") {
 		t.Errorf("--zk=%s, want the ensemble %s", site.ZK, strings.Join(zk, ","))
 	}
-	if s.Build == nil || s.Build.Context != "." || s.Build.Dockerfile != "Dockerfile" {
-		t.Errorf("zketcd: build %+v, want the top-level Dockerfile", s.Build)
+	if s.Build == nil || s.Build.Context != "." || s.Build.Dockerfile != "Dockerfile" ||
+		s.Build.Args["GO_IMAGE"] == "" || s.Build.Args["BASE_IMAGE"] == "" {
+		t.Errorf("zketcd: build %+v, want the top-level Dockerfile with GO_IMAGE and BASE_IMAGE", s.Build)
+	}
+	// The loss files: a volume at the default --rollback-loss-dir.
+	if vol := mountSource(t, s.Volumes, "/var/lib/zketcd/loss"); vol == "" || c.Volumes[vol] == nil && vol != "" && !strings.HasPrefix(vol, "zketcd-loss") {
+		t.Errorf("zketcd: no volume at /var/lib/zketcd/loss (its loss files) in %v", s.Volumes)
 	}
 	clientPort := urlPort(t, site.ListenClientURLs)
 	metricsPort := urlPort(t, site.ListenMetricsURLs)
-	if site.AdvertiseClientURLs != "http://"+s.Hostname+":"+clientPort {
-		t.Errorf("--advertise-client-urls=%s, want http://%s:%s", site.AdvertiseClientURLs, s.Hostname, clientPort)
+	if site.AdvertiseClientURLs != "https://"+s.Hostname+":"+clientPort {
+		t.Errorf("--advertise-client-urls=%s, want https://%s:%s", site.AdvertiseClientURLs, s.Hostname, clientPort)
 	}
 	if !slices.Contains(s.Ports, "127.0.0.1:"+clientPort+":"+clientPort) {
 		t.Errorf("zketcd: client port %s not published (ports %v)", clientPort, s.Ports)
@@ -187,7 +200,7 @@ func TestComposeKubeAPIServerFlags(t *testing.T) {
 	c := loadCompose(t)
 	s := c.Services["kube-apiserver"]
 	version := kubeVersion(t)
-	if want := "registry.k8s.io/kube-apiserver:" + version; s.Image != want {
+	if want := "${KUBE_APISERVER_IMAGE:-registry.k8s.io/kube-apiserver:" + version + "}"; s.Image != want {
 		t.Errorf("kube-apiserver image %q, want %q (the version integration/kube builds for make e2e)", s.Image, want)
 	}
 	if !slices.Equal(s.Entrypoint, []string{"/usr/local/bin/kube-apiserver"}) {
@@ -201,6 +214,10 @@ func TestComposeKubeAPIServerFlags(t *testing.T) {
 		BindAddress: f["bind-address"], AdvertiseAddress: f["advertise-address"], SecurePort: f["secure-port"],
 		CertDir: f["cert-dir"], EtcdServers: f["etcd-servers"], SAPublicKey: f["service-account-key-file"],
 		SAPrivateKey: f["service-account-signing-key-file"], TokenFile: f["token-auth-file"],
+		EtcdCAFile: f["etcd-cafile"], EtcdCertFile: f["etcd-certfile"], EtcdKeyFile: f["etcd-keyfile"],
+	}
+	if site.EtcdCAFile == "" {
+		t.Error("kube-apiserver reaches zketcd without TLS (no --etcd-cafile)")
 	}
 	want := kubelab.APIServerFlags(site)
 	if got, w := sorted(s.Command), sorted(want); !slices.Equal(got, w) {
@@ -210,7 +227,7 @@ func TestComposeKubeAPIServerFlags(t *testing.T) {
 	// Where the site-specific values point.
 	z := c.Services["zketcd"]
 	zf, _ := kubelab.ParseFlags(z.Command)
-	if want := "http://" + z.Hostname + ":" + urlPort(t, zf["listen-client-urls"]); site.EtcdServers != want {
+	if want := "https://" + z.Hostname + ":" + urlPort(t, zf["listen-client-urls"]); site.EtcdServers != want {
 		t.Errorf("--etcd-servers=%s, want zketcd at %s", site.EtcdServers, want)
 	}
 	ip := s.Networks["default"].IPv4Address
@@ -221,8 +238,14 @@ func TestComposeKubeAPIServerFlags(t *testing.T) {
 	if !slices.Contains(s.Ports, "127.0.0.1:"+site.SecurePort+":"+site.SecurePort) {
 		t.Errorf("secure port %s not published on 127.0.0.1 (ports %v)", site.SecurePort, s.Ports)
 	}
-	if s.DependsOn["zketcd"].Condition != "service_healthy" || s.DependsOn["kube-init"].Condition != "service_completed_successfully" {
-		t.Errorf("kube-apiserver depends_on %+v: want zketcd healthy and kube-init completed", s.DependsOn)
+	if s.DependsOn["zketcd"].Condition != "service_healthy" || s.DependsOn["kube-auth"].Condition != "service_completed_successfully" {
+		t.Errorf("kube-apiserver depends_on %+v: want zketcd healthy and kube-auth completed", s.DependsOn)
+	}
+	auth := c.Services["kube-auth"]
+	if auth.Image != z.Image || !slices.Equal(auth.Entrypoint, []string{"/usr/local/bin/zketcd-kubeinit"}) || len(auth.Command) != 3 ||
+		auth.Command[0] != "auth" || auth.Command[1] != site.EtcdServers || auth.DependsOn["zketcd"].Condition != "service_healthy" {
+		t.Errorf("kube-auth: image %q entrypoint %q command %q depends_on %+v; want zketcd-kubeinit auth %s DIR once zketcd is healthy",
+			auth.Image, auth.Entrypoint, auth.Command, auth.DependsOn, site.EtcdServers)
 	}
 
 	// The credentials: kube-init writes them into the directory
@@ -237,7 +260,11 @@ func TestComposeKubeAPIServerFlags(t *testing.T) {
 	if got := mountSource(t, s.Volumes, dir); got != hostDir || hostDir == "" {
 		t.Errorf("kube-apiserver mounts %q at %s, kube-init writes %q", got, dir, hostDir)
 	}
-	for flag, file := range map[string]string{"token-auth-file": "tokens.csv", "service-account-key-file": "sa.pub", "service-account-signing-key-file": "sa.key"} {
+	if len(auth.Command) == 3 && (auth.Command[2] != dir || mountSource(t, auth.Volumes, dir) != hostDir) {
+		t.Errorf("kube-auth reads root's certificate from %s mounted from %q; kube-init writes %q", auth.Command[2], mountSource(t, auth.Volumes, dir), hostDir)
+	}
+	for flag, file := range map[string]string{"token-auth-file": "tokens.csv", "service-account-key-file": "sa.pub", "service-account-signing-key-file": "sa.key",
+		"etcd-cafile": "ca.crt", "etcd-certfile": kubelab.APIServerUser + ".crt", "etcd-keyfile": kubelab.APIServerUser + ".key"} {
 		if f[flag] != dir+"/"+file {
 			t.Errorf("--%s=%s, want %s/%s (written by zketcd-kubeinit creds)", flag, f[flag], dir, file)
 		}
@@ -255,8 +282,13 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	args := map[string]string{}
 	var froms []string
 	for _, l := range strings.Split(string(b), "\n") {
+		if a, ok := strings.CutPrefix(l, "ARG "); ok && len(froms) == 0 {
+			name, def, _ := strings.Cut(a, "=")
+			args[name] = def
+		}
 		if strings.HasPrefix(l, "FROM ") {
 			froms = append(froms, strings.Fields(l)[1])
 		}
@@ -267,17 +299,47 @@ func TestDockerfile(t *testing.T) {
 	}
 	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
 	switch {
-	case len(froms) < 2:
-		t.Errorf("Dockerfile: %d stages, want a builder and a runtime stage", len(froms))
-	case goVersion == nil || froms[0] != "golang:"+string(goVersion[1]):
-		t.Errorf("Dockerfile builder %q, want golang:%s (go.mod)", froms[0], goVersion[1])
-	case !strings.Contains(froms[len(froms)-1], "distroless/static") && !strings.HasPrefix(froms[len(froms)-1], "alpine"):
-		t.Errorf("Dockerfile runtime stage %q: want distroless static or alpine", froms[len(froms)-1])
+	case len(froms) != 2 || froms[0] != "${GO_IMAGE}" || froms[1] != "${BASE_IMAGE}":
+		t.Errorf("Dockerfile stages %q: want a builder FROM ${GO_IMAGE} and a runtime stage FROM ${BASE_IMAGE}", froms)
+	case goVersion == nil || args["GO_IMAGE"] != "golang:"+string(goVersion[1]):
+		t.Errorf("Dockerfile GO_IMAGE default %q, want golang:%s (go.mod)", args["GO_IMAGE"], goVersion[1])
+	case !strings.Contains(args["BASE_IMAGE"], "distroless/static"):
+		t.Errorf("Dockerfile BASE_IMAGE default %q: want distroless static", args["BASE_IMAGE"])
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "./cmd/zketcd ", "./cmd/zketcd-kubeinit", `ENTRYPOINT ["/usr/local/bin/zketcd"]`} {
+	for _, want := range []string{"CGO_ENABLED=0", "./cmd/zketcd ", "./cmd/zketcd-kubeinit", `ENTRYPOINT ["/usr/local/bin/zketcd"]`,
+		"buildinfo.version=${VERSION}", "buildinfo.commit=${COMMIT}", "/var/lib/zketcd/loss"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("Dockerfile does not contain %q", want)
 		}
+	}
+}
+
+// TestComposeFileLoadsInComposeV2 loads docker-compose.yml with the loader
+// of Compose v2 (compose-go: schema validation, interpolation, paths), as
+// `docker compose config` does: Compose v1 (Debian's docker-compose 1.29)
+// is checked by make compose-test, which runs the file.
+func TestComposeFileLoadsInComposeV2(t *testing.T) {
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithName("zketcd-kube"), cli.WithWorkingDirectory(root), cli.WithEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatalf("Compose v2's loader refuses docker-compose.yml: %v", err)
+	}
+	if len(p.Services) != 7 {
+		t.Errorf("Compose v2 sees %d services", len(p.Services))
+	}
+	if img := p.Services["kube-apiserver"].Image; img != "registry.k8s.io/kube-apiserver:"+kubeVersion(t) {
+		t.Errorf("kube-apiserver image interpolated to %q", img)
+	}
+	if dep := p.Services["kube-apiserver"].DependsOn["kube-auth"]; dep.Condition != "service_completed_successfully" {
+		t.Errorf("kube-apiserver's dependency on kube-auth: %+v", dep)
 	}
 }
 
@@ -322,15 +384,20 @@ func sorted(s []string) []string {
 }
 
 // TestComposeClosesZooKeepersData: the compose file runs zketcd with a
-// ZooKeeper identity (so its znodes are not world-readable) and its simple
-// tokens keyed by a secret outside ZooKeeper, both read from files that
-// kube-init writes into a volume only kube-init and zketcd mount.
+// ZooKeeper identity (so its znodes are not world-readable), its simple
+// tokens keyed by a secret outside ZooKeeper and its serving certificate,
+// all read from files that kube-init writes into a volume only kube-init
+// and zketcd mount.
 func TestComposeClosesZooKeepersData(t *testing.T) {
 	c := loadCompose(t)
 	z, init := c.Services["zketcd"], c.Services["kube-init"]
-	idFile := z.Environment["ZKETCD_ZK_AUTH_FILE"]
+	zf, _ := kubelab.ParseFlags(z.Command)
+	idFile := zf["zk-auth-file"]
 	if idFile == "" {
-		t.Fatalf("zketcd has no ZooKeeper identity (ZKETCD_ZK_AUTH_FILE): environment %v", z.Environment)
+		t.Fatalf("zketcd has no ZooKeeper identity (--zk-auth-file): %q", z.Command)
+	}
+	if filepath.Dir(zf["key-file"]) != filepath.Dir(idFile) {
+		t.Errorf("zketcd's serving key %s is not with its other secrets in %s", zf["key-file"], filepath.Dir(idFile))
 	}
 	tokens := z.Environment["ZKETCD_AUTH_TOKEN"]
 	keyFile, ok := strings.CutPrefix(tokens, "simple,secret-file=")

@@ -104,7 +104,10 @@ func TestKubeAPIServerMovesBetweenEtcdAndZketcd(t *testing.T) {
 	// etcd → zketcd.
 	zk, err := lab.ZooKeeper(ctx)
 	must(err)
-	out, err := exec.CommandContext(ctx, lab.Zketcd, "snapshot", "restore", file, "--zk", zk.Addr(), "--zk-root", "/moved", "--log-level", "warn").CombinedOutput()
+	sec, err := lab.Security()
+	must(err)
+	out, err := exec.CommandContext(ctx, lab.Zketcd, "snapshot", "restore", file, "--zk", zk.Addr(), "--zk-root", "/moved",
+		"--zk-auth-file", sec.ZKAuthFile, "--log-level", "warn").CombinedOutput()
 	if err != nil {
 		t.Fatalf("zketcd snapshot restore: %v\n%s", err, out)
 	}

@@ -50,7 +50,10 @@ func TestKubeAPIServerMovesToZketcdThroughTheMirror(t *testing.T) {
 	logf, err := os.Create(logPath)
 	must(err)
 	defer logf.Close()
-	mirror := exec.Command(lab.Zketcd, "mirror", "--from", etcd.URL(), "--zk", zk.Addr(), "--zk-root", "/mirrored", "--status-interval", "300ms")
+	sec, err := lab.Security()
+	must(err)
+	mirror := exec.Command(lab.Zketcd, "mirror", "--from", etcd.URL(), "--zk", zk.Addr(), "--zk-root", "/mirrored",
+		"--zk-auth-file", sec.ZKAuthFile, "--status-interval", "300ms")
 	mirror.Stdout, mirror.Stderr = logf, logf
 	must(mirror.Start())
 	exited := make(chan error, 1)

@@ -2,8 +2,10 @@ package faults
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -38,6 +40,17 @@ const (
 	slowLinkHold = 5 * time.Second
 	// casWorkers is TwoCommittersSlowLink's compare-and-swap workers.
 	casWorkers = 4
+	// blipMin and blipMax bound each reset of A's ZooKeeper links in
+	// TwoCommittersZKBlip, blipGapMin and blipGapMax the time from A's
+	// reconnection to the next reset; blipHold is how long a fault keeps
+	// resetting them.
+	blipMin, blipMax       = 50 * time.Millisecond, 200 * time.Millisecond
+	blipGapMin, blipGapMax = 200 * time.Millisecond, 600 * time.Millisecond
+	blipHold               = 6 * time.Second
+	// blipPutRate is TwoCommittersZKBlip's open-loop puts a second,
+	// through A and B in turn: A has several flights in flight when its
+	// links are reset.
+	blipPutRate = 60
 )
 
 // pipelineArgs are the Pipeline* scenarios' extra serve flags.
@@ -80,6 +93,67 @@ func slowALink(t *testing.T, cl *cluster) (string, func()) {
 			for _, p := range cl.proxies {
 				p.SetDelay(0)
 			}
+		}
+}
+
+// blipALinks resets zketcd A's ZooKeeper links — cuts every connection
+// through A's fault proxies and refuses new ones — for blipMin to blipMax
+// at a time until healed, each next reset blipGapMin to blipGapMax after A
+// connected again: while it commits the writes that queued meanwhile,
+// several flights at once, whose answers it then loses. A's session
+// survives each reset; the commits it had in flight are sent again and
+// resolved by their writer tags, while B takes log positions.
+func blipALinks(t *testing.T, cl *cluster) (string, func()) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	blips := 0
+	wait := func(d time.Duration) bool {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			for _, p := range cl.proxies {
+				p.Cut()
+			}
+			mu.Lock()
+			blips++
+			mu.Unlock()
+			ok := wait(blipMin + rand.N(blipMax-blipMin))
+			for _, p := range cl.proxies {
+				p.Heal()
+			}
+			if !ok {
+				return
+			}
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+				open := 0
+				for _, p := range cl.proxies {
+					open += p.Open()
+				}
+				if open > 0 || !wait(5*time.Millisecond) {
+					break
+				}
+			}
+			if !wait(blipGapMin + rand.N(blipGapMax-blipGapMin)) {
+				return
+			}
+		}
+	}()
+	return fmt.Sprintf("reset zketcd A's ZooKeeper links for %v-%v at a time, each next %v-%v after it connected again, for %v (A and B both commit, --commit-pipeline %d), heal",
+			blipMin, blipMax, blipGapMin, blipGapMax, blipHold, twoCommittersDepth), func() {
+			close(stop)
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("%d resets of A's ZooKeeper links", blips)
 		}
 }
 

@@ -68,12 +68,21 @@ func (l *Lab) StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 	if err := a.writeCredentials(); err != nil {
 		return nil, err
 	}
-	a.Args = append(APIServerFlags(APIServerSite{
+	site := APIServerSite{
 		BindAddress: "127.0.0.1", AdvertiseAddress: "127.0.0.1", SecurePort: strconv.Itoa(port),
 		CertDir: filepath.Join(dir, "certs"), EtcdServers: opts.EtcdServers,
 		SAPublicKey: filepath.Join(dir, "sa.pub"), SAPrivateKey: filepath.Join(dir, "sa.key"),
 		TokenFile: filepath.Join(dir, "tokens.csv"),
-	}), opts.Extra...)
+	}
+	if strings.Contains(opts.EtcdServers, "https://") {
+		// zketcd's secure shape: its CA and kube-apiserver's certificate.
+		sec, err := l.Security()
+		if err != nil {
+			return nil, err
+		}
+		site.EtcdCAFile, site.EtcdCertFile, site.EtcdKeyFile = sec.CAFile, sec.APIServerCert, sec.APIServerKey
+	}
+	a.Args = append(APIServerFlags(site), opts.Extra...)
 	a.client = &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, // the apiserver's self-signed certificate
 		MaxIdleConnsPerHost: 16,

@@ -71,7 +71,7 @@ func (l *Lab) StartEtcd(ctx context.Context) (*Etcd, error) {
 func (e *Etcd) URL() string { return "http://" + e.Addr }
 
 // Client returns a clientv3 client, closed at the lab's Close.
-func (e *Etcd) Client() (*clientv3.Client, error) { return e.lab.client(e.Addr) }
+func (e *Etcd) Client() (*clientv3.Client, error) { return e.lab.client(e.Addr, nil) }
 
 // Stop stops etcd (idempotent).
 func (e *Etcd) Stop() { e.once.Do(e.e.Close) }

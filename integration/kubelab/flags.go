@@ -25,6 +25,11 @@ type APIServerSite struct {
 	SAPublicKey      string // --service-account-key-file (PEM public key)
 	SAPrivateKey     string // --service-account-signing-key-file (PEM private key)
 	TokenFile        string // --token-auth-file (CSV: token,user,uid,"group")
+	// TLS to the store (zketcd's secure shape); empty for a plaintext
+	// store (the etcd it is compared with, the seed failure).
+	EtcdCAFile   string // --etcd-cafile
+	EtcdCertFile string // --etcd-certfile (client certificate: its common name is the zketcd user)
+	EtcdKeyFile  string // --etcd-keyfile
 }
 
 // APIServerFlags is the one flag list of the experiment: `make e2e`, `make
@@ -32,9 +37,14 @@ type APIServerSite struct {
 // flags (the compose test checks that), plus a scenario's own extras (see
 // the Extra* variables). Token authentication, RBAC, no endpoint
 // reconciler (a single apiserver with no kubelet), etcd storage at the
-// default prefix /registry.
+// default prefix /registry, reached over TLS with a client certificate
+// when the site names one (docs/kubernetes.md).
 func APIServerFlags(s APIServerSite) []string {
-	return []string{
+	var store []string
+	if s.EtcdCAFile != "" {
+		store = []string{"--etcd-cafile=" + s.EtcdCAFile, "--etcd-certfile=" + s.EtcdCertFile, "--etcd-keyfile=" + s.EtcdKeyFile}
+	}
+	return append([]string{
 		"--bind-address=" + s.BindAddress,
 		"--advertise-address=" + s.AdvertiseAddress,
 		"--secure-port=" + s.SecurePort,
@@ -47,7 +57,7 @@ func APIServerFlags(s APIServerSite) []string {
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--endpoint-reconciler-type=none",
-	}
+	}, store...)
 }
 
 // Scenario extras, appended to [APIServerFlags] by the scenarios that need
@@ -64,10 +74,14 @@ var (
 // ZketcdSite holds the zketcd settings that depend on where it runs.
 type ZketcdSite struct {
 	ZK                  string // --zk, comma separated host:port
-	ListenClientURLs    string // --listen-client-urls
+	ZKAuthFile          string // --zk-auth-file: the ZooKeeper identity
+	ListenClientURLs    string // --listen-client-urls (https)
 	AdvertiseClientURLs string // --advertise-client-urls
 	ListenMetricsURLs   string // --listen-metrics-urls
 	Name                string // --name
+	CertFile            string // --cert-file: the serving certificate
+	KeyFile             string // --key-file
+	TrustedCAFile       string // --trusted-ca-file: the CA of the clients' certificates
 }
 
 // ZketcdRoot is the --zk-root of every zketcd of the compose file; the
@@ -75,16 +89,24 @@ type ZketcdSite struct {
 const ZketcdRoot = "/zketcd"
 
 // ZketcdFlags is the flag list of `zketcd serve` in the experiment (e2e,
-// demo and docker-compose.yml), root given separately.
+// demo and docker-compose.yml), root given separately: the secure shape of
+// docs/kubernetes.md — a ZooKeeper identity, client TLS, client
+// certificates required (with etcd's authentication on, each certificate's
+// common name is its user).
 func ZketcdFlags(s ZketcdSite, root string) []string {
 	return []string{
 		"serve",
 		"--zk=" + s.ZK,
 		"--zk-root=" + root,
+		"--zk-auth-file=" + s.ZKAuthFile,
 		"--name=" + s.Name,
 		"--listen-client-urls=" + s.ListenClientURLs,
 		"--advertise-client-urls=" + s.AdvertiseClientURLs,
 		"--listen-metrics-urls=" + s.ListenMetricsURLs,
+		"--cert-file=" + s.CertFile,
+		"--key-file=" + s.KeyFile,
+		"--trusted-ca-file=" + s.TrustedCAFile,
+		"--client-cert-auth",
 		"--log-level=info",
 	}
 }

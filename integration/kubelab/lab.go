@@ -36,12 +36,41 @@ type Lab struct {
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 
+	// ManualAuth leaves etcd's authentication as it finds it: StartZketcd
+	// then does not turn it on (a test that runs the documented etcdctl
+	// commands itself sets it).
+	ManualAuth bool
+
 	ports *zkserver.PortAllocator
 
 	mu       sync.Mutex
 	cleanups []func()
 	seq      int
 	logs     []string
+	security *Security
+}
+
+// Security returns the lab's secure shape (certificates and ZooKeeper
+// identity), made in Dir/pki on first use unless SetSecurity gave one.
+func (l *Lab) Security() (*Security, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.security == nil {
+		s, err := NewSecurity(filepath.Join(l.Dir, "pki"))
+		if err != nil {
+			return nil, fmt.Errorf("lab certificates: %w", err)
+		}
+		l.security = s
+	}
+	return l.security, nil
+}
+
+// SetSecurity makes the lab use s (files made as docs/kubernetes.md says)
+// instead of its own.
+func (l *Lab) SetSecurity(s *Security) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.security = s
 }
 
 // New returns a lab working in dir (created if missing).

@@ -157,16 +157,29 @@ func stepCRUD(ctx context.Context, x *Experiment, say func(string, ...any)) erro
 	return mapRevisions(ctx, x, rows, nsKey, say)
 }
 
-// quietStoreConfig is a zkstore configuration that logs nothing.
-func quietStoreConfig(servers []string, root string) zkstore.Config {
-	return zkstore.Config{Servers: servers, Root: root, Logger: zkLogger(io.Discard)}
+// quietStoreConfig is a zkstore configuration with the lab's ZooKeeper
+// identity that logs nothing.
+func quietStoreConfig(l *Lab, servers []string, root string) (zkstore.Config, error) {
+	sec, err := l.Security()
+	if err != nil {
+		return zkstore.Config{}, err
+	}
+	id, err := sec.ZKIdentity()
+	if err != nil {
+		return zkstore.Config{}, err
+	}
+	return zkstore.Config{Servers: servers, Root: root, Auth: []string{id}, Logger: zkLogger(io.Discard)}, nil
 }
 
 // mapRevisions maps every row to the log entry and zxid that made it,
 // checks the zxid against ZooKeeper's own stat of that entry, prints the
 // table, and shows `zketcd rv` on the same revisions.
 func mapRevisions(ctx context.Context, x *Experiment, rows []revRow, key string, say func(string, ...any)) error {
-	st, err := zkstore.Open(ctx, quietStoreConfig([]string{x.ZK.Addr()}, x.Zketcd.Root))
+	cfg, err := quietStoreConfig(x.Lab, []string{x.ZK.Addr()}, x.Zketcd.Root)
+	if err != nil {
+		return err
+	}
+	st, err := zkstore.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -217,7 +230,7 @@ func mapRevisions(ctx context.Context, x *Experiment, rows []revRow, key string,
 		return fmt.Errorf("%s: czxid %s does not match revision %d's zxid", key, rvmap.ZxidString(k.CreateZxid), k.CreateRevision)
 	}
 
-	args := append([]string{"rv", "--zk", x.ZK.Addr(), "--zk-root", x.Zketcd.Root, key}, revs...)
+	args := append([]string{"rv", "--zk", x.ZK.Addr(), "--zk-root", x.Zketcd.Root, "--zk-auth-file", x.Zketcd.Security().ZKAuthFile, key}, revs...)
 	out, err := exec.CommandContext(ctx, x.Lab.Zketcd, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("zketcd %s: %v\n%s", strings.Join(args, " "), err, out)

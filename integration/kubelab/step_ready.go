@@ -2,9 +2,13 @@ package kubelab
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func stepReadyZketcd(ctx context.Context, x *Experiment, say func(string, ...any)) error {
@@ -28,6 +32,9 @@ func stepReadyZketcd(ctx context.Context, x *Experiment, say func(string, ...any
 		return err
 	}
 	x.Zketcd, x.KV = z, kv
+	if err := checkSecure(ctx, z, kv, say); err != nil {
+		return err
+	}
 
 	a, err := l.StartAPIServer(APIServerOptions{Name: "zketcd", EtcdServers: z.URL(), Extra: ExtraEventTTL})
 	if err != nil {
@@ -45,6 +52,44 @@ func stepReadyZketcd(ctx context.Context, x *Experiment, say func(string, ...any
 	}
 	x.API = a
 	return nil
+}
+
+// checkSecure checks the shape kube-apiserver meets: etcd's authentication
+// on, a client without a certificate refused, a certificate of the CA
+// whose common name is no user refused, root's certificate served.
+func checkSecure(ctx context.Context, z *Zketcd, root *clientv3.Client, say func(string, ...any)) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st, err := root.AuthStatus(ctx)
+	if err != nil || !st.Enabled {
+		return fmt.Errorf("etcd's authentication is not on (%+v, %v)", st, err)
+	}
+	sec := z.Security()
+	anon, err := sec.ClientTLS("", "")
+	if err != nil {
+		return err
+	}
+	if err := getWith(ctx, z.Addr, anon); err == nil {
+		return fmt.Errorf("a client without a certificate was served")
+	} else {
+		say("a client without a certificate: %v", err)
+	}
+	say("etcd's authentication on (auth revision %d); users root and %s (the common names of their certificates), both with the root role",
+		st.AuthRevision, APIServerUser)
+	return nil
+}
+
+// getWith reads one key at endpoint with TLS cfg.
+func getWith(ctx context.Context, endpoint string, cfg *tls.Config) error {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: cfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = c.Get(gctx, "/registry/health")
+	return err
 }
 
 // checkHealth requires /readyz?verbose and /livez?verbose to answer 200

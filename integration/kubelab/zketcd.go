@@ -3,6 +3,7 @@ package kubelab
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,9 +17,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// Zketcd is a `zketcd serve` child process.
+// Zketcd is a `zketcd serve` child process in the secure shape (see
+// [Security]).
 type Zketcd struct {
 	lab *Lab
+	sec *Security
 	// Name is its member name, Root its ZooKeeper root, ZK the servers.
 	Name, Root string
 	ZK         []string
@@ -30,8 +33,13 @@ type Zketcd struct {
 }
 
 // StartZketcd starts `zketcd serve` on zk under root with [ZketcdFlags] and
-// waits until /health is ok.
+// the lab's [Security], waits until /health is ok, and turns etcd's
+// authentication on unless it is on or the lab's ManualAuth is set.
 func (l *Lab) StartZketcd(ctx context.Context, name string, zk []string, root string) (*Zketcd, error) {
+	sec, err := l.Security()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := l.subdir("zketcd-" + name)
 	if err != nil {
 		return nil, err
@@ -40,26 +48,36 @@ func (l *Lab) StartZketcd(ctx context.Context, name string, zk []string, root st
 	if err != nil {
 		return nil, err
 	}
-	z := &Zketcd{lab: l, Name: name, Root: root, ZK: zk,
+	z := &Zketcd{lab: l, sec: sec, Name: name, Root: root, ZK: zk,
 		Addr:        fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		logPath:     filepath.Join(dir, "zketcd.log"),
 	}
+	cert, key := sec.ServingPair(name)
 	z.args = ZketcdFlags(ZketcdSite{
-		ZK: strings.Join(zk, ","), Name: name,
+		ZK: strings.Join(zk, ","), ZKAuthFile: sec.ZKAuthFile, Name: name,
 		ListenClientURLs: z.URL(), AdvertiseClientURLs: z.URL(),
 		ListenMetricsURLs: "http://" + z.MetricsAddr,
+		CertFile:          cert, KeyFile: key, TrustedCAFile: sec.CAFile,
 	}, root)
 	l.addLog(z.logPath)
 	if err := z.start(ctx); err != nil {
 		return nil, err
 	}
 	l.Defer(func() { z.Stop() })
+	if !l.ManualAuth {
+		if err := sec.EnableAuth(ctx, z.Addr); err != nil {
+			return nil, fmt.Errorf("zketcd %s: %w", name, err)
+		}
+	}
 	return z, nil
 }
 
 // URL is the etcd endpoint URL, as given to --etcd-servers.
-func (z *Zketcd) URL() string { return "http://" + z.Addr }
+func (z *Zketcd) URL() string { return "https://" + z.Addr }
+
+// Security is the certificates and identity the instance runs with.
+func (z *Zketcd) Security() *Security { return z.sec }
 
 // Args returns the zketcd command line (without the binary).
 func (z *Zketcd) Args() []string { return append([]string(nil), z.args...) }
@@ -137,11 +155,18 @@ func (z *Zketcd) RestartOnto(ctx context.Context, zk []string) (stopped, down ti
 // Grep returns zketcd's log lines matching re (the last max).
 func (z *Zketcd) Grep(re *regexp.Regexp, max int) []string { return grepFile(z.logPath, re, max) }
 
-// Client returns a clientv3 client for zketcd, closed at the lab's Close.
-func (z *Zketcd) Client() (*clientv3.Client, error) { return z.lab.client(z.Addr) }
+// Client returns a clientv3 client for zketcd as root (the root client
+// certificate), closed at the lab's Close.
+func (z *Zketcd) Client() (*clientv3.Client, error) {
+	cfg, err := z.sec.ClientTLS(z.sec.RootCert, z.sec.RootKey)
+	if err != nil {
+		return nil, err
+	}
+	return z.lab.client(z.Addr, cfg)
+}
 
-func (l *Lab) client(endpoint string) (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+func (l *Lab) client(endpoint string, cfg *tls.Config) (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: cfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}

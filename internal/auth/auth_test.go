@@ -309,6 +309,36 @@ func TestAuthenticateAndChecks(t *testing.T) {
 	wantErr(t, err, rpctypes.ErrGRPCInvalidAuthToken)
 }
 
+// TestARightPasswordIsRememberedAndNothingElse: a password that succeeded
+// is known right again without bcrypt (Remembered); a wrong one, another
+// user's, or the old one after a password change, is not.
+func TestARightPasswordIsRememberedAndNothingElse(t *testing.T) {
+	st, apply := newTestStore(t, nil)
+	setupRootAndAlice(t, apply)
+	must(t, apply(&pb.AuthEnableRequest{}))
+	if st.Remembered("alice", "alicepw") {
+		t.Fatal("remembered before any login")
+	}
+	_, err := st.Authenticate("alice", "wrong")
+	wantErr(t, err, rpctypes.ErrGRPCAuthFailed)
+	_, err = st.Authenticate("alice", "alicepw")
+	must(t, err)
+	for _, tc := range []struct {
+		user, password string
+		want           bool
+	}{{"alice", "alicepw", true}, {"alice", "wrong", false}, {"root", "alicepw", false}, {"nobody", "alicepw", false}} {
+		if got := st.Remembered(tc.user, tc.password); got != tc.want {
+			t.Errorf("Remembered(%s, %s) = %v, want %v", tc.user, tc.password, got, tc.want)
+		}
+	}
+	must(t, apply(&pb.AuthUserChangePasswordRequest{Name: "alice", Password: "new"}))
+	if st.Remembered("alice", "alicepw") {
+		t.Fatal("the old password is remembered after a change")
+	}
+	_, err = st.Authenticate("alice", "alicepw")
+	wantErr(t, err, rpctypes.ErrGRPCAuthFailed)
+}
+
 func TestNoPasswordUserCannotAuthenticate(t *testing.T) {
 	st, apply := newTestStore(t, nil)
 	setupRootAndAlice(t, apply)
@@ -356,6 +386,120 @@ func TestSimpleTokenExpiresAfterTTL(t *testing.T) {
 	clk.Advance(450 * time.Millisecond)
 	if _, ok := tp.Info(tok, st); ok {
 		t.Fatal("token valid after its TTL")
+	}
+}
+
+// TestForwardedSimpleTokenLivesByItsOriginsProofOfUse: an instance a
+// request is forwarded to counts a simple token's idle lifetime from the
+// proof of use its origin sends (Vouch): a token kept alive at the origin
+// is valid there past its TTL since issue; a proof not made with the token
+// key counts for nothing; a token idle past its TTL everywhere is refused
+// with any proof, and its origin no longer vouches for it.
+func TestForwardedSimpleTokenLivesByItsOriginsProofOfUse(t *testing.T) {
+	st := enabledState(t)
+	const ttl = time.Minute
+	clk := testutil.NewClock()
+	provider := func() *simpleTokens {
+		tp := newSimpleTokens(ttl)
+		tp.now = clk.Now
+		t.Cleanup(tp.Close)
+		return tp
+	}
+	origin, leader, other := provider(), provider(), provider()
+	tok, err := origin.Assign("alice", st, 1)
+	must(t, err)
+	clk.Advance(ttl * 3 / 4)
+	if _, ok := origin.Info(tok, st); !ok {
+		t.Fatal("the token at its origin")
+	}
+	proof := origin.Vouch(tok, st)
+	if proof == "" {
+		t.Fatal("the origin does not vouch for a token it accepts")
+	}
+	clk.Advance(ttl / 2) // 1.25 TTL since issue, 0.5 since its last use
+	if _, ok := other.Verify(tok, "", st); ok {
+		t.Fatal("a token issued more than its TTL ago, never seen here, taken without a proof of use")
+	}
+	at, _, _ := strings.Cut(proof, ".")
+	otherKey := &simpleTokens{local: []byte("another secret file, 32 bytes at least")}
+	for name, bad := range map[string]string{
+		"a forged MAC":           at + ".AAAAAAAAAAAAAAAAAAAAAA",
+		"another key's MAC":      at + "." + base64.RawURLEncoding.EncodeToString(useMAC(otherKey.key(st), tok, at)),
+		"another token's proof":  at + "." + base64.RawURLEncoding.EncodeToString(useMAC(origin.key(st), tok+"x", at)),
+		"a proof without a time": "x." + strings.SplitN(proof, ".", 2)[1],
+	} {
+		if _, ok := other.Verify(tok, bad, st); ok {
+			t.Errorf("%s: taken", name)
+		}
+	}
+	if info, ok := leader.Verify(tok, proof, st); !ok || info.Username != "alice" {
+		t.Fatalf("with its origin's proof of use: %+v %v", info, ok)
+	}
+	clk.Advance(2 * ttl)
+	if origin.Vouch(tok, st) != "" {
+		t.Fatal("the origin vouches for a token idle past its TTL")
+	}
+	if _, ok := leader.Verify(tok, proof, st); ok {
+		t.Fatal("a token idle past its TTL taken with an old proof of use")
+	}
+	// An origin whose clock runs ahead by less than the TTL: its proof
+	// counts as now, and only as long as a proof made now would; one
+	// dated further ahead counts for nothing.
+	proofAt := func(tok string, at time.Time) string {
+		ms := strconv.FormatInt(at.UnixMilli(), 10)
+		return ms + "." + base64.RawURLEncoding.EncodeToString(useMAC(origin.key(st), tok, ms))
+	}
+	tok2, err := origin.Assign("alice", st, 1)
+	must(t, err)
+	clk.Advance(ttl * 3 / 2)
+	if _, ok := leader.Verify(tok2, proofAt(tok2, clk.Now().Add(ttl/2)), st); !ok {
+		t.Fatal("a proof from an origin whose clock runs half a TTL ahead")
+	}
+	if _, ok := other.Verify(tok2, proofAt(tok2, clk.Now().Add(2*ttl)), st); ok {
+		t.Fatal("a proof dated two TTLs ahead kept a token alive")
+	}
+	late := proofAt(tok2, clk.Now().Add(ttl/2))
+	clk.Advance(ttl * 2)
+	if _, ok := other.Verify(tok2, late, st); ok {
+		t.Fatal("a proof from the future kept a token alive past its TTL")
+	}
+}
+
+// TestRotatingTheSecretVoidsEverySimpleTokenAndNothingElse: Rotate gives
+// an enabled state a new secret (tokens signed before are refused, new
+// ones verify), keeps users, roles and the auth revision, and leaves a
+// disabled state as it is.
+func TestRotatingTheSecretVoidsEverySimpleTokenAndNothingElse(t *testing.T) {
+	st := enabledState(t)
+	tp := newSimpleTokens(time.Minute)
+	defer tp.Close()
+	old, err := tp.Assign("alice", st, 1)
+	must(t, err)
+	next, resp, err := Rotate(bytes.Repeat([]byte{3}, 32))(st.Encode())
+	must(t, err)
+	if next == nil || resp != nil {
+		t.Fatalf("Rotate of an enabled state: %v %v", next, resp)
+	}
+	rotated, err := Decode(next)
+	must(t, err)
+	if !rotated.Enabled || rotated.Revision != st.Revision || rotated.User("alice") == nil || rotated.User("root") == nil {
+		t.Fatalf("rotated state: enabled %v, revision %d (was %d)", rotated.Enabled, rotated.Revision, st.Revision)
+	}
+	if _, ok := tp.Info(old, rotated); ok {
+		t.Fatal("a token signed with the former secret is valid")
+	}
+	fresh, err := tp.Assign("alice", rotated, 2)
+	must(t, err)
+	if _, ok := tp.Info(fresh, rotated); !ok {
+		t.Fatal("a token signed with the new secret is refused")
+	}
+	disabled, _, err := st.Apply(&pb.AuthDisableRequest{}, nil)
+	must(t, err)
+	if next, _, err := Rotate(bytes.Repeat([]byte{3}, 32))(disabled.Encode()); err != nil || next != nil {
+		t.Fatalf("Rotate of a disabled state: %v %v, want no change", next, err)
+	}
+	if _, _, err := Rotate([]byte("short"))(st.Encode()); err == nil {
+		t.Fatal("Rotate with 5 bytes of entropy")
 	}
 }
 

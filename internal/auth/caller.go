@@ -20,6 +20,12 @@ type Caller struct {
 	// it authenticates (ClientCertAuth, no token, not the gateway's own
 	// certificate); "" otherwise.
 	CertCN string
+	// Use, at the instance a request was forwarded to, is the forwarding
+	// instance's proof that it accepted Token when it sent the request
+	// (TokenProvider.Vouch, made then through VouchFrom): a simple token's
+	// idle lifetime counts from it. "" for none. It is not part of the
+	// caller's identity.
+	Use string
 }
 
 // Empty reports whether c carries no credential.
@@ -68,16 +74,48 @@ func CallerFrom(ctx context.Context) Caller {
 	return c
 }
 
+// Voucher returns the function that makes this instance's proof that it
+// accepts token at the moment it is called (TokenProvider.Vouch on the
+// current state; "" when auth is off or the token is not valid here), for
+// WithVouch.
+func (s *Store) Voucher(token string) func() string {
+	return func() string {
+		st, _ := s.Current()
+		if !st.Enabled {
+			return ""
+		}
+		return s.cfg.Tokens.Vouch(token, st)
+	}
+}
+
+type vouchKey struct{}
+
+// WithVouch returns a context whose request, forwarded, carries the proof
+// vouch makes when it is sent (VouchFrom): made only for the requests
+// forwarded, and fresh at each send.
+func WithVouch(ctx context.Context, vouch func() string) context.Context {
+	return context.WithValue(ctx, vouchKey{}, vouch)
+}
+
+// VouchFrom returns the proof of use of the caller's token that the
+// function WithVouch attached to ctx makes now, "" if none.
+func VouchFrom(ctx context.Context) string {
+	if v, ok := ctx.Value(vouchKey{}).(func() string); ok && v != nil {
+		return v()
+	}
+	return ""
+}
+
 type forwardedKey struct{}
 
 // WithForwardedCaller returns a context whose request is another
 // instance's forward on behalf of c: AuthInfo then authenticates c, never
 // the metadata or the certificate of the connection it arrived on. Its
-// token is checked as the instance that received it checked it, but for
-// its idle lifetime, which that instance enforces (a simple token is
-// valid while its signature is: user, password and auth secret
-// unchanged); its CertCN is taken as is, so only a caller whose
-// forwarding instance proved its own identity (mutual TLS) may carry one.
+// token is checked as the instance that received it checked it, a simple
+// token's idle lifetime counted from the latest of its issue, its last use
+// here and the use c.Use proves (TokenProvider.Verify); its CertCN is
+// taken as is, so only a caller whose forwarding instance proved its own
+// identity (mutual TLS) may carry one.
 func WithForwardedCaller(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, forwardedKey{}, c)
 }
@@ -91,7 +129,7 @@ func (s *Store) forwardedInfo(ctx context.Context, st *State) (ai *Info, ok bool
 	}
 	switch {
 	case c.Token != "":
-		info, valid := s.cfg.Tokens.Verify(c.Token, st)
+		info, valid := s.cfg.Tokens.Verify(c.Token, c.Use, st)
 		if !valid {
 			return nil, true, rpctypes.ErrGRPCInvalidAuthToken
 		}

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -50,5 +51,30 @@ func Change(req proto.Message, entropy []byte) Eval {
 			return nil, resp, nil
 		}
 		return next.Encode(), resp, nil
+	}
+}
+
+// Rotate returns the Eval that replaces the simple tokens' secret of an
+// enabled auth state cur with entropy (at least 16 random bytes, drawn
+// once): every token signed with the former secret is refused from the
+// position the change is applied at, as after a disable and enable,
+// while users, roles, the auth revision and JWTs stay as they are. A
+// disabled state is left as it is (AuthEnable draws a new secret anyway).
+// The response is nil.
+func Rotate(entropy []byte) Eval {
+	return func(cur []byte) ([]byte, any, error) {
+		st, err := Decode(cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !st.Enabled {
+			return nil, nil, nil
+		}
+		if len(entropy) < 16 {
+			return nil, nil, fmt.Errorf("auth: a secret rotation needs at least 16 bytes of entropy, got %d", len(entropy))
+		}
+		n := st.clone()
+		n.secret = append([]byte(nil), entropy...)
+		return n.Encode(), nil, nil
 	}
 }

@@ -2,7 +2,11 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -51,7 +55,18 @@ type Store struct {
 	cache     atomic.Pointer[decoded]
 	mu        sync.Mutex // serialises decoding a new state
 	broken    error      // under mu
+
+	// loginKey keys the MACs of the passwords that succeeded (good): a
+	// password that succeeded for a user with the same hash before is
+	// known right without a bcrypt comparison (Remembered).
+	loginKey [32]byte
+	goodMu   sync.Mutex
+	good     map[[sha256.Size]byte]struct{}
 }
+
+// rememberedLogins bounds the successes remembered (forgotten all at once
+// beyond it: each is a bcrypt comparison away from being remembered again).
+const rememberedLogins = 4096
 
 // decoded is the state decoded from one slice the Source returned.
 type decoded struct {
@@ -72,7 +87,10 @@ func NewStore(src Source, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
-	s := &Store{src: src, cfg: cfg, lg: cfg.Logger.WithField("component", "auth")}
+	s := &Store{src: src, cfg: cfg, lg: cfg.Logger.WithField("component", "auth"), good: map[[sha256.Size]byte]struct{}{}}
+	if _, err := rand.Read(s.loginKey[:]); err != nil {
+		panic(fmt.Sprintf("auth: no randomness for the login key: %v", err)) // crypto/rand never fails on supported platforms
+	}
 	init := Initial()
 	s.cache.Store(&decoded{state: init, perms: NewPerms(init)})
 	return s
@@ -175,8 +193,10 @@ func (s *Store) Prepare(req proto.Message) (proto.Message, error) {
 
 // Authenticate checks name's password and returns a token. The bcrypt
 // comparison runs whether or not the user exists, so the answer time does
-// not tell which users exist. Errors: ErrGRPCAuthNotEnabled,
-// ErrGRPCAuthFailed, etcd's no-password-user error.
+// not tell which users exist; a password that succeeded before for the
+// same user and password hash is known right without it (see Remembered).
+// Errors: ErrGRPCAuthNotEnabled, ErrGRPCAuthFailed, etcd's no-password-user
+// error.
 func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, error) {
 	st, _ := s.Current()
 	if !st.Enabled {
@@ -187,19 +207,72 @@ func (s *Store) Authenticate(name, password string) (*pb.AuthenticateResponse, e
 	if u != nil && u.Options != nil && u.Options.NoPassword {
 		return nil, errNoPasswordUser
 	}
-	hash := s.dummyHash()
+	var mac [sha256.Size]byte
+	known := false
 	if u != nil {
-		hash = u.Password
+		mac = s.loginMAC(name, password, u.Password)
+		known = s.known(mac)
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || u == nil {
-		s.lg.WithField("user", name).Info("authentication failed")
-		return nil, rpctypes.ErrGRPCAuthFailed
+	if !known {
+		hash := s.dummyHash()
+		if u != nil {
+			hash = u.Password
+		}
+		if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || u == nil {
+			s.lg.WithField("user", name).Info("authentication failed")
+			return nil, rpctypes.ErrGRPCAuthFailed
+		}
+		s.remember(mac)
 	}
 	tok, err := s.cfg.Tokens.Assign(name, st, lsn)
 	if err != nil {
 		return nil, fmt.Errorf("assign token: %w", err)
 	}
 	return &pb.AuthenticateResponse{Token: tok}, nil
+}
+
+// Remembered reports whether password succeeded before for name with the
+// password hash name has in the current state: Authenticate then checks
+// it without bcrypt, so the caller need not wait for a bcrypt slot (a
+// user keeps logging in while someone guesses its password). A changed
+// password, or another password, is never remembered. Safe for concurrent
+// use.
+func (s *Store) Remembered(name, password string) bool {
+	st, _ := s.Current()
+	u := st.User(name)
+	if !st.Enabled || u == nil || len(u.Password) == 0 {
+		return false
+	}
+	return s.known(s.loginMAC(name, password, u.Password))
+}
+
+// loginMAC identifies a user, a password and the user's stored hash.
+func (s *Store) loginMAC(name, password string, hash []byte) [sha256.Size]byte {
+	m := hmac.New(sha256.New, s.loginKey[:])
+	for _, part := range [][]byte{[]byte(name), []byte(password), hash} {
+		var n [binary.MaxVarintLen64]byte
+		m.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		m.Write(part)
+	}
+	var out [sha256.Size]byte
+	copy(out[:], m.Sum(nil))
+	return out
+}
+
+func (s *Store) known(mac [sha256.Size]byte) bool {
+	s.goodMu.Lock()
+	defer s.goodMu.Unlock()
+	_, ok := s.good[mac]
+	return ok
+}
+
+func (s *Store) remember(mac [sha256.Size]byte) {
+	s.goodMu.Lock()
+	defer s.goodMu.Unlock()
+	if len(s.good) >= rememberedLogins {
+		clear(s.good)
+	}
+	s.good[mac] = struct{}{}
 }
 
 // TokenFor issues a token for user on the current state, for calls the

@@ -36,11 +36,19 @@ type TokenProvider interface {
 	Assign(user string, st *State, index int64) (string, error)
 	// Info verifies token against the current state st.
 	Info(token string, st *State) (Info, bool)
-	// Verify is Info for a token another instance received and checked:
-	// its signature and expiry, but not an idle lifetime kept where it
-	// was used (the other instance's to enforce), which Verify neither
-	// checks nor extends.
-	Verify(token string, st *State) (Info, bool)
+	// Vouch returns this instance's proof that it accepts token at this
+	// moment, to travel with a request it forwards (auth.Caller.Use), or
+	// "" when the token needs none (a JWT carries its expiry) or is not
+	// valid here. It does not extend the token's lifetime.
+	Vouch(token string, st *State) string
+	// Verify is Info for a token another instance received and forwards
+	// with its proof of use (Vouch's; "" for none, as an older build
+	// sends): its signature and expiry and, for a simple token, its idle
+	// lifetime counted from the latest of its issue, its last use here and
+	// the use the proof attests (a proof made with the token key, which
+	// whoever could forge could mint tokens anyway); a token accepted
+	// counts as used here.
+	Verify(token, use string, st *State) (Info, bool)
 	// Close stops background work.
 	Close()
 }
@@ -212,6 +220,20 @@ func (t *simpleTokens) Assign(user string, st *State, _ int64) (string, error) {
 // and extends it; a simple token always carries the current auth revision
 // (as etcd's: changes to its user void it instead).
 func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
+	return t.use(token, st, time.Time{})
+}
+
+// Verify is Info for a forwarded token: its idle lifetime also counts the
+// use its origin attests (Vouch), so a token kept alive through another
+// instance stays valid here, and one idle everywhere does not.
+func (t *simpleTokens) Verify(token, use string, st *State) (Info, bool) {
+	return t.use(token, st, t.attested(token, use, st))
+}
+
+// use checks token's signature and its idle lifetime, counted from the
+// latest of its issue, its last use here and attested (zero: none), and
+// records the use.
+func (t *simpleTokens) use(token string, st *State, attested time.Time) (Info, bool) {
 	info, ms, ok := t.signed(token, st)
 	if !ok {
 		return Info{}, false
@@ -223,6 +245,9 @@ func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
 	if !seen {
 		last = time.UnixMilli(ms)
 	}
+	if attested.After(last) {
+		last = attested
+	}
 	if now.Sub(last) > t.ttl {
 		delete(t.lastUse, token)
 		return Info{}, false
@@ -231,11 +256,64 @@ func (t *simpleTokens) Info(token string, st *State) (Info, bool) {
 	return info, true
 }
 
-// Verify checks the signature only: a simple token's lifetime is counted
-// where it is used.
-func (t *simpleTokens) Verify(token string, st *State) (Info, bool) {
-	info, _, ok := t.signed(token, st)
-	return info, ok
+// Vouch proves that this instance accepts token now: the time and a MAC
+// of the token and the time under the token key, "<unix-ms>.<mac>".
+func (t *simpleTokens) Vouch(token string, st *State) string {
+	_, ms, ok := t.signed(token, st)
+	if !ok {
+		return ""
+	}
+	now := t.now()
+	t.mu.Lock()
+	last, seen := t.lastUse[token]
+	t.mu.Unlock()
+	if !seen {
+		last = time.UnixMilli(ms)
+	}
+	if now.Sub(last) > t.ttl {
+		return ""
+	}
+	at := strconv.FormatInt(now.UnixMilli(), 10)
+	return at + "." + base64.RawURLEncoding.EncodeToString(useMAC(t.key(st), token, at))
+}
+
+// attested returns the time a proof of use of token (Vouch's) attests,
+// zero if it is absent or not made with this state's token key. A time
+// ahead of this instance's clock (the origin's runs ahead) counts as now,
+// up to one TTL ahead; beyond, the proof counts for nothing (the
+// instances' clocks must agree within the TTL).
+func (t *simpleTokens) attested(token, use string, st *State) time.Time {
+	at, mac, ok := strings.Cut(use, ".")
+	if !ok || len(st.secret) == 0 {
+		return time.Time{}
+	}
+	ms, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	got, err := base64.RawURLEncoding.DecodeString(mac)
+	if err != nil || !hmac.Equal(got, useMAC(t.key(st), token, at)) {
+		return time.Time{}
+	}
+	when, now := time.UnixMilli(ms), t.now()
+	switch {
+	case when.Sub(now) > t.ttl:
+		return time.Time{}
+	case when.After(now):
+		return now
+	}
+	return when
+}
+
+// useMAC is the MAC of a proof of use of token at (Unix milliseconds).
+func useMAC(key []byte, token, at string) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, part := range [][]byte{[]byte("zketcd token use"), []byte(token), []byte(at)} {
+		var n [binary.MaxVarintLen64]byte
+		m.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		m.Write(part)
+	}
+	return m.Sum(nil)[:16]
 }
 
 // signed checks token's signature against st and returns who it names and
@@ -404,7 +482,10 @@ func (t *jwtTokens) Info(token string, _ *State) (Info, bool) {
 	return Info{Username: user, Revision: uint64(rev)}, true
 }
 
+// Vouch: a JWT carries its whole lifetime, so needs no proof of use.
+func (t *jwtTokens) Vouch(string, *State) string { return "" }
+
 // Verify is Info: a JWT carries its whole lifetime.
-func (t *jwtTokens) Verify(token string, st *State) (Info, bool) { return t.Info(token, st) }
+func (t *jwtTokens) Verify(token, _ string, st *State) (Info, bool) { return t.Info(token, st) }
 
 func (t *jwtTokens) Close() {}

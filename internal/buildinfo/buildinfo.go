@@ -6,7 +6,11 @@
 // github.com/zketcd/zketcd/internal/buildinfo.version=v0.4.0"`, which
 // `make build` does from `git describe`); the commit and whether the tree
 // had uncommitted changes come from the VCS stamp the Go toolchain embeds
-// when it builds inside a git checkout. Nothing here changes after start.
+// when it builds inside a git checkout, else from the commit and modified
+// variables set at link time the same way (make build and the Dockerfile
+// set them: the toolchain stamps nothing in a git worktree, in a container
+// build without .git, or with -buildvcs=false). Nothing here changes after
+// start.
 package buildinfo
 
 import (
@@ -16,6 +20,11 @@ import (
 
 // version is zketcd's own version, set at link time; "dev" when not.
 var version = "dev"
+
+// commit and modified ("true" or "false") are the git commit and whether
+// the tree had uncommitted changes, set at link time; the toolchain's VCS
+// stamp, when the binary has one, takes precedence.
+var commit, modified string
 
 // Info describes one build.
 type Info struct {
@@ -34,6 +43,9 @@ type Info struct {
 // carries, so it is safe for concurrent use and always returns the same.
 func Get() Info {
 	info := Info{Version: version, Commit: "unknown", GoVersion: runtime.Version()}
+	if commit != "" {
+		info.Commit, info.Modified = commit, modified == "true"
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return info

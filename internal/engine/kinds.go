@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -10,6 +11,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/translate"
 )
@@ -63,9 +67,10 @@ func WriteKindOf(req proto.Message) (WriteKind, bool) {
 // anyKind is a kind of the table whatever its types: what the leader's
 // ServeForward and AuthWrite need of it.
 type anyKind interface {
+	// wireKind's label is face().Label and its rpc face().RPC, without
+	// building the face.
+	wireKind
 	face() WriteKind
-	// label is face().Label, without building the face.
-	label() string
 	// serve commits a forwarded request of this kind at the leader as p
 	// describes (tag and fingerprint): as serveAs.
 	serve(ctx context.Context, b *Engine, p *proposal, call ForwardCall) (proto.Message, ForwardReply, error)
@@ -82,6 +87,10 @@ type kind[R, T proto.Message] struct {
 	// request itself, once per tag, never taking the caller's (an
 	// AuthEnable's is the simple tokens' secret).
 	leaderEntropy bool
+	// headed: eval answers with a header (holding the revision: the KV and
+	// Lease requests; an auth change's or alarm's answer has none, its
+	// server adds it), so a leader's answer without one is malformed.
+	headed bool
 	// eval returns req's evaluation in a commit batch; entropy is the
 	// random bytes an auth change was drawn with (ignored by the others).
 	eval func(b *Engine, req R, entropy []byte) func(*revision.Batch) (T, error)
@@ -104,16 +113,40 @@ type kind[R, T proto.Message] struct {
 
 func (k *kind[R, T]) label() string { return k.labelName }
 
+func (k *kind[R, T]) rpc() string { return "/etcdserverpb." + k.service + "/" + k.method }
+
+// answered checks the leader's answer resp to a forwarded request of this
+// kind before the origin passes it on: of its response type and, for a
+// request whose answer carries the revision (headed), with a header. A
+// leader of this build answers no other way; an answer that is not so (a
+// leader gone wrong, or one answering with another request's response)
+// must reach no client.
+func (k *kind[R, T]) answered(resp proto.Message) error {
+	t, ok := resp.(T)
+	if !ok {
+		return fmt.Errorf("zketcd: a %s answered with %T", k.method, resp)
+	}
+	if !k.headed {
+		return nil
+	}
+	r := t.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName("header")
+	if fd == nil || !r.Has(fd) {
+		return fmt.Errorf("zketcd: a %s answered without a header", k.method)
+	}
+	return nil
+}
+
 func (k *kind[R, T]) face() WriteKind {
-	return WriteKind{Method: k.method, RPC: "/etcdserverpb." + k.service + "/" + k.method, Label: k.labelName,
+	return WriteKind{Method: k.method, RPC: k.rpc(), Label: k.labelName,
 		NewRequest:  func() proto.Message { return newMessage[R]() },
 		NewResponse: func() proto.Message { return newMessage[T]() }}
 }
 
-// write commits req here or through the leader (writeFwd), between begin
-// and the end it returns.
+// write commits req here or through the leader (writeForwarded), between
+// begin and the end it returns.
 func (k *kind[R, T]) write(ctx context.Context, b *Engine, req R, entropy []byte) (resp T, err error) {
-	answered := b.proposalStarted()
+	answered := b.metrics.writeStarted()
 	defer func() { answered(err) }()
 	var dup func(lsn, rev int64) (T, error)
 	if k.dup != nil {
@@ -123,7 +156,7 @@ func (k *kind[R, T]) write(ctx context.Context, b *Engine, req R, entropy []byte
 		end := k.begin(b, req)
 		defer func() { end(resp, err == nil) }()
 	}
-	resp, err = writeFwd(ctx, b, k.labelName, req, entropy, newMessage[T], k.eval(b, req, entropy), dup)
+	resp, err = writeForwarded(ctx, b.fwd, k, req, entropy, newMessage[T], k.eval(b, req, entropy), dup)
 	return resp, err
 }
 
@@ -163,35 +196,29 @@ func (k *kind[R, T]) serve(ctx context.Context, b *Engine, p *proposal, call For
 			end(t, ok && err == nil)
 		}()
 	}
-	resp, reply, err = serveAs(ctx, b, p, req, k.eval(b, req, entropy))
+	resp, reply, err = serveAs(ctx, b.commit, p, req, k.eval(b, req, entropy))
 	return resp, reply, err
-}
-
-// newMessage returns a new empty message of M's type.
-func newMessage[M proto.Message]() M {
-	var zero M
-	return zero.ProtoReflect().New().Interface().(M)
 }
 
 // The kinds whose entry points are typed (Put, LeaseGrant, ...).
 var (
-	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{service: "KV", method: "Put", labelName: "put",
+	putKind = &kind[*pb.PutRequest, *pb.PutResponse]{service: "KV", method: "Put", labelName: "put", headed: true,
 		eval: func(_ *Engine, req *pb.PutRequest, _ []byte) func(*revision.Batch) (*pb.PutResponse, error) {
 			return func(bt *revision.Batch) (*pb.PutResponse, error) { return translate.Put(bt, req) }
 		},
 		dup: func(b *Engine, req *pb.PutRequest, rev int64) (*pb.PutResponse, error) { return b.rebuildPut(req, rev) },
 	}
-	deleteRangeKind = &kind[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse]{service: "KV", method: "DeleteRange", labelName: "delete_range",
+	deleteRangeKind = &kind[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse]{service: "KV", method: "DeleteRange", labelName: "delete_range", headed: true,
 		eval: func(_ *Engine, req *pb.DeleteRangeRequest, _ []byte) func(*revision.Batch) (*pb.DeleteRangeResponse, error) {
 			return func(bt *revision.Batch) (*pb.DeleteRangeResponse, error) { return translate.DeleteRange(bt, req) }
 		},
 	}
-	txnKind = &kind[*pb.TxnRequest, *pb.TxnResponse]{service: "KV", method: "Txn", labelName: "txn",
+	txnKind = &kind[*pb.TxnRequest, *pb.TxnResponse]{service: "KV", method: "Txn", labelName: "txn", headed: true,
 		eval: func(_ *Engine, req *pb.TxnRequest, _ []byte) func(*revision.Batch) (*pb.TxnResponse, error) {
 			return func(bt *revision.Batch) (*pb.TxnResponse, error) { return translate.Txn(bt, req) }
 		},
 	}
-	compactKind = &kind[*pb.CompactionRequest, *pb.CompactionResponse]{service: "KV", method: "Compact", labelName: "compaction",
+	compactKind = &kind[*pb.CompactionRequest, *pb.CompactionResponse]{service: "KV", method: "Compact", labelName: "compaction", headed: true,
 		eval: func(_ *Engine, req *pb.CompactionRequest, _ []byte) func(*revision.Batch) (*pb.CompactionResponse, error) {
 			return func(bt *revision.Batch) (*pb.CompactionResponse, error) { return translate.Compact(bt, req) }
 		},
@@ -204,7 +231,7 @@ var (
 	}
 	// A lease grant is forwarded with its ID chosen (LeaseGrant), so that
 	// one found committed after a lost answer can be answered.
-	leaseGrantKind = &kind[*pb.LeaseGrantRequest, *pb.LeaseGrantResponse]{service: "Lease", method: "LeaseGrant", labelName: "lease_grant",
+	leaseGrantKind = &kind[*pb.LeaseGrantRequest, *pb.LeaseGrantResponse]{service: "Lease", method: "LeaseGrant", labelName: "lease_grant", headed: true,
 		eval: func(_ *Engine, req *pb.LeaseGrantRequest, _ []byte) func(*revision.Batch) (*pb.LeaseGrantResponse, error) {
 			return func(bt *revision.Batch) (*pb.LeaseGrantResponse, error) { return translate.LeaseGrant(bt, req, req.ID) }
 		},
@@ -218,16 +245,16 @@ var (
 			return nil
 		},
 		// The leader starts the lease's clock at its grant, and its expiry
-		// loop reads no token of a grant in flight (leases.startGrant).
+		// loop reads no token of a grant in flight (leaseClock.startGrant).
 		begin: func(b *Engine, req *pb.LeaseGrantRequest) func(*pb.LeaseGrantResponse, bool) {
-			b.leases.startGrant(req.ID)
-			return func(resp *pb.LeaseGrantResponse, committed bool) { b.endGrant(req.ID, resp.GetTTL(), committed) }
+			b.leases.clock.startGrant(req.ID)
+			return func(resp *pb.LeaseGrantResponse, committed bool) { b.leases.endGrant(req.ID, resp.GetTTL(), committed) }
 		},
 		dup: func(b *Engine, req *pb.LeaseGrantRequest, _ int64) (*pb.LeaseGrantResponse, error) {
 			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: req.ID, TTL: max(req.TTL, MinLeaseTTL)}, nil
 		},
 	}
-	leaseRevokeKind = &kind[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse]{service: "Lease", method: "LeaseRevoke", labelName: "lease_revoke",
+	leaseRevokeKind = &kind[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse]{service: "Lease", method: "LeaseRevoke", labelName: "lease_revoke", headed: true,
 		eval: func(_ *Engine, req *pb.LeaseRevokeRequest, _ []byte) func(*revision.Batch) (*pb.LeaseRevokeResponse, error) {
 			return func(bt *revision.Batch) (*pb.LeaseRevokeResponse, error) { return translate.LeaseRevoke(bt, req.ID) }
 		},
@@ -326,4 +353,77 @@ func kindLabel(req proto.Message) string {
 		return k.label()
 	}
 	return "unknown"
+}
+
+// serveAs commits a forwarded request at the leader as p describes (its
+// bound tag and fingerprint) and returns its answer as ServeForward does.
+func serveAs[T proto.Message](ctx context.Context, c *committer, p *proposal, req any, eval func(*revision.Batch) (T, error)) (proto.Message, ForwardReply, error) {
+	resp, out, err := proposeAs(ctx, c, p, gated(req, eval))
+	reply := ForwardReply{LSN: out.lsn, Dup: out.dup, DupRev: out.dupRev}
+	switch {
+	case err == nil && out.dup:
+		return nil, reply, nil
+	case err == nil:
+		return resp, reply, nil
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrAuthChanged):
+		return nil, reply, err
+	case out.final:
+		return nil, reply, &FinalError{Err: err}
+	}
+	return nil, reply, err
+}
+
+// rebuildPut answers a forwarded Put found committed at rev after its
+// answer was lost: the header's revision, and the previous value (as of
+// rev-1) if asked. A previous value compacted away meanwhile cannot be
+// given: etcd's "request timed out, possibly due to connection lost".
+func (b *Engine) rebuildPut(req *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
+	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	if !req.PrevKv {
+		return resp, nil
+	}
+	err := b.view.Read(func(r revision.Reader) error {
+		prev, err := translate.Range(r, &pb.RangeRequest{Key: req.Key, Revision: rev - 1})
+		if err != nil {
+			return err
+		}
+		if len(prev.Kvs) > 0 {
+			resp.PrevKv = prev.Kvs[0]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rpctypes.ErrGRPCTimeoutDueToConnectionLost
+	}
+	return resp, nil
+}
+
+// alarmEval is the batch evaluation of an alarm activation or
+// deactivation (on the origin, or on the leader for a forwarded one).
+func (b *Engine) alarmEval(req *pb.AlarmRequest) func(*revision.Batch) (*pb.AlarmResponse, error) {
+	return func(bt *revision.Batch) (*pb.AlarmResponse, error) {
+		resp, change := translate.AlarmResponse(bt.Alarms(), req)
+		if change != nil && bt.ChangeAlarm(*change) {
+			b.log.WithFields(logrus.Fields{
+				"alarm": req.Alarm.String(), "member": memberHex(req.MemberID), "activate": change.Activate,
+			}).Warn("alarm change staged")
+		}
+		return &pb.AlarmResponse{Alarms: resp}, nil
+	}
+}
+
+// authEval is the batch evaluation of an auth change (on the origin, or
+// on the leader for a forwarded one).
+func authEval(req proto.Message, entropy []byte) func(*revision.Batch) (proto.Message, error) {
+	eval := auth.Change(req, entropy)
+	return func(bt *revision.Batch) (proto.Message, error) {
+		next, resp, err := eval(bt.AuthState())
+		if err != nil {
+			return nil, err
+		}
+		if next != nil {
+			bt.SetAuthState(next)
+		}
+		return resp.(proto.Message), nil
+	}
 }

@@ -71,7 +71,10 @@ type LogSession interface {
 // was at another version or existed, MarkerGone if it did not exist),
 // Held (an absent guard's znode exists). A position already holding an
 // entry with req's writer tag is Committed: that is how a commit whose
-// answer was lost is resolved, so an entry is never written twice.
+// answer was lost is resolved, so an entry is never written twice. Such a
+// commit reports the marker's version it left only when its op tells it (a
+// create left 0, a set at v left v+1); one at AnyVersion reports
+// MarkerUnknown, never a version nobody read.
 //
 // The pipeline marker is the contract that makes a pipeline safe: a
 // writer's commits each set its marker at the version the one before left,
@@ -81,6 +84,11 @@ type LogSession interface {
 // handed to the log in order (see zkstore.CommitRequest); one that still
 // overtakes its predecessor is refused (PrevMissing or MarkerMissed),
 // nothing written, and may be sent again as it is once that one landed.
+// After a lost connection a commit with a Predecessor is sent again only
+// once that one's outcome is known, and not at all if it provably did not
+// land (Refused, PrevMissing: nothing written), so that re-sends reach the
+// log in the pipeline's order too and none is left of unknown outcome for
+// arriving before its predecessor.
 //
 // Errors: zkstore.ErrEntryTooLarge above the hard bound,
 // zkstore.ErrUnavailable (nothing was written), zkstore.ErrUnknownOutcome

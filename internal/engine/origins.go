@@ -1,9 +1,15 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
 	"hash/crc64"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
 )
 
@@ -87,17 +93,20 @@ func (o *origins) setFrom(lsn int64) {
 	o.from = max(o.from, lsn)
 }
 
-// lookup reports where the request tagged tag was committed (tagFound),
-// or whether it is in no entry after after (tagAbsent) or cannot be told
-// (tagUnknown: the index no longer holds every entry after after). after
-// 0 means the request cannot be anywhere the index does not hold (its first
-// send; or an origin that does not tell): a miss is tagAbsent.
-func (o *origins) lookup(tag revision.WriterTag, after int64) (lsn, rev int64, v tagVerdict) {
+// lookup reports where the request bound to tag (boundTag), which its
+// origin sent under sent, was committed (tagFound), or whether it is in no
+// entry after after (tagAbsent) or cannot be told (tagUnknown: the index
+// no longer holds every entry after after). after 0 means the request
+// cannot be anywhere the index does not hold (its first send; or an origin
+// that does not tell): a miss is tagAbsent. An entry holding sent itself
+// was written by a leader of an older build, which bound no tag: the
+// request is found there too.
+func (o *origins) lookup(tag, sent revision.WriterTag, after int64) (lsn, rev int64, v tagVerdict) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	at, ok := o.cur[tag]
-	if !ok {
-		at, ok = o.prev[tag]
+	at, ok := o.find(tag)
+	if !ok && sent.Seq&boundSeq == 0 {
+		at, ok = o.find(sent)
 	}
 	switch {
 	case ok:
@@ -106,6 +115,48 @@ func (o *origins) lookup(tag revision.WriterTag, after int64) (lsn, rev int64, v
 		return 0, 0, tagUnknown
 	}
 	return 0, 0, tagAbsent
+}
+
+// find looks tag up in both generations (the caller holds mu).
+func (o *origins) find(tag revision.WriterTag) (originAt, bool) {
+	at, ok := o.cur[tag]
+	if !ok {
+		at, ok = o.prev[tag]
+	}
+	return at, ok
+}
+
+// boundSeq marks a bound tag (boundTag) in its sequence number: no
+// origin's own sequence number (a count from 1 per process) reaches it, so
+// a tag in the log without it was written unbound, by a leader of an older
+// build.
+const boundSeq = 1 << 63
+
+// boundTag is the tag a forwarded request is served, committed and indexed
+// under by the leader: the tag its origin sent (sent) bound to what the
+// request is — its kind (rpc, its etcd method), its bytes and the
+// credential of its caller as the origin sent it — by a digest in the
+// sequence number (boundSeq set; the origin's nonce kept). A tag in the log, or a call the leader is serving
+// or answered, then answers only the very request of the very caller its
+// origin sent under it: another request sent under the same tag (forged
+// by a holder of the internal endpoint's token, who can read the origin's
+// nonce and last sequence number in ZooKeeper's data) has another bound
+// tag, is evaluated and committed as itself, and never answers the
+// origin's. caller's Use (a proof of use, renewed per request) is not part
+// of it. Errors: a request that cannot be marshaled.
+func boundTag(sent revision.WriterTag, rpc string, req proto.Message, caller auth.Caller) (revision.WriterTag, error) {
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return revision.WriterTag{}, fmt.Errorf("zketcd: marshal the forwarded %s: %w", rpc, err)
+	}
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, part := range [][]byte{[]byte("zketcd forwarded request"), binary.BigEndian.AppendUint64(nil, sent.Nonce),
+		binary.BigEndian.AppendUint64(nil, sent.Seq), []byte(rpc), body, []byte(caller.Token), []byte(caller.CertCN)} {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		h.Write(part)
+	}
+	return revision.WriterTag{Nonce: sent.Nonce, Seq: binary.BigEndian.Uint64(h.Sum(nil)) | boundSeq}, nil
 }
 
 var fpTable = crc64.MakeTable(crc64.ECMA)

@@ -14,10 +14,26 @@ const storedHashes = 10
 
 // HashStore keeps the hashes of the last ten compactions a view applied, as
 // etcd's hash storage does, so that HashKV at a compaction's revision
-// answers what etcd answers there. It is safe for concurrent use.
+// answers what etcd answers there. It is safe for concurrent use; the zero
+// value is ready.
+//
+// It computes one compaction's hash at a time, as etcd, whose compactions
+// run one after another, and stores a compaction's hash only if the one
+// before it had finished when it was asked for (etcd's mvcc store checks
+// that the previous scheduled compaction is the finished one, and skips
+// storing the hash otherwise: it would not cover every revision since that
+// compaction). A compaction applied while a hash is still being computed
+// gets none: HashKV at its revision is then computed from the store as it
+// is, as etcd answers a revision it stored no hash for. So however often a
+// client compacts, at most one copy of the view is held for a hash.
 type HashStore struct {
 	mu     sync.Mutex
 	hashes []*storedHash // ascending by revision
+	busy   bool          // a compaction's hash is being computed
+
+	// slice and pace, if set, replace hashSlice and halfDuty (tests).
+	slice int
+	pace  func() func()
 }
 
 type storedHash struct {
@@ -48,19 +64,39 @@ func halfDuty() func() {
 // the compaction's hash (CompactionHash) in the background from the copy
 // before, keeps it with the newest nine others, and then, holding before no
 // longer, calls dropped (if not nil) from the goroutine that computed it.
-// It returns at once.
+// While the hash of an earlier compaction is still being computed it keeps
+// nothing for this one and calls dropped at once (see HashStore). It
+// returns at once.
 func (hs *HashStore) Compacted(before *revision.Snapshot, rev int64, dropped func()) {
-	sh := &storedHash{rev: rev, done: make(chan struct{})}
 	hs.mu.Lock()
+	if hs.busy {
+		hs.mu.Unlock()
+		if dropped != nil {
+			dropped()
+		}
+		return
+	}
+	hs.busy = true
+	sh := &storedHash{rev: rev, done: make(chan struct{})}
 	hs.hashes = append(hs.hashes, sh)
 	sort.SliceStable(hs.hashes, func(i, j int) bool { return hs.hashes[i].rev < hs.hashes[j].rev })
 	if len(hs.hashes) > storedHashes {
 		hs.hashes = append([]*storedHash(nil), hs.hashes[len(hs.hashes)-storedHashes:]...)
 	}
+	slice, pace := hashSlice, halfDuty
+	if hs.slice > 0 {
+		slice = hs.slice
+	}
+	if hs.pace != nil {
+		pace = hs.pace
+	}
 	hs.mu.Unlock()
 	go func() {
-		sh.h, sh.err = pacedCompactionHash(before, rev, hashSlice, halfDuty())
+		sh.h, sh.err = pacedCompactionHash(before, rev, slice, pace())
 		before = nil // the versions the compaction removed go with it
+		hs.mu.Lock()
+		hs.busy = false // before done: whoever waited for it sees the next one taken
+		hs.mu.Unlock()
 		close(sh.done)
 		if dropped != nil {
 			dropped()

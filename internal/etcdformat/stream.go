@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // ChunkSize is the blob size of each snapshot stream message (etcd's).
@@ -45,3 +46,26 @@ var ErrChecksum = errors.New("snapshot file checksum mismatch (truncated or corr
 // SHA-256 trailer (a bbolt file is a multiple of 512 bytes; etcd checks
 // the same way).
 func HasTrailer(n int64) bool { return n%512 == sha256.Size }
+
+// AppendTrailer appends the SHA-256 of the file at path to it: the file
+// `etcdctl snapshot save` would have written for the same database, which
+// `etcdutl snapshot restore` checks. Errors: the file's, wrapped.
+func AppendTrailer(path string) (err error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("snapshot trailer: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("snapshot trailer: %w", cerr)
+		}
+	}()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("snapshot trailer: read %s: %w", path, err)
+	}
+	if _, err := f.Write(h.Sum(nil)); err != nil {
+		return fmt.Errorf("snapshot trailer: write %s: %w", path, err)
+	}
+	return f.Sync()
+}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -23,45 +22,35 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/translate"
 )
 
-// Leader is what the internal endpoint serves (a *engine.Engine).
+// Leader is what the internal endpoint serves (a *engine.Engine): the
+// forwarded writes (engine.WriteKinds), the calls beside them
+// (engine.CallKinds), and the token its callers present.
 type Leader interface {
 	ServeForward(ctx context.Context, call engine.ForwardCall) (proto.Message, engine.ForwardReply, error)
-	ReadIndex(ctx context.Context) (int64, error)
-	ServeKeepAlive(ctx context.Context, id int64) (int64, error)
-	ServeLeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error)
-	ServeLeases(ctx context.Context) (*pb.LeaseLeasesResponse, int64, error)
+	ServeCall(ctx context.Context, method string, req proto.Message) (proto.Message, int64, error)
 	InternalToken() string
 }
 
 var _ Leader = (*engine.Engine)(nil)
 
 // Authorizer checks a forwarded request against the serving instance's
-// own auth state (a *grpcsrv.ForwardAuthorizer): Authorize returns the
-// context to serve req with, or etcd's error refusing it: one of code
-// FailedPrecondition when the request cannot run here whoever its caller
-// (AuthEnable on a world-readable root), any other a refusal of the
-// caller's credential. rpc is the etcd client API method of the request
-// (engine.WriteKind.RPC); caller is the credential the client presented
+// own auth state (an *auth.Rules): Authorize returns the context to serve
+// req with, or etcd's error refusing it: one of code FailedPrecondition
+// when the request cannot run here whoever its caller (AuthEnable on a
+// world-readable root), any other a refusal of the caller's credential.
+// rpc is the etcd client API method of the request (engine.WriteKind.RPC,
+// engine.CallKind.RPC); caller is the credential the client presented
 // where the request entered, a CertCN only if the forwarding peer proved
 // its own identity with a verified certificate.
 type Authorizer interface {
 	Authorize(ctx context.Context, rpc string, req proto.Message, caller auth.Caller) (context.Context, error)
 }
-
-// The etcd client API methods of the requests beside the forwarded writes,
-// whose checks the Authorizer applies.
-const (
-	rpcLeaseKeepAlive  = "/etcdserverpb.Lease/LeaseKeepAlive"
-	rpcLeaseTimeToLive = "/etcdserverpb.Lease/LeaseTimeToLive"
-	rpcLeaseLeases     = "/etcdserverpb.Lease/LeaseLeases"
-)
 
 // ServerConfig configures the internal endpoint's server.
 type ServerConfig struct {
@@ -79,6 +68,12 @@ type ServerConfig struct {
 	// lease read, against this instance's auth state (nil: no checks; only
 	// tests of the protocol leave it out).
 	Authorizer Authorizer
+	// Route, if not nil, serves many clusters on one endpoint (a fleet's
+	// tenants): every call must name its cluster in its headers (the
+	// client's ForTenant), and Route gives that cluster's Leader and
+	// Authorizer (false: not served here, refused as a bad token would
+	// be). NewServer's Leader and Authorizer are then unused.
+	Route      func(cluster string) (Leader, Authorizer, bool)
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
 }
@@ -95,7 +90,7 @@ func NewServer(l Leader, cfg ServerConfig) *grpc.Server {
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = defaultMaxMessageBytes
 	}
-	s := &server{l: l, lg: cfg.Logger.WithField("component", "forward-server"), authz: cfg.Authorizer, refused: newRefusedMetric(cfg.Registerer)}
+	s := &server{l: l, lg: cfg.Logger.WithField("component", "forward-server"), authz: cfg.Authorizer, route: cfg.Route, refused: newRefusedMetric(cfg.Registerer)}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes), grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.InTapHandle(s.admit),
@@ -106,18 +101,12 @@ func NewServer(l Leader, cfg ServerConfig) *grpc.Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	srv := grpc.NewServer(opts...)
-	methods := []grpc.MethodDesc{
-		{MethodName: methodReadIndex, Handler: s.readIndex},
-		{MethodName: methodKeepAlive, Handler: s.keepAlive},
-		read(methodLeaseTimeToLive, rpcLeaseTimeToLive, func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-			return l.ServeLeaseTimeToLive(ctx, req)
-		}),
-		read(methodLeaseLeases, rpcLeaseLeases, func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
-			return l.ServeLeases(ctx)
-		}),
-	}
+	var methods []grpc.MethodDesc
 	for _, k := range engine.WriteKinds() {
 		methods = append(methods, write(k))
+	}
+	for _, k := range engine.CallKinds() {
+		methods = append(methods, call(k))
 	}
 	sort.Slice(methods, func(i, j int) bool { return methods[i].MethodName < methods[j].MethodName })
 	srv.RegisterService(&grpc.ServiceDesc{
@@ -132,7 +121,24 @@ type server struct {
 	l       Leader
 	lg      *logrus.Entry
 	authz   Authorizer
+	route   func(string) (Leader, Authorizer, bool)
 	refused *prometheus.CounterVec
+}
+
+// served is the Leader and Authorizer a call is served by: the server's,
+// or the routed cluster's, which admit put in the call's context.
+type served struct {
+	l     Leader
+	authz Authorizer
+}
+
+type targetKey struct{}
+
+func (s *server) target(ctx context.Context) served {
+	if t, ok := ctx.Value(targetKey{}).(served); ok {
+		return t
+	}
+	return served{l: s.l, authz: s.authz}
 }
 
 func newRefusedMetric(reg prometheus.Registerer) *prometheus.CounterVec {
@@ -149,7 +155,20 @@ func newRefusedMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 // admit checks a call's token from its headers, before its message is
 // read: a caller without it gets nothing allocated for its message.
 func (s *server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
-	want := s.l.InternalToken()
+	t := served{l: s.l, authz: s.authz}
+	if s.route != nil {
+		name := info.Header.Get(mdCluster)
+		var ok bool
+		if len(name) == 1 {
+			t.l, t.authz, ok = s.route(name[0])
+		}
+		if !ok {
+			s.refused.WithLabelValues("bad_token").Inc()
+			return nil, status.Error(codes.PermissionDenied, "zketcd: internal endpoint: no such cluster here")
+		}
+		ctx = context.WithValue(ctx, targetKey{}, t)
+	}
+	want := t.l.InternalToken()
 	got := info.Header.Get(mdToken)
 	if want == "" || len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), []byte(want)) != 1 {
 		s.refused.WithLabelValues("bad_token").Inc()
@@ -167,15 +186,16 @@ func (s *server) admit(ctx context.Context, info *tap.Info) (context.Context, er
 // request whoever sends it (FailedPrecondition) — is the request's final
 // failure, with etcd's error.
 func (s *server) authorize(ctx context.Context, rpc string, req proto.Message) (context.Context, error) {
-	if s.authz == nil {
+	authz := s.target(ctx).authz
+	if authz == nil {
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	caller := auth.Caller{Token: first(md, mdCallerToken)}
+	caller := auth.Caller{Token: first(md, mdCallerToken), Use: first(md, mdCallerUse)}
 	if cn := first(md, mdCallerCN); cn != "" && caller.Token == "" && peerVerified(ctx) {
 		caller.CertCN = cn
 	}
-	actx, err := s.authz.Authorize(ctx, rpc, req, caller)
+	actx, err := authz.Authorize(ctx, rpc, req, caller)
 	switch {
 	case err == nil:
 		return actx, nil
@@ -199,12 +219,6 @@ func peerVerified(ctx context.Context) bool {
 	return ok && len(ti.State.VerifiedChains) > 0
 }
 
-// newMessage returns a new empty message of M's type.
-func newMessage[M proto.Message]() M {
-	var zero M
-	return zero.ProtoReflect().New().Interface().(M)
-}
-
 // write is the method desc of a forwarded write of kind k.
 func write(k engine.WriteKind) grpc.MethodDesc {
 	return grpc.MethodDesc{MethodName: k.Method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
@@ -217,29 +231,34 @@ func write(k engine.WriteKind) grpc.MethodDesc {
 	}}
 }
 
-// read is the method desc of a lease read served at the leader (rpc: its
-// client API method): the response, with the position the caller waits
-// for in the mdLSN header, or the not-leader outcome.
-func read[R, T proto.Message](name, rpc string, serve func(context.Context, Leader, R) (T, int64, error)) grpc.MethodDesc {
-	return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+// call is the method desc of a call beside the forwarded writes, of kind
+// k: its request checked for its client (k.RPC, if any), and the
+// response, with the position the caller waits for in the mdLSN header (a
+// Positioned call), or the not-leader outcome.
+func call(k engine.CallKind) grpc.MethodDesc {
+	return grpc.MethodDesc{MethodName: k.Method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*server)
-		req := newMessage[R]()
+		req := k.NewRequest()
 		if err := dec(req); err != nil {
 			return nil, err
 		}
-		ctx, err := s.authorize(ctx, rpc, req)
-		if err != nil {
-			return nil, err
+		if k.RPC != "" {
+			var err error
+			if ctx, err = s.authorize(ctx, k.RPC, req); err != nil {
+				return nil, err
+			}
 		}
-		resp, lsn, err := serve(ctx, s.l, req)
+		resp, lsn, err := s.target(ctx).l.ServeCall(ctx, k.Method, req)
 		switch {
 		case errors.Is(err, engine.ErrNotLeader):
 			return nil, s.fail(ctx, outcomeNotLeader, status.Error(codes.Unavailable, err.Error()))
 		case err != nil:
 			return nil, statusOf(err)
 		}
-		if err := grpc.SetHeader(ctx, metadata.Pairs(mdLSN, strconv.FormatInt(lsn, 10))); err != nil {
-			return nil, err
+		if k.Positioned {
+			if err := grpc.SetHeader(ctx, metadata.Pairs(mdLSN, strconv.FormatInt(lsn, 10))); err != nil {
+				return nil, err
+			}
 		}
 		return resp, nil
 	}}
@@ -268,7 +287,10 @@ func (s *server) forward(ctx context.Context, k engine.WriteKind, req proto.Mess
 			return nil, s.fail(ctx, outcomeFailed, status.Error(codes.InvalidArgument, "zketcd: bad re-send position"))
 		}
 	}
-	resp, reply, err := s.l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Req: req, Entropy: entropy, After: after})
+	// The credential as the origin sent it binds the tag (whether or not
+	// this server verified it; authorize checked what it authorizes).
+	sent := auth.Caller{Token: first(md, mdCallerToken), CertCN: first(md, mdCallerCN)}
+	resp, reply, err := s.target(ctx).l.ServeForward(ctx, engine.ForwardCall{Origin: tag, AuthFP: fp, Caller: sent, Req: req, Entropy: entropy, After: after})
 	var final *engine.FinalError
 	switch {
 	case errors.Is(err, engine.ErrNotLeader):
@@ -280,6 +302,11 @@ func (s *server) forward(ctx context.Context, k engine.WriteKind, req proto.Mess
 	case err != nil:
 		s.lg.WithError(err).WithField("origin", formatTag(tag)).Debug("forwarded request of unknown outcome")
 		return nil, statusOf(err)
+	case resp != nil && resp.ProtoReflect().Descriptor() != k.NewResponse().ProtoReflect().Descriptor():
+		// Never another request's answer (the engine binds tags to their
+		// requests, so this is a bug): the origin's outcome stays unknown.
+		s.lg.WithFields(logrus.Fields{"origin": formatTag(tag), "method": k.Method}).Errorf("forwarded request answered with a %T", resp)
+		return nil, status.Errorf(codes.Internal, "zketcd: internal endpoint: a %s answered with another response", k.Method)
 	}
 	h := metadata.Pairs(mdLSN, strconv.FormatInt(reply.LSN, 10))
 	if reply.Dup {
@@ -306,31 +333,4 @@ func statusOf(err error) error {
 		return s
 	}
 	return status.Error(codes.Unknown, err.Error())
-}
-
-func (s *server) readIndex(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-	if err := dec(&emptypb.Empty{}); err != nil {
-		return nil, err
-	}
-	lsn, err := s.l.ReadIndex(ctx)
-	if err != nil {
-		return nil, statusOf(err)
-	}
-	return wrapperspb.Int64(lsn), nil
-}
-
-func (s *server) keepAlive(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-	req := &pb.LeaseKeepAliveRequest{}
-	if err := dec(req); err != nil {
-		return nil, err
-	}
-	ctx, err := s.authorize(ctx, rpcLeaseKeepAlive, req)
-	if err != nil {
-		return nil, err
-	}
-	ttl, err := s.l.ServeKeepAlive(ctx, req.ID)
-	if err != nil {
-		return nil, statusOf(err)
-	}
-	return &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}, nil
 }

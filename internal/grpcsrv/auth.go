@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -44,7 +45,8 @@ type Auth interface {
 // through the revision log (Auth.AuthWrite) so that every instance
 // applies them at the same position; reads and Authenticate first catch
 // up with the log, as etcd's go through raft. Permission checks are the
-// authorizer's (see authz.go), done before a request reaches here.
+// authorizer's (auth.Rules, in the interceptor), done before a request
+// reaches here.
 type authServer struct {
 	pb.UnsafeAuthServer
 	st        *auth.Store
@@ -109,25 +111,36 @@ func (s *authServer) read(ctx context.Context, req proto.Message) (proto.Message
 // token. With auth off it answers "authentication is not enabled", which
 // clientv3 takes as "carry on without a token".
 //
-// A user name that failed too often is refused with etcd's "too many
-// requests" before its password is checked (authlimit.go).
+// No attempt is refused for the failures of others: a password check
+// waits for one of the bcrypt slots (s.checks), unless the password
+// succeeded before (auth.Store.Remembered), and the answer to a failure
+// beyond its user's allowance is held back (authlimit.go), which slows
+// guessing without locking the user out.
 func (s *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
-	if err := s.guesses.allow(r.Name); err != nil {
-		s.lg.WithField("user", r.Name).Warn("Authenticate refused: too many failures for this user")
-		return nil, err
-	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	select {
-	case s.checks <- struct{}{}:
-	case <-ctx.Done():
-		return nil, toGRPCError(s.lg, ctx.Err())
+	slot := !s.st.Remembered(r.Name, r.Password)
+	if slot {
+		select {
+		case s.checks <- struct{}{}:
+		case <-ctx.Done():
+			return nil, toGRPCError(s.lg, ctx.Err())
+		}
 	}
 	resp, err := s.st.Authenticate(r.Name, r.Password)
-	<-s.checks
+	if slot {
+		<-s.checks // not held while a failure's answer waits
+	}
 	if errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
-		s.guesses.failure(r.Name)
+		if wait := s.guesses.failure(r.Name); wait > 0 {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
 	}
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)

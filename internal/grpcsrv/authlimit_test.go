@@ -1,36 +1,43 @@
 package grpcsrv
 
 import (
-	"errors"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
-func TestAuthLimiterAllowsABurstOfFailuresThenOnePerInterval(t *testing.T) {
+// TestAuthLimiterHoldsFailuresBeyondTheBurstWithoutRefusing: a user's
+// first failures are answered at once; each further one is held until the
+// allowance covers it (one a second), never longer than authPenaltyMax,
+// however many are made at once; another user is not affected.
+func TestAuthLimiterHoldsFailuresBeyondTheBurstWithoutRefusing(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newAuthLimiter(nil)
 	l.now = func() time.Time { return now }
 	for i := range authFailureBurst {
-		if err := l.allow("alice"); err != nil {
-			t.Fatalf("attempt %d refused: %v", i, err)
+		if d := l.failure("alice"); d != 0 {
+			t.Fatalf("failure %d held %v, want answered at once", i, d)
 		}
-		l.failure("alice")
 	}
-	if err := l.allow("alice"); !errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) {
-		t.Fatalf("after %d failures: %v, want too many requests", authFailureBurst, err)
+	if d := l.failure("alice"); d != authFailureEvery {
+		t.Fatalf("the failure after the burst is held %v, want %v", d, authFailureEvery)
 	}
-	if err := l.allow("bob"); err != nil {
-		t.Fatalf("another user is refused: %v", err)
+	if d := l.failure("bob"); d != 0 {
+		t.Fatalf("another user's failure held %v", d)
 	}
 	now = now.Add(authFailureEvery)
-	if err := l.allow("alice"); err != nil {
-		t.Fatalf("after one interval: %v", err)
+	if d := l.failure("alice"); d != authFailureEvery {
+		t.Fatalf("a guesser waiting for each answer: held %v, want %v", d, authFailureEvery)
 	}
-	l.failure("alice")
-	if err := l.allow("alice"); err == nil {
-		t.Fatal("a failure after the interval left another attempt")
+	var d time.Duration
+	for range 100 { // guesses in parallel
+		d = l.failure("alice")
+	}
+	if d != authPenaltyMax {
+		t.Fatalf("100 failures at once: the last held %v, want the cap %v", d, authPenaltyMax)
+	}
+	now = now.Add(authPenaltyMax + authFailureBurst*authFailureEvery)
+	if d := l.failure("alice"); d != 0 {
+		t.Fatalf("after the debt is paid and the burst refilled: held %v", d)
 	}
 }
 

@@ -32,7 +32,7 @@ func (s *clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest)
 		return nil, toGRPCError(s.lg, err)
 	}
 	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{}, Members: members}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 

@@ -30,7 +30,9 @@ func newMaintenanceServer(be Maintenance, hdr header, lg *logrus.Entry) *mainten
 // Like etcd, it answers a request for the revision of one of the last ten
 // compactions this instance applied (since it started) with the hash
 // computed while compacting (etcdformat.CompactionHash), whose
-// compact_revision is the compaction before.
+// compact_revision is the compaction before; a compaction applied while the
+// previous one's hash was still being computed has none, as in etcd
+// (etcdformat.HashStore), and is answered from the current state.
 func (s *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
 	h, stored, err := s.hashes.Lookup(ctx, r.Revision)
 	if err != nil {
@@ -50,7 +52,7 @@ func (s *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 		CompactRevision: h.CompactRevision,
 		HashRevision:    h.Revision,
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 

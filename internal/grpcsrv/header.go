@@ -24,6 +24,17 @@ type header struct {
 	be Identity
 }
 
+// filled is rh filled (fill), or a new filled header if rh is nil: a
+// response from below without one (never from this build's engine) is
+// answered with this instance's header rather than a panic.
+func (h header) filled(rh *pb.ResponseHeader) *pb.ResponseHeader {
+	if rh == nil {
+		rh = &pb.ResponseHeader{}
+	}
+	h.fill(rh)
+	return rh
+}
+
 // fill sets the identity fields and, if unset, the current revision.
 func (h header) fill(rh *pb.ResponseHeader) {
 	h.fillWithoutRevision(rh)

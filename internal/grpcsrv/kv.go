@@ -51,7 +51,7 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 
@@ -85,7 +85,7 @@ func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 
@@ -100,7 +100,7 @@ func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 
@@ -117,7 +117,7 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 
@@ -129,6 +129,6 @@ func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }

@@ -48,7 +48,7 @@ func (s *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 
@@ -60,7 +60,7 @@ func (s *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 
@@ -69,7 +69,7 @@ func (s *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest)
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }
 
@@ -120,7 +120,7 @@ func (s *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKee
 			return toGRPCError(s.lg, err)
 		}
 		resp := &pb.LeaseKeepAliveResponse{Header: &pb.ResponseHeader{}, ID: req.ID, TTL: ttl}
-		s.hdr.fill(resp.Header)
+		resp.Header = s.hdr.filled(resp.Header)
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
@@ -132,6 +132,6 @@ func (s *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	if err != nil {
 		return nil, toGRPCError(s.lg, err)
 	}
-	s.hdr.fill(resp.Header)
+	resp.Header = s.hdr.filled(resp.Header)
 	return resp, nil
 }

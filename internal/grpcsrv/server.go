@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/translate"
 )
 
@@ -105,6 +106,9 @@ type Config struct {
 	ConnectionTimeout time.Duration
 	// Auth configures authentication (etcd's --auth-token, --bcrypt-cost).
 	Auth AuthConfig
+	// Admission, if not nil, admits every call before it runs (a tenant's
+	// rate limits; admission.go).
+	Admission Admission
 	// Logger receives structured logs (required; embed fills it).
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
@@ -176,9 +180,10 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 // before it starts one per stream.
 const streamWorkers = 64
 
-// NewWithForwardAuthorizer is New, and the ForwardAuthorizer of the
-// requests other instances forward to this one, on the same auth store.
-func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc.Server, *ForwardAuthorizer, error) {
+// NewWithForwardAuthorizer is New, and the rules that check the requests
+// other instances forward to this one (auth.Rules.Authorize, package
+// forward's Authorizer), on the same auth store.
+func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc.Server, *auth.Rules, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
@@ -204,12 +209,18 @@ func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc
 		grpc.ForceServerCodecV2(newCountingCodec(cfg.Registerer)),
 	}
 	az := newAuthorizer(ctx, cfg, be)
-	if l := newRequestLimiter(cfg.MaxConcurrentRequests, cfg.Registerer); l != nil {
-		// Metrics first, so that refused requests are counted with their code.
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, l.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, l.stream, az.stream))
-	} else {
-		opts = append(opts, grpc.ChainUnaryInterceptor(m.unary, az.unary), grpc.ChainStreamInterceptor(m.stream, az.stream))
+	// Metrics first, so that refused requests are counted with their code;
+	// admission before the concurrency limit, so that a call waiting for
+	// its tenant's rate holds no slot.
+	unary, stream := []grpc.UnaryServerInterceptor{m.unary}, []grpc.StreamServerInterceptor{m.stream}
+	if cfg.Admission != nil {
+		a := admitter{a: cfg.Admission}
+		unary, stream = append(unary, a.unary), append(stream, a.stream)
 	}
+	if l := newRequestLimiter(cfg.MaxConcurrentRequests, cfg.Registerer); l != nil {
+		unary, stream = append(unary, l.unary), append(stream, l.stream)
+	}
+	opts = append(opts, grpc.ChainUnaryInterceptor(append(unary, az.unary)...), grpc.ChainStreamInterceptor(append(stream, az.stream)...))
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))
 	} else if cfg.TLS != nil {
@@ -229,7 +240,7 @@ func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	go followHealth(ctx, be, hs, lg)
-	return srv, &ForwardAuthorizer{a: az}, nil
+	return srv, az.rules, nil
 }
 
 // followHealth keeps the gRPC health status in step with the engine:

@@ -10,6 +10,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/version"
+
+	"github.com/zketcd/zketcd/internal/buildinfo"
 )
 
 // healthTimeout bounds the read a health check makes (etcd's request
@@ -197,22 +199,29 @@ func (s *Server) writeChecks(w http.ResponseWriter, r *http.Request, checks []he
 	fmt.Fprint(w, "ok\n")
 }
 
-// versions is /version's JSON, etcd's field names.
+// versions is /version's JSON: etcd's three fields, then zketcd's build.
+// etcd reads /version with a json.Unmarshal into its version.Versions,
+// which ignores fields it does not know; every value is a string, so a
+// reader decoding the answer into a map of strings works as on etcd.
 type versions struct {
 	Server  string `json:"etcdserver"`
 	Cluster string `json:"etcdcluster"`
 	Storage string `json:"storage"`
+	// Zketcd and ZketcdCommit are buildinfo's Version and Commit.
+	Zketcd       string `json:"zketcd"`
+	ZketcdCommit string `json:"zketcd_commit"`
 }
 
 // serveVersion answers /version: the etcd API version zketcd implements,
-// the cluster and storage versions etcd 3.7 reports.
+// the cluster and storage versions etcd 3.7 reports, and the build.
 func serveVersion(w http.ResponseWriter, r *http.Request) {
 	if !onlyGet(w, r) {
 		return
 	}
 	minor := version.Version[:strings.LastIndexByte(version.Version, '.')] + ".0"
+	build := buildinfo.Get()
 	w.Header().Set("Content-Type", "application/json")
-	d, _ := json.Marshal(versions{Server: version.Version, Cluster: minor, Storage: minor})
+	d, _ := json.Marshal(versions{Server: version.Version, Cluster: minor, Storage: minor, Zketcd: build.Version, ZketcdCommit: build.Commit})
 	w.Write(d)
 }
 

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/buildinfo"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
@@ -182,7 +184,6 @@ func TestHealthEndpointsAnswerAsEtcd(t *testing.T) {
 		{"GET", "/readyz?verbose&exclude=non_learner", 200, "[+]data_corruption ok\n[+]serializable_read ok\n[+]linearizable_read ok\nok\n"},
 		{"GET", "/readyz/linearizable_read", 200, "ok\n"},
 		{"GET", "/livez/nope", 404, "404 page not found\n"},
-		{"GET", "/version", 200, `{"etcdserver":"3.7.3","etcdcluster":"3.7.0","storage":"3.7.0"}`},
 	} {
 		if code, body := get(c.method, c.path); code != c.code || body != c.body {
 			t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, code, body, c.code, c.body)
@@ -190,5 +191,39 @@ func TestHealthEndpointsAnswerAsEtcd(t *testing.T) {
 	}
 	if code, body := get("GET", "/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics: %d %.200s", code, body)
+	}
+}
+
+// TestVersionKeepsEtcdsFieldsAndAddsTheBuild: /version answers etcd's three
+// fields as etcd 3.7.3 does, so etcd's own reader (a json.Unmarshal into
+// version.Versions, which ignores other fields) reads what it reads from
+// etcd, plus zketcd's version and commit as two more string fields (a
+// reader decoding into a map of strings works too).
+func TestVersionKeepsEtcdsFieldsAndAddsTheBuild(t *testing.T) {
+	zk := zkservertest.Standalone(t)
+	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{})
+	resp, err := http.Get("http://" + in.Endpoint() + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("/version: %d %q %v", resp.StatusCode, body, err)
+	}
+	var etcds version.Versions
+	if err := json.Unmarshal(body, &etcds); err != nil {
+		t.Fatalf("etcd's reader: %v: %s", err, body)
+	}
+	if want := (version.Versions{Server: "3.7.3", Cluster: "3.7.0", Storage: "3.7.0"}); etcds != want {
+		t.Errorf("etcd's fields %+v, want %+v", etcds, want)
+	}
+	var all map[string]string
+	if err := json.Unmarshal(body, &all); err != nil {
+		t.Fatalf("as strings: %v: %s", err, body)
+	}
+	build := buildinfo.Get()
+	if all["zketcd"] != build.Version || all["zketcd_commit"] != build.Commit || len(all) != 5 {
+		t.Errorf("/version %s: want zketcd %q and zketcd_commit %q besides etcd's three fields", body, build.Version, build.Commit)
 	}
 }

@@ -58,6 +58,9 @@ type Config struct {
 	Warnings func() []string
 	// Metrics serves /metrics (nil: not served).
 	Metrics http.Handler
+	// Handlers are more HTTP routes (pattern to handler, as
+	// http.ServeMux takes them), beside the gateway's.
+	Handlers map[string]http.Handler
 	// Debug, if not nil, serves /debug/ (the runtime profiles of
 	// --enable-pprof).
 	Debug http.Handler
@@ -191,6 +194,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Metrics != nil {
 		mux.Handle("/metrics", cfg.Metrics)
 	}
+	for pattern, h := range cfg.Handlers {
+		mux.Handle(pattern, h)
+	}
 	if cfg.Debug != nil {
 		mux.Handle("/debug/", cfg.Debug)
 	}
@@ -270,6 +276,21 @@ func (s *Server) dispatch(raw net.Conn) {
 		}
 		c, h2 = tc, isH2
 	}
+	s.serveClassified(raw, c, secure, h2)
+}
+
+// ServeTLSConn serves a connection whose TLS handshake another party (a
+// Front) completed, as Serve serves the connections it accepts. It returns
+// once the connection is handed to its server, or, for HTTP/2 other than
+// gRPC, served. raw is the connection under the TLS one: its deadline
+// bounds the classification (the handshake timeout), then it is cleared.
+func (s *Server) ServeTLSConn(raw net.Conn, c *tls.Conn) {
+	raw.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	s.serveClassified(raw, c, true, c.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS)
+}
+
+// serveClassified classifies c (past any TLS handshake) and hands it on.
+func (s *Server) serveClassified(raw, c net.Conn, secure, h2 bool) {
 	c, kind, err := classify(c, secure, h2)
 	if err != nil {
 		s.lg.WithError(err).WithField("remote", raw.RemoteAddr().String()).Debug("client connection refused")

@@ -532,3 +532,10 @@ func (v *View) LeaseIDs() []int64 {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	return ids
 }
+
+// LeaseCount returns how many leases exist. Safe for concurrent use.
+func (v *View) LeaseCount() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return len(v.leases)
+}

@@ -35,6 +35,9 @@ var (
 	ErrWatcherNotExist    = errors.New("mvcc: watcher does not exist")
 	// ErrTooManyWatchers is zketcd's own: a stream reached its watcher limit.
 	ErrTooManyWatchers = errors.New("zketcd: too many watchers on this stream")
+	// ErrHubWatcherLimit refuses a watcher beyond the hub's bound
+	// (SetMaxWatchers: a tenant's limit), in etcd's words for an overload.
+	ErrHubWatcherLimit = errors.New("etcdserver: too many requests")
 	// ErrStreamClosed is zketcd's own: the stream was closed (its gRPC
 	// stream is ending); the create must not be answered as if refused.
 	ErrStreamClosed = errors.New("zketcd: watch stream closed")
@@ -191,11 +194,26 @@ type Hub struct {
 	victims  map[*watcher]Response
 	streams  int // open streams (NewStream, not yet closed)
 
+	// maxWatchers bounds the watchers of all streams (0: no bound).
+	maxWatchers int
+
 	wake   chan struct{}
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed bool
 }
+
+// SetMaxWatchers bounds the watchers of all the hub's streams together (0
+// or negative: no bound): Watch refuses one beyond it with
+// ErrHubWatcherLimit. Watchers already there stay.
+func (h *Hub) SetMaxWatchers(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.maxWatchers = max(n, 0)
+}
+
+// watchers counts the hub's watchers (h.mu held).
+func (h *Hub) watchers() int { return h.synced.size + h.unsynced.size + len(h.victims) }
 
 // NewHub returns a hub over view, starting at the view's current revision,
 // and starts its catch-up loops. Call Notify for every entry applied after.

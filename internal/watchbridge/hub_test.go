@@ -372,6 +372,33 @@ func TestWatchOnAClosedStreamIsNotARefusal(t *testing.T) {
 	}
 }
 
+// The hub's bound (a tenant's watcher limit) counts the watchers of every
+// stream together; a closed stream's watchers free their places.
+func TestHubWatcherLimitSpansStreams(t *testing.T) {
+	f := newFixture(t)
+	f.h.SetMaxWatchers(3)
+	a, b := f.h.NewStream(0), f.h.NewStream(0)
+	defer b.Close()
+	for _, s := range []*Stream{a, a, b} {
+		if _, err := s.Watch(AutoWatchID, []byte("k"), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Watch(AutoWatchID, []byte("k"), []byte("l"), 0); !errors.Is(err, ErrHubWatcherLimit) {
+		t.Fatalf("a fourth watcher on another stream: %v", err)
+	}
+	a.Close()
+	if _, err := b.Watch(AutoWatchID, []byte("k"), nil, 1); err != nil {
+		t.Fatalf("after the other stream closed: %v", err)
+	}
+	f.h.SetMaxWatchers(0)
+	for range 10 {
+		if _, err := b.Watch(AutoWatchID, []byte("k"), nil, 0); err != nil {
+			t.Fatalf("without a bound: %v", err)
+		}
+	}
+}
+
 // Stats counts open streams, with or without watchers, until each is
 // closed (once, however often Close is called).
 func TestStatsCountOpenStreams(t *testing.T) {

@@ -35,7 +35,8 @@ func (s *Stream) Rev() int64 { return s.hub.Rev() }
 // bound) from startRev (0: the next revision) and returns its ID: id if not
 // AutoWatchID, else the lowest free one from a per-stream counter. Errors:
 // ErrEmptyWatcherRange for key >= end, ErrWatcherDuplicateID,
-// ErrTooManyWatchers, ErrStreamClosed once Close was called.
+// ErrTooManyWatchers, ErrHubWatcherLimit, ErrStreamClosed once Close was
+// called.
 func (s *Stream) Watch(id int64, key, end []byte, startRev int64, filters ...Filter) (int64, error) {
 	if len(end) != 0 && bytes.Compare(key, end) >= 0 {
 		return -1, ErrEmptyWatcherRange
@@ -48,6 +49,9 @@ func (s *Stream) Watch(id int64, key, end []byte, startRev int64, filters ...Fil
 	}
 	if s.maxWatchers > 0 && len(s.watchers) >= s.maxWatchers {
 		return -1, ErrTooManyWatchers
+	}
+	if h.maxWatchers > 0 && h.watchers() >= h.maxWatchers {
+		return -1, ErrHubWatcherLimit
 	}
 	if id == AutoWatchID {
 		for s.watchers[s.nextID] != nil {

@@ -43,7 +43,8 @@ const pollInterval = 50 * time.Millisecond
 
 // Server is one ZooKeeper server process: a standalone server from
 // [StartStandalone] or a member of an [Ensemble]. Its directory, ports and
-// configuration are fixed for its lifetime; its process can be stopped,
+// configuration are fixed for its lifetime (but for the tickTime of its
+// next start, [Server.SetTickTime]); its process can be stopped,
 // killed, paused and started again any number of times.
 //
 // All methods are safe for concurrent use. Launch, Stop, Kill, Pause and
@@ -131,7 +132,7 @@ func newServer(o Options, id, port int, peers []quorumPeer, mainClass string) *S
 // the server's log. A missing java or jar yields an error wrapping
 // [ErrPrerequisites].
 func StartStandalone(ctx context.Context, opts Options) (*Server, error) {
-	o, err := opts.withDefaults()
+	o, err := prepared(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -159,6 +160,19 @@ func StartStandalone(ctx context.Context, opts Options) (*Server, error) {
 		}
 		return nil, err
 	}
+}
+
+// SetTickTime sets the tickTime (rounded down to milliseconds; 0:
+// [DefaultTickTime]) that the server's next start writes into zoo.cfg, as
+// an operator changes it in a rolling restart; a running process keeps the
+// one it started with. The rest of the configuration never changes.
+func (s *Server) SetTickTime(d time.Duration) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if d <= 0 {
+		d = DefaultTickTime
+	}
+	s.opts.TickTime = d
 }
 
 // Addr returns the client address, "127.0.0.1:port". It does not change

@@ -19,11 +19,15 @@ type ACLReport struct {
 	// Identity names the configured identity ("digest:alice",
 	// "x509:CN=zketcd,O=example", "sasl:zketcd"), "" without one.
 	Identity string
-	// WorldReadable is set while anyone may read the root (world:anyone
-	// with READ): every znode zketcd writes is then readable by whoever
-	// reaches ZooKeeper.
+	// WorldReadable is set while anyone may read what zketcd keeps under
+	// the root: always without an identity (every znode zketcd creates
+	// then carries world:anyone, whatever the root's own ACL, and
+	// ZooKeeper checks no parent's ACL when a znode is read by its path),
+	// and with one while the root or one of its fixed znodes lets
+	// world:anyone read (an ACL changed by hand).
 	WorldReadable bool
-	// ACL is the root's ACL as zkCli prints it (digest hashes left out).
+	// ACL is the ACL that makes the root world-readable, as zkCli prints
+	// it (digest hashes left out), with where it is; else the root's.
 	ACL string
 	// Checked is when the root's ACL was read.
 	Checked time.Time
@@ -54,7 +58,10 @@ func (l layout) fixedZnodes() []string {
 	return []string{l.meta(), l.head(), l.log(), l.members(), l.election(), l.leases(), l.chunks(), l.base(), l.compact(), l.tokens()}
 }
 
-// refreshACL reads the root's ACL into the report.
+// refreshACL judges the root (see ACLReport.WorldReadable) into the
+// report: it reads the root's ACL and, with an identity, its fixed
+// znodes' ACLs (the other znodes get the identity's ACL when zketcd
+// creates them, and Open re-ACLs a root whose fixed znodes differ).
 func (s *Store) refreshACL() error {
 	acl, _, err := s.conn.GetACL(s.l.root)
 	if errors.Is(err, zk.ErrNoAuth) {
@@ -64,6 +71,25 @@ func (s *Store) refreshACL() error {
 		return s.wrap("read the ACL of "+s.l.root, err)
 	}
 	r := ACLReport{WorldReadable: worldReadable(acl), ACL: describeACL(acl), Checked: time.Now()}
+	switch {
+	case s.id == nil:
+		r.WorldReadable = true
+		r.ACL = describeACL(s.acl) + " on every znode this instance creates, as it has no identity (the root's own: " + r.ACL + ")"
+	case !r.WorldReadable:
+		for _, p := range s.l.fixedZnodes() {
+			facl, _, err := s.conn.GetACL(p)
+			if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNoAuth) {
+				continue // not there, or closed to this session too
+			}
+			if err != nil {
+				return s.wrap("read the ACL of "+p, err)
+			}
+			if worldReadable(facl) {
+				r.WorldReadable, r.ACL = true, describeACL(facl)+" on "+p
+				break
+			}
+		}
+	}
 	if s.id != nil {
 		r.Identity = s.id.String()
 	}
@@ -72,7 +98,7 @@ func (s *Store) refreshACL() error {
 	s.aclReport = r
 	s.mu.Unlock()
 	if r.WorldReadable && !prev.WorldReadable && !prev.Checked.IsZero() {
-		s.log.WithFields(logrus.Fields{"root": s.l.root, "acl": r.ACL}).Warn("the root's ACL became world-readable")
+		s.log.WithFields(logrus.Fields{"root": s.l.root, "acl": r.ACL}).Warn("the root's ZooKeeper data became world-readable")
 	}
 	return nil
 }
@@ -254,7 +280,10 @@ func (s *Store) CheckACL(ctx context.Context) (checked, wrong int64, err error) 
 }
 
 // ReACL sets the identity's ACL on every znode of the root, the root last,
-// after proving the session holds the identity (probeIdentity). progress,
+// after proving the session holds the identity (probeIdentity) and
+// leaving the rekey znode, which asks the instances to rotate the auth
+// store's token secret (RekeyPending): it was readable under the former
+// ACL. progress,
 // if not nil, is called every few seconds with the znodes done. Znodes
 // deleted meanwhile are skipped. It returns the znodes of the root and
 // those created during the walk that it also had to set.
@@ -274,6 +303,11 @@ func (s *Store) ReACL(ctx context.Context, progress func(done int64)) (int64, er
 	}
 	if err := s.probeIdentity(); err != nil {
 		return 0, err
+	}
+	// Before anything changes: whatever the root held was readable under
+	// its former ACL, and a walk that fails half way is done again.
+	if _, err := s.conn.Create(s.l.rekey(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return 0, s.aclErr(s.l.rekey(), err)
 	}
 	n, err := s.walk(ctx, func(p string) error {
 		if p == s.l.root {
@@ -422,4 +456,32 @@ func (s *Store) Identity() string {
 		return ""
 	}
 	return s.id.String()
+}
+
+// RekeyPending reports whether a re-ACL (ReACL: at the start of an
+// instance given an identity, or zketcd zk-acl) asked for the auth
+// store's token secret to be rotated, and the re-ACL is complete: the root
+// and its fixed znodes carry this store's identity, so a secret drawn now
+// is written where only the identity reads it. Without an identity it is
+// always false (the root is open). Safe for concurrent use.
+func (s *Store) RekeyPending() (bool, error) {
+	if s.id == nil {
+		return false, nil
+	}
+	ok, _, err := s.conn.Exists(s.l.rekey())
+	if err != nil {
+		return false, s.wrap("stat "+s.l.rekey(), err)
+	}
+	if !ok {
+		return false, nil
+	}
+	return s.rootACLIsIdentity()
+}
+
+// RekeyDone removes the rekey znode once the secret was rotated.
+func (s *Store) RekeyDone() error {
+	if err := s.conn.Delete(s.l.rekey(), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return s.wrap("delete "+s.l.rekey(), err)
+	}
+	return nil
 }

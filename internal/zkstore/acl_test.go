@@ -15,15 +15,15 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 func quietLogger() *logrus.Entry {
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
-	return logrus.NewEntry(lg)
+	lg := testutil.Logger(logrus.ErrorLevel)
+	return lg
 }
 
 func openStore(t *testing.T, cfg Config) (*Store, error) {
@@ -123,6 +123,99 @@ func TestAddingAnIdentityReACLsEveryZnodeOfAnOpenRoot(t *testing.T) {
 	// says which flag is missing.
 	if _, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root}); !errors.Is(err, ErrACL) || !strings.Contains(err.Error(), "--zk-auth") {
 		t.Fatalf("open without the identity: %v", err)
+	}
+}
+
+// TestWorldReadableIsJudgedBeyondTheRootsOwnACL: the report follows what
+// a reader can reach, not the root's ACL alone. Without an identity a root
+// closed by hand stays world-readable (every znode the store creates is
+// open); with one, a fixed znode opened by hand makes the root
+// world-readable at the next check, naming the znode.
+func TestWorldReadableIsJudgedBeyondTheRootsOwnACL(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	admin := anonymous(t, srv.Addr())
+	closed := "/acl-closed-by-hand"
+	if _, err := admin.Create(closed, nil, 0, []zk.ACL{{Perms: zk.PermAll, Scheme: "ip", ID: "127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: closed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.ACLReport(); !r.WorldReadable || !strings.Contains(r.ACL, "'ip,'127.0.0.1") {
+		t.Fatalf("a root closed by hand, without an identity: %+v, want world-readable, naming the root's own ACL", r)
+	}
+
+	withID, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: "/acl-opened-by-hand", Auth: []string{"digest:zketcd:s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := withID.ACLReport(); r.WorldReadable {
+		t.Fatalf("a root with an identity: %+v", r)
+	}
+	if _, err := withID.conn.SetACL(withID.l.meta(), zk.WorldACL(zk.PermRead), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := withID.refreshACL(); err != nil {
+		t.Fatal(err)
+	}
+	if r := withID.ACLReport(); !r.WorldReadable || !strings.Contains(r.ACL, withID.l.meta()) {
+		t.Fatalf("meta opened by hand: %+v, want world-readable naming it", r)
+	}
+}
+
+// TestAReACLAsksForTheTokenSecretToBeRotated: re-ACLing an open root
+// leaves the rekey znode; it is pending for an instance with the identity
+// only once the re-ACL is complete (the root's own ACL is set last), never
+// for one without an identity, and RekeyDone withdraws it.
+func TestAReACLAsksForTheTokenSecretToBeRotated(t *testing.T) {
+	srv := zkservertest.Standalone(t)
+	root := "/acl-rekey"
+	open, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := open.RekeyPending(); err != nil || pending {
+		t.Fatalf("an open root: pending %v, %v", pending, err)
+	}
+	open.Close()
+	s, err := openStore(t, Config{Servers: []string{srv.Addr()}, Root: root, Auth: []string{"digest:zketcd:s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || !pending {
+		t.Fatalf("after the re-ACL at open: pending %v, %v; want pending", pending, err)
+	}
+	// A walk not complete yet: the root's own ACL is still the former one.
+	if _, err := s.conn.SetACL(root, zk.WorldACL(zk.PermAll), -1); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || pending {
+		t.Fatalf("while the root is not closed yet: pending %v, %v", pending, err)
+	}
+	if _, err := s.conn.SetACL(root, s.acl, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RekeyDone(); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || pending {
+		t.Fatalf("after RekeyDone: pending %v, %v", pending, err)
+	}
+	if err := s.RekeyDone(); err != nil {
+		t.Fatalf("RekeyDone again: %v", err)
+	}
+	// zketcd zk-acl's path: an inspector's ReACL asks for it too.
+	in, err := OpenInspector(context.Background(), Config{Servers: []string{srv.Addr()}, Root: root, Auth: []string{"digest:zketcd:s3cret"}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := in.ReACL(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := s.RekeyPending(); err != nil || !pending {
+		t.Fatalf("after zk-acl's re-ACL: pending %v, %v; want pending", pending, err)
 	}
 }
 

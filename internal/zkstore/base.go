@@ -341,16 +341,15 @@ func (s *Store) PrepareBase(ctx context.Context, snap *revision.Snapshot, prev B
 	nb := Base{
 		Format: fullBaseFormat,
 		Gen:    snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
-		Path:    s.l.generation(snap.State.LSN, nonce),
 		PrevGen: prev.Gen, PrevPath: prev.Path, PrevDeltas: layerPaths(prev.Deltas),
 	}
-	l, err := s.writeLayer(ctx, nb.Path, func(w io.Writer) (int64, error) {
+	l, err := s.writeLayer(ctx, snap.State.LSN, nonce, func(w io.Writer) (int64, error) {
 		return writeSnapshot(w, snap, s.Format() >= compressionMetaFormat)
 	})
 	if err != nil {
 		return Base{}, err
 	}
-	nb.Size, nb.Sum, nb.Chunks, nb.Raw = l.Size, l.Sum, l.Chunks, l.Raw
+	nb.Path, nb.Size, nb.Sum, nb.Chunks, nb.Raw = l.Path, l.Size, l.Sum, l.Chunks, l.Raw
 	nb.version = prev.version
 	return nb, nil
 }
@@ -399,7 +398,7 @@ func (s *Store) prepareDelta(ctx context.Context, d *revision.Delta, prev Base, 
 	}
 	nb.PrevGen, nb.PrevPath, nb.PrevDeltas, nb.PrevSize, nb.LogBytes = prev.Gen, prev.Path, layerPaths(prev.Deltas), 0, 0
 	nb.PrevRaw, nb.LogRaw = 0, 0
-	l, err := s.writeLayer(ctx, s.l.generation(st.LSN, nonce), func(w io.Writer) (int64, error) { return writeDelta(w, d) })
+	l, err := s.writeLayer(ctx, st.LSN, nonce, func(w io.Writer) (int64, error) { return writeDelta(w, d) })
 	if err != nil {
 		return Base{}, err
 	}
@@ -417,15 +416,14 @@ func layerPaths(ls []Layer) []string {
 	return out
 }
 
-// writeLayer creates the znode p and stores what encode writes as its
-// chunks, and returns their count, size and checksum, and the bytes before
+// writeLayer creates a fresh znode for a layer at log position lsn
+// (freshGeneration) and stores what encode writes as its chunks, and
+// returns its path, their count, size and checksum, and the bytes before
 // compression encode returns.
-func (s *Store) writeLayer(ctx context.Context, p string, encode func(io.Writer) (int64, error)) (Layer, error) {
-	if _, err := s.conn.Create(s.l.base(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return Layer{}, s.wrap("create base", err)
-	}
-	if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return Layer{}, s.wrap("create base generation", err)
+func (s *Store) writeLayer(ctx context.Context, lsn int64, nonce uint64, encode func(io.Writer) (int64, error)) (Layer, error) {
+	p, err := s.freshGeneration(lsn, nonce)
+	if err != nil {
+		return Layer{}, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -439,8 +437,9 @@ func (s *Store) writeLayer(ctx context.Context, p string, encode func(io.Writer)
 		size = s.cfg.BaseChunkBytes
 	}
 	cw := &chunkWriter{ctx: ctx, size: size, sem: make(chan struct{}, baseChunksInFlight), pace: true, put: func(i int, c []byte) error {
-		_, err := s.conn.Create(baseChunk(p, i), c, 0, s.acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		// The generation's znode is fresh: a chunk that exists already is
+		// not this attempt's and must never be taken for it.
+		if _, err := s.conn.Create(baseChunk(p, i), c, 0, s.acl); err != nil {
 			return s.wrap("write base chunk", err)
 		}
 		return nil
@@ -452,6 +451,34 @@ func (s *Store) writeLayer(ctx context.Context, p string, encode func(io.Writer)
 	}
 	return Layer{Path: p, Size: int(counted.n), Sum: counted.h.Sum32(), Chunks: cw.chunks, Raw: raw}, nil
 }
+
+// freshGeneration creates the znode of a new layer at log position lsn
+// written by nonce's writer and returns its path: one no attempt wrote
+// before. A layer's path names its position and writer and, since a
+// compaction that failed before publishing is retried at the same position
+// (perhaps after the root's format changed, writing other bytes), the
+// attempt: a path already there, this process's or a previous one's with
+// the same nonce, is passed over, never written into. Leftovers are
+// CollectBases'.
+func (s *Store) freshGeneration(lsn int64, nonce uint64) (string, error) {
+	if _, err := s.conn.Create(s.l.base(), nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return "", s.wrap("create base", err)
+	}
+	for range maxGenerationAttempts {
+		p := s.l.generation(lsn, nonce, s.baseAttempts.Add(1))
+		_, err := s.conn.Create(p, nil, 0, s.acl)
+		switch {
+		case err == nil:
+			return p, nil
+		case !errors.Is(err, zk.ErrNodeExists):
+			return "", s.wrap("create base generation", err)
+		}
+	}
+	return "", fmt.Errorf("create base generation at entry %d: %d paths in a row exist already", lsn, maxGenerationAttempts)
+}
+
+// maxGenerationAttempts bounds the paths freshGeneration passes over.
+const maxGenerationAttempts = 64
 
 // Base generations are written in chunks of baseChunkBytes, at most
 // baseChunksInFlight at once, paced (chunkWriter.pace).

@@ -112,12 +112,25 @@ func (s *Store) Grant() Grant {
 }
 
 // confTimeout bounds one conf exchange: a paused server accepts the TCP
-// connection and never answers. tickRetry is how often the servers are
-// asked again while none has told the tick.
+// connection and never answers. tickRelearn is how often the servers are
+// asked again, whether or not one has told the tick: a rolling restart of
+// the ensemble may change the tickTime of members the session never leaves
+// (its own server restarted last, or not at all), which no reconnect would
+// make it ask again, and a tick learnt too small overstates the leader
+// proof window (proofwindow.go in the engine). Config.tickRelearn
+// shortens it for tests.
 const (
 	confTimeout = 2 * time.Second
-	tickRetry   = 30 * time.Second
+	tickRelearn = 30 * time.Second
 )
+
+// tickEvery is how often the servers are asked for the tick.
+func (s *Store) tickEvery() time.Duration {
+	if s.cfg.tickRelearn > 0 {
+		return s.cfg.tickRelearn
+	}
+	return tickRelearn
+}
 
 // relearnTick runs learnTick in the background (one at a time), ended by
 // Close.

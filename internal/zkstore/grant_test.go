@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
@@ -215,5 +216,58 @@ func TestTickIsAskedAgainAfterAReconnect(t *testing.T) {
 	}
 	if g := st.Grant(); g.Tick != 2*time.Second || g.TickFrom != "conf" {
 		t.Fatalf("grant after the reconnect: %+v", g)
+	}
+}
+
+// TestTickIsRelearnedWhileTheSessionStaysOnItsServer: a rolling restart of
+// the ensemble raises tickTime on a member the session is not connected
+// to; the session never reconnects (its own server is not restarted yet),
+// and the tick is still learnt again within the relearn interval: the
+// conf of every server is asked periodically, and the largest tick wins.
+func TestTickIsRelearnedWhileTheSessionStaysOnItsServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper (Java)")
+	}
+	opts := zkservertest.Options(t)
+	opts.TickTime = 500 * time.Millisecond
+	ens := zkservertest.EnsembleWith(t, 3, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := Open(ctx, Config{Servers: ens.Addrs(), Root: "/tick-relearn", SessionTimeout: 10 * time.Second,
+		Logger: quietLogger(), tickRelearn: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if g := st.Grant(); g.Tick != opts.TickTime {
+		t.Fatalf("tick %v at the start, the ensemble ticks every %v", g.Tick, opts.TickTime)
+	}
+	// Restart a member that is neither the session's server nor the
+	// ZooKeeper leader (so that the session's server keeps its quorum)
+	// with a tick twice as long.
+	leader, err := ens.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := -1
+	for i, m := range ens.Members() {
+		if i != leader && m.Addr() != st.conn.Server() {
+			victim = i
+			break
+		}
+	}
+	sid, _ := st.Session()
+	since := st.Grant().Since
+	m := ens.Member(victim)
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	m.SetTickTime(2 * opts.TickTime)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 15*time.Second, "the raised tick learnt", func() bool { return st.Grant().Tick == 2*opts.TickTime })
+	if now, ok := st.Session(); !ok || now != sid || !st.Grant().Since.Equal(since) {
+		t.Fatalf("the session reconnected meanwhile (session %x, was %x, connected %v): the test does not test", now, sid, ok)
 	}
 }

@@ -27,8 +27,9 @@ const bucketShift = 14
 //	<root>/members/<id>             ephemeral member znodes (Member, JSON)
 //	<root>/election/n_<seq>         ephemeral sequential election znodes
 //	<root>/readlease                ephemeral: the leader serves reads from memory (--read-lease)
+//	<root>/rekey                    left by a re-ACL until the token secret is rotated
 //	<root>/compact                  the current base generation (Base, JSON)
-//	<root>/base/<lsn>-<nonce>/<i>   chunks of a base generation's snapshot
+//	<root>/base/<lsn>-<nonce>-<n>/<i>  chunks of a base generation's snapshot (attempt n)
 type layout struct{ root string }
 
 func (l layout) meta() string      { return l.root + "/meta" }
@@ -160,11 +161,17 @@ func (l layout) chunk(name string) string { return l.root + "/chunks/" + name }
 
 func (l layout) tokens() string { return l.root + "/tokens" }
 
+// rekey is the znode a re-ACL leaves for the instances (see
+// Store.RekeyPending): what the root held was readable under another ACL,
+// the auth store's token secret among it.
+func (l layout) rekey() string { return l.root + "/rekey" }
+
 func (l layout) token(name string) string { return l.root + "/tokens/" + name }
 
-// generation names a new base generation's znode for a snapshot at lsn.
-func (l layout) generation(lsn int64, nonce uint64) string {
-	return fmt.Sprintf("%s/%020d-%016x", l.base(), lsn, nonce)
+// generation names a new base generation's znode for a snapshot at lsn,
+// written by nonce's writer in its attempt-th try (see freshGeneration).
+func (l layout) generation(lsn int64, nonce, attempt uint64) string {
+	return fmt.Sprintf("%s/%020d-%016x-%d", l.base(), lsn, nonce, attempt)
 }
 
 // baseChunk names chunk i of the base generation at path gen.

@@ -74,6 +74,10 @@ type Config struct {
 	TickTime time.Duration
 	// Logger receives structured logs (required).
 	Logger *logrus.Entry
+
+	// tickRelearn is how often the servers are asked for the tick (0:
+	// tickRelearn; tests only).
+	tickRelearn time.Duration
 }
 
 // Defaults for zero Config fields. DefaultMaxEntryBytes is the byte budget
@@ -125,6 +129,9 @@ type Store struct {
 	format atomic.Int32
 	// grants follows what ZooKeeper granted the session (grant.go).
 	grants *grants
+	// baseAttempts numbers the base generations this store writes
+	// (freshGeneration): every attempt gets a path of its own.
+	baseAttempts atomic.Uint64
 
 	mu        sync.Mutex
 	aclReport ACLReport
@@ -135,6 +142,11 @@ type Store struct {
 	sessionCh chan struct{}
 
 	sasl *saslState // nil: no SASL identity
+	// parent is the Store whose session this one shares (nil: its own,
+	// see session.go); children the Stores sharing this one's.
+	parent   *Store
+	childMu  sync.Mutex
+	children map[*Store]struct{}
 	// listed, if not nil, is called by walk once it listed p's children,
 	// before it acts on p (tests: a znode created meanwhile).
 	listed func(p string)
@@ -205,42 +217,53 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.open(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// open makes the root usable on s's session: the identity proven, the
+// layout created if missing, the ACLs checked (or set), their watch started.
+func (s *Store) open(ctx context.Context) error {
 	if s.id != nil {
 		// Before anything is written with the identity's ACL, prove that
 		// ZooKeeper knows the session by it.
 		if err := s.ensureRootNode(); err != nil {
-			s.Close()
-			return nil, err
+			return err
 		}
 		if err := s.probeIdentity(); err != nil {
-			s.Close()
-			return nil, err
+			return err
 		}
 	}
 	if err := s.ensureLayout(); err != nil {
-		s.Close()
-		return nil, err
+		return err
 	}
 	// Roots created before a directory existed get it now.
 	for _, p := range []string{s.l.tokens(), s.l.chunks(), s.l.base(), s.l.leases(), s.l.election()} {
 		if _, err := s.conn.Create(p, nil, 0, s.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			s.Close()
-			return nil, s.wrap("create "+p, err)
+			return s.wrap("create "+p, err)
 		}
 	}
 	if err := s.secureRoot(ctx); err != nil {
-		s.Close()
-		return nil, err
+		return err
 	}
 	s.wg.Add(1)
 	go s.watchACL()
-	return s, nil
+	return nil
 }
 
-// Close ends the session (ephemeral znodes go away at once). Safe to call
-// more than once.
+// Close ends the session (ephemeral znodes go away at once); a Store
+// sharing another's session (Session.Open) deletes its own ephemeral
+// znodes instead and leaves the session to its owner. Safe to call more
+// than once.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
+		if s.parent != nil {
+			s.closeShared()
+			return
+		}
 		close(s.closed)
 		s.conn.Close()
 		s.wg.Wait()
@@ -309,58 +332,79 @@ func (s *Store) watchSession(events <-chan zk.Event) {
 		if ev.Type != zk.EventSession && ev.Type != 0 {
 			continue
 		}
-		if ev.Type == 0 && s.Grant().Tick == 0 && time.Since(s.grants.askedAt()) > tickRetry {
-			s.relearnTick() // no server told it yet: perhaps one that was down does now
-		}
-		state, id := s.conn.State(), s.conn.SessionID()
-		connected := state == zk.StateHasSession
-		s.mu.Lock()
-		changed := connected != s.connected || (connected && id != s.sessionID)
-		newSession := connected && id != s.sessionID
-		prevID := s.sessionID
-		if connected {
-			s.sessionID = id
-		}
-		s.connected = connected
-		if changed {
-			close(s.sessionCh)
-			s.sessionCh = make(chan struct{})
-		}
-		member := s.member
-		s.mu.Unlock()
-		if !changed {
-			continue
-		}
-		lg := s.log.WithFields(logrus.Fields{"state": state.String(), "session": fmt.Sprintf("%x", id)})
-		if connected {
-			g := s.Grant()
-			lg = lg.WithFields(logrus.Fields{"granted_timeout": g.Timeout, "requested_timeout": g.Requested})
-		}
-		switch {
-		case newSession && prevID != 0:
-			lg.Warn("new zookeeper session (the previous one expired)")
-		case newSession:
-			lg.Info("zookeeper session established")
-		case connected:
-			lg.Info("zookeeper connection restored")
-		default:
-			lg.Warn("zookeeper connection lost")
-		}
-		if connected && prevID != 0 {
-			// A new session, or a connection restored (to a server perhaps
-			// restarted, in a rolling restart, with another tickTime): the
-			// servers may tick otherwise now.
+		if ev.Type == 0 && time.Since(s.grants.askedAt()) > s.tickEvery() {
+			// No server told it yet, and perhaps one that was down does
+			// now; or a rolling restart changed it on members this
+			// session never reconnected to.
 			s.relearnTick()
 		}
-		if newSession && prevID != 0 && member != nil {
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				if err := s.publishMember(*member); err != nil {
-					lg.WithError(err).Error("re-create member znode after new session")
-				}
-			}()
+		state, id := s.conn.State(), s.conn.SessionID()
+		for _, st := range s.sharers() {
+			st.observeSession(state, id)
 		}
+	}
+}
+
+// observeSession takes the connection's state and session ID: a change
+// closes SessionChanged's channel and is logged; a new session after an
+// expiry publishes the member znode again. It runs on the session owner's
+// watch goroutine, for the owner and every Store sharing its session.
+func (s *Store) observeSession(state zk.State, id int64) {
+	connected := state == zk.StateHasSession
+	s.mu.Lock()
+	changed := connected != s.connected || (connected && id != s.sessionID)
+	newSession := connected && id != s.sessionID
+	prevID := s.sessionID
+	if connected {
+		s.sessionID = id
+	}
+	s.connected = connected
+	if changed {
+		close(s.sessionCh)
+		s.sessionCh = make(chan struct{})
+	}
+	member := s.member
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	lg := s.log.WithFields(logrus.Fields{"state": state.String(), "session": fmt.Sprintf("%x", id)})
+	if connected {
+		g := s.Grant()
+		lg = lg.WithFields(logrus.Fields{"granted_timeout": g.Timeout, "requested_timeout": g.Requested})
+	}
+	logf := lg.Warn
+	if s.parent != nil {
+		logf = lg.Debug // the session's owner logs it once
+	}
+	switch {
+	case newSession && prevID != 0:
+		logf("new zookeeper session (the previous one expired)")
+	case newSession:
+		if s.parent == nil {
+			lg.Info("zookeeper session established")
+		}
+	case connected:
+		if s.parent == nil {
+			lg.Info("zookeeper connection restored")
+		}
+	default:
+		logf("zookeeper connection lost")
+	}
+	if connected && prevID != 0 && s.parent == nil {
+		// A new session, or a connection restored (to a server perhaps
+		// restarted, in a rolling restart, with another tickTime): the
+		// servers may tick otherwise now.
+		s.relearnTick()
+	}
+	if newSession && prevID != 0 && member != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.publishMember(*member); err != nil {
+				lg.WithError(err).Error("re-create member znode after new session")
+			}
+		}()
 	}
 }
 

@@ -54,6 +54,7 @@ func Run(t *testing.T, open Open) {
 		{"ACommitAfterAMissingEntryIsBehindOrRefusedWhenPipelined", behind},
 		{"ACommitMustFollowItsPredecessor", lsnFollowsPrev},
 		{"PipelineMarkerChainsCommitsAndGoesWithTheSession", pipelineMarker},
+		{"ACommitFoundAgainReportsTheMarkerVersionItLeftOrUnknown", markerFoundAgain},
 		{"LeaseTokensAreCreatedAndDeletedWithTheirEntries", leaseTokens},
 		{"TheReadLeaseHoldsEveryCommitWithoutTheFence", readLease},
 		{"BarriersAndTheWatchSeeAnotherClientsCommit", barriersAndWatch},
@@ -61,6 +62,7 @@ func Run(t *testing.T, open Open) {
 		{"MembersAreListedByIDWhileTheirSessionLives", members},
 		{"TheElectionLeadsInOrderAndItsFenceEndsWithTheCandidacy", election},
 		{"ABaseGenerationIsPreparedPublishedUnderTheFenceAndLoaded", bases},
+		{"EachAttemptAtABaseGenerationWritesAPathOfItsOwn", baseAttempts},
 		{"TruncationAndCollectionFreeOnlyWhatTheBaseMadeObsolete", truncation},
 		{"AnEntryAboveTheBudgetCommitsAndReadsBackWhole", largeEntries},
 		{"AClosedClientFailsUnavailable", closedClient},
@@ -377,6 +379,59 @@ func pipelineMarker(t *testing.T, connect func() engine.Log) {
 	})
 	if h := head(t, b); h.LSN != 6 {
 		t.Fatalf("head %+v: a refused commit wrote", h)
+	}
+}
+
+// markerFoundAgain: a commit sent again after its answer was lost is
+// found in the log by its writer tag; what it reports of the pipeline
+// marker is the version that commit left — never a guess a writer would
+// chain its next commit on — or that the version is unknown.
+func markerFoundAgain(t *testing.T, connect func() engine.Log) {
+	a := newWriter(connect())
+	name := fmt.Sprintf("%016x-m", a.nonce)
+	// left checks what a commit found again says of the marker: want, or
+	// unknown if unknownOK.
+	left := func(what string, res zkstore.CommitResult, want int32, unknownOK bool) {
+		t.Helper()
+		switch {
+		case res.MarkerUnknown && !unknownOK:
+			t.Fatalf("%s found again: marker version unknown, want %d", what, want)
+		case !res.MarkerUnknown && res.MarkerVersion != want:
+			t.Fatalf("%s found again: marker at version %d, it left %d (or unknown)", what, res.MarkerVersion, want)
+		}
+	}
+	create := a.request(1, 2, put(2, "k", "1"))
+	create.Marker = &zkstore.Marker{Name: name, Create: true}
+	expect(t, a, create, zkstore.Committed)
+	left("the commit creating the marker", expect(t, a, create, zkstore.Committed), 0, true)
+
+	// 0 -> 1, then chained 1 -> 2: each found again says what it left,
+	// not the marker's version now, and not 0.
+	first, second := a.request(2, 3, put(3, "k", "2")), a.request(3, 4, put(4, "k", "3"))
+	first.Marker = &zkstore.Marker{Name: name, Version: 0}
+	second.Marker, second.Pipelined = &zkstore.Marker{Name: name, Version: 1}, true
+	if res := expect(t, a, first, zkstore.Committed); res.MarkerVersion != 1 || res.MarkerUnknown {
+		t.Fatalf("marker at version %d (unknown %v), want 1", res.MarkerVersion, res.MarkerUnknown)
+	}
+	left("a commit setting the marker 0 -> 1", expect(t, a, first, zkstore.Committed), 1, true)
+	expect(t, a, second, zkstore.Committed)
+	left("a commit setting the marker 1 -> 2", expect(t, a, second, zkstore.Committed), 2, true)
+	left("an older commit setting the marker 0 -> 1, after the next", expect(t, a, first, zkstore.Committed), 1, true)
+
+	// Any version: it left 3, which its answer said; found again, the
+	// version is 3 or unknown.
+	anyv := a.request(4, 5, put(5, "k", "4"))
+	anyv.Marker = &zkstore.Marker{Name: name, Version: zkstore.AnyVersion}
+	if res := expect(t, a, anyv, zkstore.Committed); res.MarkerVersion != 3 || res.MarkerUnknown {
+		t.Fatalf("marker at version %d (unknown %v), want 3", res.MarkerVersion, res.MarkerUnknown)
+	}
+	left("a commit setting the marker at any version", expect(t, a, anyv, zkstore.Committed), 3, true)
+
+	// The chain still holds at the marker's real version: 3 -> 4 lands.
+	next := a.request(5, 6, put(6, "k", "5"))
+	next.Marker = &zkstore.Marker{Name: name, Version: 3}
+	if res := expect(t, a, next, zkstore.Committed); res.MarkerVersion != 4 {
+		t.Fatalf("marker at version %d, want 4", res.MarkerVersion)
 	}
 }
 
@@ -744,6 +799,44 @@ func bases(t *testing.T, connect func() engine.Log) {
 	}
 	if got, _ := other.ReadBase(); got.Gen != nb.Gen {
 		t.Fatalf("base %+v after refused publications, want generation %d", got, nb.Gen)
+	}
+}
+
+// baseAttempts: a generation prepared again at the same log position by
+// the same writer (an attempt that failed before publishing, retried) is
+// written to a path of its own, so what recovery loads is never a mixture
+// of two attempts' chunks.
+func baseAttempts(t *testing.T, connect func() engine.Log) {
+	w := newWriter(connect())
+	_, fence := leader(t, w)
+	ctx := ctxT(t)
+	appendPuts(t, w, "a", "b", "c")
+	snap := view(t, w).Snapshot()
+	cur, err := w.ReadBase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := w.PrepareBase(ctx, snap, cur, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := w.PrepareBase(ctx, snap, cur, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Path == again.Path {
+		t.Fatalf("two attempts at generation %d by one writer share the path %s", again.Gen, again.Path)
+	}
+	pub, err := w.PublishBase(fence, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := w.LoadBase(ctx, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded.State != snap.State || keysOf(loaded) != keysOf(snap) {
+		t.Fatalf("loaded %+v %s, prepared %+v %s", loaded.State, keysOf(loaded), snap.State, keysOf(snap))
 	}
 }
 

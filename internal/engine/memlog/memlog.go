@@ -14,8 +14,9 @@
 // expires.
 //
 // Faults: a commit hook (SetCommitFault) can lose the compare-and-swap to a
-// foreign writer, lose a commit's outcome after applying it or before, or
-// make ZooKeeper unavailable for it; ExpireSession ends a client's session;
+// foreign writer, lose a commit's outcome after applying it or before,
+// make ZooKeeper unavailable for it, or drop the connection under it
+// (sent again as zkstore sends it); ExpireSession ends a client's session;
 // SetConnected takes its connection away and back; SetUnavailable fails
 // every call; RollBack takes the store back to an older entry, as a
 // restore from a backup does.
@@ -28,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"sort"
 	"strconv"
@@ -60,7 +62,19 @@ const (
 	// Unavailable fails the commit with zkstore.ErrUnavailable; nothing is
 	// written.
 	Unavailable
+	// Blip drops the connection with the commit on its way, before it
+	// reaches the log (a ZooKeeper connection reset), and sends it again as
+	// zkstore does: after a reconnect delay (random, up to BlipDelay)
+	// and, for a commit with a Predecessor, once that one's outcome is
+	// known — not at all if it provably did not land (Refused,
+	// PrevMissing). A commit sent again that finds neither its
+	// predecessor entry nor its own has an unknown outcome
+	// (zkstore.ErrUnknownOutcome), as on ZooKeeper.
+	Blip
 )
+
+// BlipDelay bounds the reconnect delay of a Blip.
+const BlipDelay = 20 * time.Millisecond
 
 // ForeignKey is the key the foreign writer of LoseCAS puts.
 const ForeignKey = "memlog/foreign"
@@ -123,28 +137,29 @@ type member struct {
 type Store struct {
 	opts Options
 
-	mu         sync.Mutex
-	zxid       int64
-	entries    map[int64]stored
-	head       zkstore.Head
-	headCh     chan struct{}      // closed at the next head change
-	tokens     map[string]*marker // pipeline markers, by name
-	leases     map[int64]*leaseToken
-	members    map[uint64]member
-	election   []*candidate
-	electionCh chan struct{} // closed at the next election change
-	seq        int64
-	base       zkstore.Base
-	bases      map[string][]byte
-	prepared   map[string]zkstore.Base // generation path -> the description it was prepared after
-	sessions   int64
-	fault      func(zkstore.CommitRequest) Fault
-	down       bool
-	quorum     int   // QuorumHead calls
-	watches    int   // WatchHead calls
-	commits    int   // commits that wrote an entry
-	readLease  int64 // session holding the read lease znode (0: none)
-	answer     func(zkstore.CommitRequest, zkstore.Outcome)
+	mu           sync.Mutex
+	zxid         int64
+	entries      map[int64]stored
+	head         zkstore.Head
+	headCh       chan struct{}      // closed at the next head change
+	tokens       map[string]*marker // pipeline markers, by name
+	leases       map[int64]*leaseToken
+	members      map[uint64]member
+	election     []*candidate
+	electionCh   chan struct{} // closed at the next election change
+	seq          int64
+	base         zkstore.Base
+	bases        map[string][]byte
+	baseAttempts int                     // base generations prepared: each gets a path of its own
+	prepared     map[string]zkstore.Base // generation path -> the description it was prepared after
+	sessions     int64
+	fault        func(zkstore.CommitRequest) Fault
+	down         bool
+	quorum       int   // QuorumHead calls
+	watches      int   // WatchHead calls
+	commits      int   // commits that wrote an entry
+	readLease    int64 // session holding the read lease znode (0: none)
+	answer       func(zkstore.CommitRequest, zkstore.Outcome)
 }
 
 // New returns a store holding the sentinel entry 1 (revision 1, the empty
@@ -592,6 +607,10 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 	session := c.session
 	c.mu.Unlock()
 	s := c.s
+	if fault == Blip {
+		handOver()
+		return c.resend(ctx, req, data, session, res)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch fault {
@@ -619,6 +638,41 @@ func (c *Client) Commit(ctx context.Context, req zkstore.CommitRequest) (zkstore
 	return res, nil
 }
 
+// resend sends req again after a Blip lost its first send (see Blip).
+func (c *Client) resend(ctx context.Context, req zkstore.CommitRequest, data []byte, session int64, res zkstore.CommitResult) (zkstore.CommitResult, error) {
+	lsn := req.Prev + 1
+	select {
+	case <-time.After(rand.N(BlipDelay)):
+	case <-ctx.Done():
+		return res, fmt.Errorf("entry %d: %w: %v", lsn, zkstore.ErrUnknownOutcome, ctx.Err())
+	}
+	if p := req.Predecessor; p != nil {
+		select {
+		case <-p.Done:
+		case <-ctx.Done():
+			return res, fmt.Errorf("entry %d: %w: %v", lsn, zkstore.ErrUnknownOutcome, ctx.Err())
+		}
+		chained := req.Pipelined && req.Marker != nil && !req.Marker.Create && req.Marker.Version != zkstore.AnyVersion
+		if landed, known := p.Landed(); known && !landed && chained {
+			res.Outcome, res.PrevMissing = zkstore.Refused, true
+			return res, nil
+		}
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, prev := s.entries[req.Prev]
+	_, own := s.entries[lsn]
+	if !prev && !own {
+		// zkstore: the predecessor entry missing after a lost answer is
+		// either a commit never written or one compacted away since.
+		return zkstore.CommitResult{}, fmt.Errorf("entry %d: %w (predecessor missing on re-send)", lsn, zkstore.ErrUnknownOutcome)
+	}
+	out, zxid := s.commitLocked(req, data, session, &res)
+	res.Outcome, res.Zxid = out, zxid
+	return res, nil
+}
+
 // SetAnswerHook makes every commit call fn after it was applied to the log
 // (other clients read it already) and before its answer returns; fn may
 // block to delay the answer. nil removes the hook.
@@ -640,6 +694,13 @@ func (s *Store) commitLocked(req zkstore.CommitRequest, data []byte, session int
 	if st, taken := s.entries[lsn]; taken {
 		e, err := zkstore.DecodeEntry(st.data)
 		if err == nil && e.Writer == req.Entry.Writer {
+			if mk := req.Marker; mk != nil {
+				// Found by its writer tag, as zkstore resolves a commit
+				// whose answer was lost: the version it left, if its op
+				// tells (CommitResult.MarkerVersion).
+				v, known := mk.Left()
+				res.MarkerVersion, res.MarkerUnknown = v, !known
+			}
 			return zkstore.Committed, st.zxid
 		}
 		return zkstore.Conflict, 0
@@ -976,7 +1037,8 @@ func (c *Client) LoadBase(_ context.Context, b zkstore.Base) (*revision.Snapshot
 	return zkstore.DecodeSnapshot(data)
 }
 
-// PrepareBase stores snap as a new generation (not yet current).
+// PrepareBase stores snap as a new generation (not yet current), at a path
+// of its own, as zkstore writes each attempt.
 func (c *Client) PrepareBase(_ context.Context, snap *revision.Snapshot, prev zkstore.Base, nonce uint64) (zkstore.Base, error) {
 	if err := c.check("write base"); err != nil {
 		return zkstore.Base{}, err
@@ -984,11 +1046,12 @@ func (c *Client) PrepareBase(_ context.Context, snap *revision.Snapshot, prev zk
 	data := zkstore.EncodeSnapshot(snap)
 	nb := zkstore.Base{
 		Gen: snap.State.LSN, Rev: snap.State.Rev, CompactRev: snap.State.CompactRev,
-		Path: fmt.Sprintf("/base/%020d-%016x", snap.State.LSN, nonce), Size: len(data),
-		Chunks: 1, PrevGen: prev.Gen, PrevPath: prev.Path,
+		Size: len(data), Chunks: 1, PrevGen: prev.Gen, PrevPath: prev.Path,
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
+	c.s.baseAttempts++
+	nb.Path = fmt.Sprintf("/base/%020d-%016x-%d", snap.State.LSN, nonce, c.s.baseAttempts)
 	c.s.bases[nb.Path] = data
 	c.s.prepared[nb.Path] = prev
 	return nb, nil

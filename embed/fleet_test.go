@@ -1,0 +1,291 @@
+package embed_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/zketcd/zketcd/embed"
+	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/tenant"
+	"github.com/zketcd/zketcd/internal/testutil"
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
+	"github.com/zketcd/zketcd/internal/zkstore"
+)
+
+// fleetFixture is a ZooKeeper, a CA and a fleet root with tenants, and the
+// instances started on it.
+type fleetFixture struct {
+	t     *testing.T
+	zk    string
+	root  string
+	certs *testcerts.Set
+	reg   *zkstore.Registry
+	lg    *logrus.Entry
+}
+
+func newFleetFixture(t *testing.T, tenants ...string) *fleetFixture {
+	t.Helper()
+	srv := zkservertest.Standalone(t)
+	lg := logrus.New()
+	lg.SetLevel(logrus.WarnLevel)
+	fx := &fleetFixture{t: t, zk: srv.Addr(), root: "/fleet", certs: testcerts.New(t), lg: logrus.NewEntry(lg)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg, err := zkstore.OpenRegistry(ctx, fx.storeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	fx.reg = reg
+	for _, n := range tenants {
+		fx.create(n, tenant.Limits{})
+	}
+	return fx
+}
+
+func (fx *fleetFixture) storeConfig() zkstore.Config {
+	return zkstore.Config{Servers: []string{fx.zk}, Root: fx.root, SessionTimeout: 4 * time.Second, Logger: fx.lg}
+}
+
+func (fx *fleetFixture) create(name string, l tenant.Limits) {
+	fx.t.Helper()
+	if _, err := fx.reg.CreateTenant(zkstore.TenantRecord{Name: name, CNs: []string{name}, Limits: l.Encode()}); err != nil {
+		fx.t.Fatal(err)
+	}
+}
+
+// start runs an instance of the fleet; mod may change its configuration.
+func (fx *fleetFixture) start(name string, mod func(*embed.Config)) *embed.Fleet {
+	fx.t.Helper()
+	cfg := embed.Config{
+		Engine:      engine.Config{Store: fx.storeConfig(), Name: name, WorldReadableOK: true},
+		ClientAddrs: []string{"127.0.0.1:0"},
+		TLS:         fx.certs.ServerTLS(fx.t),
+		Tenants:     embed.TenantsConfig{Enabled: true, AdminCNs: []string{"fleet-admin"}},
+		Logger:      fx.lg.WithField("instance", name),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := embed.StartFleet(ctx, cfg)
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.t.Cleanup(func() { f.Close(time.Second) })
+	return f
+}
+
+// client connects to f with a certificate whose CN is cn.
+func (fx *fleetFixture) client(f *embed.Fleet, cn string) *clientv3.Client {
+	fx.t.Helper()
+	tlsCfg := fx.certs.ClientTLS(fx.t, false)
+	tlsCfg.Certificates = []tls.Certificate{fx.certs.ClientWithSubject(fx.t, pkix.Name{CommonName: cn})}
+	c, err := clientv3.New(clientv3.Config{Endpoints: f.ClientAddrs(), TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestFleetTenantsAreIndependentClusters: two tenants on one fleet each
+// see only their own keys, revisions and leases, numbered from 1 as a
+// fresh etcd's.
+func TestFleetTenantsAreIndependentClusters(t *testing.T) {
+	fx := newFleetFixture(t, "alpha", "beta")
+	f := fx.start("i1", nil)
+	ctx := testutil.Context(t, 30*time.Second)
+	a, b := fx.client(f, "alpha"), fx.client(f, "beta")
+	for i := range 3 {
+		if _, err := a.Put(ctx, "/registry/k", string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pb, err := b.Put(ctx, "/registry/k", "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pb.Header.Revision != 2 {
+		t.Fatalf("beta's first put at revision %d: a fresh cluster's first write is revision 2", pb.Header.Revision)
+	}
+	ga, err := a.Get(ctx, "/registry/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(ga.Kvs[0].Value) != "c" || ga.Header.Revision != 4 || ga.Kvs[0].Version != 3 {
+		t.Fatalf("alpha reads %q at revision %d, version %d", ga.Kvs[0].Value, ga.Header.Revision, ga.Kvs[0].Version)
+	}
+	if ga.Header.ClusterId == pb.Header.ClusterId {
+		t.Fatal("two tenants share a cluster ID")
+	}
+	gb, err := b.Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gb.Kvs) != 1 || string(gb.Kvs[0].Value) != "beta" {
+		t.Fatalf("beta sees %v", gb.Kvs)
+	}
+}
+
+// TestFleetRefusesACertificateThatNamesNoTenant: an unknown CN and an
+// administrator's CN reach no tenant's data: every call is refused with
+// etcd's "permission denied".
+func TestFleetRefusesACertificateThatNamesNoTenant(t *testing.T) {
+	fx := newFleetFixture(t, "alpha")
+	f := fx.start("i1", nil)
+	ctx := testutil.Context(t, 30*time.Second)
+	if _, err := fx.client(f, "alpha").Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cn := range []string{"stranger", "fleet-admin", "alph", ""} {
+		c := fx.client(f, cn)
+		_, err := c.Get(ctx, "k")
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Fatalf("CN %q: Get = %v, want permission denied", cn, err)
+		}
+		if _, err := c.Put(ctx, "k", "forged"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Fatalf("CN %q: Put = %v, want permission denied", cn, err)
+		}
+	}
+	got, err := fx.client(f, "alpha").Get(ctx, "k")
+	if err != nil || string(got.Kvs[0].Value) != "v" {
+		t.Fatalf("alpha's key after the refused writes: %v %v", got, err)
+	}
+}
+
+// TestFleetStopsADeletedTenantAndAnIdleOne: deleting a tenant stops its
+// engine on every instance and frees its root; an idle tenant's engine
+// stops and starts again at its next connection with its data.
+func TestFleetStopsADeletedTenantAndAnIdleOne(t *testing.T) {
+	fx := newFleetFixture(t, "alpha", "beta")
+	f := fx.start("i1", func(c *embed.Config) { c.Tenants.IdleTimeout = 300 * time.Millisecond })
+	ctx := testutil.Context(t, 30*time.Second)
+	if _, err := fx.client(f, "alpha").Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	b := fx.client(f, "beta")
+	if _, err := b.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "alpha's idle engine stopped", func() bool { return f.Tenant("alpha") == nil })
+	got, err := fx.client(f, "alpha").Get(ctx, "k")
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("alpha after its engine restarted: %v %v", got, err)
+	}
+	if err := fx.reg.DeleteTenant(ctx, "beta", 20*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.Tenant("beta") != nil {
+		t.Fatal("beta's engine still runs after its delete")
+	}
+	if _, err := b.Get(ctx, "k"); err == nil {
+		t.Fatal("beta's connection still reads after its delete")
+	}
+}
+
+// TestFleetRefusesToStartWithoutClientCertificates: a fleet binds
+// connections by certificate, so it needs verified client certificates.
+func TestFleetRefusesToStartWithoutClientCertificates(t *testing.T) {
+	fx := newFleetFixture(t)
+	for _, tc := range []struct {
+		name string
+		tls  *tls.Config
+	}{
+		{"plaintext", nil},
+		{"no client certificates", &tls.Config{Certificates: fx.certs.ServerTLS(t).Certificates}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := embed.StartFleet(ctx, embed.Config{
+			Engine: engine.Config{Store: fx.storeConfig(), Name: "i1"}, ClientAddrs: []string{"127.0.0.1:0"},
+			TLS: tc.tls, Tenants: embed.TenantsConfig{Enabled: true}, Logger: fx.lg,
+		})
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: the fleet started", tc.name)
+		}
+	}
+}
+
+// TestFleetForwardsEachTenantsWritesToItsLeader: two instances, two
+// tenants led by different instances; a client of each tenant on the
+// instance that does not lead it writes through the shared internal
+// endpoint, routed to its own tenant's leader, and reads its writes back
+// on both instances.
+func TestFleetForwardsEachTenantsWritesToItsLeader(t *testing.T) {
+	fx := newFleetFixture(t, "alpha", "beta")
+	fwd := func(c *embed.Config) { c.Engine.ForwardWrites = true }
+	i1, i2 := fx.start("i1", fwd), fx.start("i2", fwd)
+	ctx := testutil.Context(t, 30*time.Second)
+	// alpha first reaches i1 and beta i2: each leads one.
+	if _, err := fx.client(i1, "alpha").Put(ctx, "seed", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.client(i2, "beta").Put(ctx, "seed", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant         string
+		leader, follow *embed.Fleet
+	}{{"alpha", i1, i2}, {"beta", i2, i1}} {
+		c := fx.client(tc.follow, tc.tenant)
+		if _, err := c.Get(ctx, "seed"); err != nil { // starts the tenant on the follower
+			t.Fatal(err)
+		}
+		if lead, _ := tc.follow.Tenant(tc.tenant).Leader(); lead {
+			t.Fatalf("%s: the second instance leads", tc.tenant)
+		}
+		for i := range 5 {
+			if _, err := c.Put(ctx, "k", fmt.Sprint(i)); err != nil {
+				t.Fatalf("%s through its follower: %v", tc.tenant, err)
+			}
+		}
+		for _, f := range []*embed.Fleet{tc.leader, tc.follow} {
+			g, err := fx.client(f, tc.tenant).Get(ctx, "k")
+			if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "4" || g.Kvs[0].Version != 5 {
+				t.Fatalf("%s read back: %v, %v", tc.tenant, g, err)
+			}
+		}
+		forwarded := counterValue(t, tc.follow, "zketcd_forward_requests_total", tc.tenant)
+		if forwarded < 5 {
+			t.Fatalf("%s: %v writes forwarded by its follower, want 5", tc.tenant, forwarded)
+		}
+	}
+}
+
+// counterValue sums the samples of a counter family with tenant's label
+// on f's metrics.
+func counterValue(t *testing.T, f *embed.Fleet, name, tenantName string) float64 {
+	t.Helper()
+	mfs, err := prometheus.Gatherers{f.Registry(), f.TenantGatherer()}.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "tenant" && l.GetValue() == tenantName {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
