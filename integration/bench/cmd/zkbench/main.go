@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -280,7 +281,7 @@ func jfrTop(args []string) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return fmt.Errorf("usage: zkbench jfr-top [-n N] FILE.jfr...")
+		return errors.New("usage: zkbench jfr-top [-n N] FILE.jfr")
 	}
 	out, err := bench.JFRTop(fs.Args(), *n)
 	if err != nil {
