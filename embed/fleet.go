@@ -208,7 +208,10 @@ func (f *Fleet) listen() error {
 }
 
 // serve starts the front on the client listeners and /metrics and
-// /health on the metrics ones.
+// /health on the metrics ones, with Go's runtime profiles under /debug/
+// when EnablePprof is set: on the metrics URLs only, the operators' side,
+// since the process's profiles show every tenant's work (a tenant's
+// connection is never served them).
 func (f *Fleet) serve() {
 	for _, l := range f.clients {
 		go func() { f.report(f.front.Serve(l)) }()
@@ -216,6 +219,9 @@ func (f *Fleet) serve() {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{f.registry, tenantGatherer{f}}, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/health", f.serveHealth)
+	if f.cfg.EnablePprof {
+		mux.Handle("/debug/", pprofHandler())
+	}
 	for _, l := range f.metricsL {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: or(f.cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout),
 			ReadTimeout: or(f.cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout), IdleTimeout: or(f.cfg.HTTPIdleTimeout, httpgw.DefaultIdleTimeout)}

@@ -6,6 +6,9 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,4 +297,41 @@ func counterValue(t *testing.T, f *embed.Fleet, name, tenantName string) float64
 		}
 	}
 	return sum
+}
+
+// TestFleetServesProfilesToOperatorsOnly: with EnablePprof (etcd's
+// --enable-pprof) a fleet serves Go's runtime profiles on its metrics
+// URLs, the operators' side, as a single cluster does; a tenant's
+// connection on the client URLs is not served them (the process's
+// profiles show every tenant's work). Without it the metrics URLs serve
+// none either.
+func TestFleetServesProfilesToOperatorsOnly(t *testing.T) {
+	fx := newFleetFixture(t, "alpha")
+	for _, enable := range []bool{true, false} {
+		f := fx.start(fmt.Sprintf("i-%v", enable), func(c *embed.Config) {
+			c.EnablePprof = enable
+			c.MetricsAddrs = []string{"127.0.0.1:0"}
+		})
+		get := func(hc *http.Client, url string) (int, string) {
+			t.Helper()
+			resp, err := hc.Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		st, body := get(http.DefaultClient, "http://"+f.MetricsAddrs()[0]+"/debug/pprof/goroutine?debug=1")
+		if served := st == http.StatusOK && strings.Contains(body, "goroutine profile:"); served != enable {
+			t.Errorf("EnablePprof=%v: the metrics URL answered %d, profile served %v", enable, st, served)
+		}
+		tlsCfg := fx.certs.ClientTLS(t, false)
+		tlsCfg.Certificates = []tls.Certificate{fx.certs.ClientWithSubject(t, pkix.Name{CommonName: "alpha"})}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+		if st, body := get(hc, "https://"+f.ClientAddrs()[0]+"/debug/pprof/goroutine?debug=1"); strings.Contains(body, "goroutine profile:") {
+			t.Errorf("EnablePprof=%v: a tenant's connection was served the profile (status %d)", enable, st)
+		}
+		f.Close(time.Second)
+	}
 }
