@@ -25,8 +25,8 @@ type Experiment struct {
 	// when it is not Zketcd.Root: a fleet tenant's root (Zketcd is then
 	// one of the fleet's instances).
 	Root string
-	KV     *clientv3.Client // clientv3 on Zketcd
-	API    *APIServer       // kube-apiserver on Zketcd
+	KV   *clientv3.Client // clientv3 on Zketcd
+	API  *APIServer       // kube-apiserver on Zketcd
 
 	// NS is the namespace of the CRUD, watch and TTL steps, PagesNS the
 	// pagination step's.
