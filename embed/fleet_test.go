@@ -335,3 +335,52 @@ func TestFleetServesProfilesToOperatorsOnly(t *testing.T) {
 		f.Close(time.Second)
 	}
 }
+
+// TestFleetSpreadsTenantsStartedAtOnceOverItsSessions: tenants whose
+// engines start at the same moment (every kube-apiserver reconnecting after
+// an instance restart) are spread over the instance's ZooKeeper sessions,
+// each on the least used one counting the starts still under way, rather
+// than piling onto one session whose in-order queue they would then share.
+func TestFleetSpreadsTenantsStartedAtOnceOverItsSessions(t *testing.T) {
+	const sessions, tenants = 4, 8
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%d", i)
+	}
+	fx := newFleetFixture(t, names...)
+	f := fx.start("i1", func(c *embed.Config) { c.Tenants.Sessions = sessions })
+	ctx := testCtx(t)
+	errc := make(chan error, tenants)
+	for _, n := range names {
+		c := fx.client(f, n)
+		go func() {
+			_, err := c.Get(ctx, "k")
+			errc <- err
+		}()
+	}
+	for range names {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	perSession := map[int64][]string{}
+	for _, n := range names {
+		be := f.Tenant(n)
+		if be == nil {
+			t.Fatalf("tenant %s does not run", n)
+		}
+		id, ok := be.Session()
+		if !ok {
+			t.Fatalf("tenant %s has no session", n)
+		}
+		perSession[id] = append(perSession[id], n)
+	}
+	if len(perSession) != sessions {
+		t.Fatalf("%d tenants started at once share %d of %d sessions: %v", tenants, len(perSession), sessions, perSession)
+	}
+	for id, ns := range perSession {
+		if len(ns) != tenants/sessions {
+			t.Errorf("session %x holds %v, want %d tenants each", id, ns, tenants/sessions)
+		}
+	}
+}

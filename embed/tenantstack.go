@@ -29,6 +29,8 @@ type tenantStack struct {
 	fwdAuth *grpcsrv.ForwardAuthorizer // checks the requests other instances forward here
 	gw      *httpgw.Server
 	closeLE func()
+	// release gives back the stack's place on its ZooKeeper session.
+	release func()
 	adm     *tenant.Admission
 	metrics *prometheus.Registry
 	cancel  context.CancelFunc
@@ -61,10 +63,11 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		ec.Forwarder = f.fwd.ForTenant(rec.Name)
 	}
 	ec.BeforeRecovery = nil // the heap preparation is for one cluster per process
-	sess, err := f.session(ctx)
+	sess, release, err := f.session(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s.release = release
 	st, err := sess.Open(ctx, ec.Store.Root)
 	if err != nil {
 		return nil, err
@@ -152,6 +155,9 @@ func (s *tenantStack) close(grace time.Duration) {
 	}
 	if s.be != nil {
 		s.be.Close()
+	}
+	if s.release != nil {
+		s.release()
 	}
 }
 
