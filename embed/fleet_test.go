@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -382,5 +383,39 @@ func TestFleetSpreadsTenantsStartedAtOnceOverItsSessions(t *testing.T) {
 		if len(ns) != tenants/sessions {
 			t.Errorf("session %x holds %v, want %d tenants each", id, ns, tenants/sessions)
 		}
+	}
+}
+
+// TestFleetIdleTenantCostsFewGoroutines: a tenant started on an instance
+// and left idle holds few goroutines (its engine's loops, its server's
+// few stream workers), not the many stream workers a single cluster's
+// server keeps for its one busy client port: a fleet runs an engine and a
+// server per tenant. The count includes the test's own client of each
+// tenant.
+func TestFleetIdleTenantCostsFewGoroutines(t *testing.T) {
+	const tenants = 10
+	names := []string{"warm"}
+	for i := range tenants {
+		names = append(names, fmt.Sprintf("idle-%d", i))
+	}
+	fx := newFleetFixture(t, names...)
+	f := fx.start("i1", nil)
+	ctx := testCtx(t)
+	start := func(n string) {
+		if _, err := fx.client(f, n).Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("warm") // the shared session, the front's first connection
+	time.Sleep(500 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for _, n := range names[1:] {
+		start(n)
+	}
+	time.Sleep(500 * time.Millisecond)
+	per := float64(runtime.NumGoroutine()-before) / tenants
+	t.Logf("%.1f goroutines per idle tenant (its client's included)", per)
+	if per > 60 {
+		t.Fatalf("%.1f goroutines per idle tenant (its client's included), want at most 60", per)
 	}
 }

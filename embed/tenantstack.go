@@ -39,6 +39,12 @@ type tenantStack struct {
 	closed  atomic.Bool
 }
 
+// tenantStreamWorkers is how many goroutines each tenant's gRPC server
+// keeps for its streams (beyond them, a goroutine per stream): an instance
+// runs a server per tenant, most of them idle, so each keeps few rather
+// than a single cluster's DefaultStreamWorkers.
+const tenantStreamWorkers = 4
+
 // startStack starts rec's tenant on this instance.
 func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *tenantStack, err error) {
 	limits := f.limitsOf(rec)
@@ -87,6 +93,7 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	gc := f.cfg.GRPC
 	gc.Registerer, gc.Logger = s.metrics, lg
 	gc.Admission = usedAdmission{s}
+	gc.StreamWorkers = tenantStreamWorkers
 	gc.Creds, gc.TLS = httpgw.Creds(), f.cfg.TLS
 	var srvCtx context.Context
 	srvCtx, s.cancel = context.WithCancel(context.Background())
