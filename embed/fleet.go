@@ -52,6 +52,11 @@ type TenantsConfig struct {
 	// DefaultTenantIdleTimeout; negative: never). Its next connection
 	// starts it again.
 	IdleTimeout time.Duration
+	// BalanceInterval is how often this instance looks whether it leads
+	// more than its share of the tenants it runs with other instances, and
+	// hands the excess to them (0: DefaultTenantBalanceInterval; negative:
+	// never).
+	BalanceInterval time.Duration
 }
 
 // DefaultTenantIdleTimeout is TenantsConfig.IdleTimeout's default.
@@ -138,6 +143,9 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	if cfg.Tenants.Sessions <= 0 {
 		cfg.Tenants.Sessions = DefaultTenantSessions
 	}
+	if cfg.Tenants.BalanceInterval == 0 {
+		cfg.Tenants.BalanceInterval = DefaultTenantBalanceInterval
+	}
 	cfg.Tenants.Defaults = cfg.Tenants.Defaults.Effective(tenant.DefaultLimits())
 	f := &Fleet{
 		cfg: cfg, lg: cfg.Logger.WithField("component", "fleet"), errc: make(chan error, 1),
@@ -184,9 +192,10 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	}
 	f.registerMetrics()
 	f.serve()
-	f.wg.Add(2)
+	f.wg.Add(3)
 	go f.follow()
 	go f.reapIdle()
+	go f.balance()
 	f.lg.WithFields(logrus.Fields{"root": cfg.Engine.Store.Root, "tenants": len(recs), "admins": cfg.Tenants.AdminCNs}).Info("serving a fleet of tenants")
 	return f, nil
 }

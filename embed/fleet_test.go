@@ -419,3 +419,57 @@ func TestFleetIdleTenantCostsFewGoroutines(t *testing.T) {
 		t.Fatalf("%.1f goroutines per idle tenant (its client's included), want at most 60", per)
 	}
 }
+
+// TestFleetSpreadsLeadershipOverItsInstances: tenants whose clients all
+// reached one instance first (kube-apiservers given the same
+// --etcd-servers) are all led by it at first; once the other instance runs
+// them too, the first hands over the excess and each instance leads half,
+// every tenant still writable through both instances.
+func TestFleetSpreadsLeadershipOverItsInstances(t *testing.T) {
+	names := []string{"a", "b", "c", "d"}
+	fx := newFleetFixture(t, names...)
+	cfg := func(c *embed.Config) {
+		c.Engine.ForwardWrites = true
+		c.Tenants.BalanceInterval = 100 * time.Millisecond
+	}
+	i1, i2 := fx.start("i1", cfg), fx.start("i2", cfg)
+	ctx := testCtx(t)
+	for _, n := range names {
+		if _, err := fx.client(i1, n).Put(ctx, "k", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if lead, _ := i1.Tenant(n).Leader(); !lead {
+			t.Fatalf("%s: the first instance it reached does not lead it", n)
+		}
+	}
+	for _, n := range names {
+		if _, err := fx.client(i2, n).Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leads := func(f *embed.Fleet) int {
+		n := 0
+		for _, name := range names {
+			if be := f.Tenant(name); be != nil {
+				if lead, _ := be.Leader(); lead {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	testutil.Eventually(t, 20*time.Second, "each instance leads two tenants", func() bool {
+		return leads(i1) == 2 && leads(i2) == 2
+	})
+	time.Sleep(500 * time.Millisecond) // several looks: nothing moves any more
+	if leads(i1) != 2 || leads(i2) != 2 {
+		t.Fatalf("leaders moved on: %d on i1, %d on i2", leads(i1), leads(i2))
+	}
+	for _, n := range names {
+		for i, f := range []*embed.Fleet{i1, i2} {
+			if _, err := fx.client(f, n).Put(ctx, "k", fmt.Sprint(i)); err != nil {
+				t.Fatalf("%s through instance %d after the handover: %v", n, i+1, err)
+			}
+		}
+	}
+}
