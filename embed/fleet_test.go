@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -472,4 +474,67 @@ func TestFleetSpreadsLeadershipOverItsInstances(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFleetIdleTenantAsksZooKeeperLittle: a tenant started on two
+// instances and left idle sends ZooKeeper few requests a second in all:
+// each tenant's engine on each instance polls, and a fleet runs hundreds
+// of them against one ensemble. Its polls for the other instances'
+// corruption-check requests and its compactor's rounds are slower than a
+// single cluster's (a tenant on two instances sent ~11 requests a second before).
+func TestFleetIdleTenantAsksZooKeeperLittle(t *testing.T) {
+	const tenants = 8
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("idle-%d", i)
+	}
+	fx := newFleetFixture(t, names...)
+	fwd := func(c *embed.Config) { c.Engine.ForwardWrites = true }
+	i1, i2 := fx.start("i1", fwd), fx.start("i2", fwd)
+	ctx := testCtx(t)
+	for _, n := range names {
+		for _, f := range []*embed.Fleet{i1, i2} {
+			if _, err := fx.client(f, n).Get(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(3 * time.Second)
+	before := zkPacketsReceived(t, fx.zk)
+	const window = 10 * time.Second
+	time.Sleep(window)
+	rate := (zkPacketsReceived(t, fx.zk) - before) / window.Seconds() / tenants
+	t.Logf("%.2f ZooKeeper requests a second per idle tenant on two instances", rate)
+	if rate > 5 {
+		t.Fatalf("%.2f ZooKeeper requests a second per idle tenant on two instances, want at most 5", rate)
+	}
+}
+
+// zkPacketsReceived reads zk_packets_received from the ZooKeeper server
+// at addr (mntr).
+func zkPacketsReceived(t *testing.T, addr string) float64 {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("mntr")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "zk_packets_received" {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("mntr of %s has no zk_packets_received:\n%s", addr, out)
+	return 0
 }

@@ -39,6 +39,13 @@ type tenantStack struct {
 	closed  atomic.Bool
 }
 
+// tenantIdlePoll is the tenants' engine.Config.IdlePoll: an instance
+// runs an engine per tenant, each polling ZooKeeper on its own, and a
+// fleet's ensemble serves all of them. A tenant's view is reported stale
+// (unhealthy, "no leader" to the watches that require one) after
+// engine.DefaultStaleAfter past it.
+const tenantIdlePoll = 5 * time.Second
+
 // tenantStreamWorkers is how many goroutines each tenant's gRPC server
 // keeps for its streams (beyond them, a goroutine per stream): an instance
 // runs a server per tenant, most of them idle, so each keeps few rather
@@ -69,6 +76,8 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		ec.Forwarder = f.fwd.ForTenant(rec.Name)
 	}
 	ec.BeforeRecovery = nil // the heap preparation is for one cluster per process
+	ec.IdlePoll = max(ec.IdlePoll, tenantIdlePoll)
+	ec.StaleAfter = max(ec.StaleAfter, engine.DefaultStaleAfter+ec.IdlePoll)
 	sess, release, err := f.session(ctx)
 	if err != nil {
 		return nil, err

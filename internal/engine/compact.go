@@ -37,7 +37,7 @@ const (
 func (b *Engine) compactLoop() {
 	defer b.wg.Done()
 	lg := b.log.WithField("component", "compactor")
-	t := time.NewTicker(compactCheckEvery)
+	t := time.NewTicker(max(compactCheckEvery, b.cfg.IdlePoll))
 	defer t.Stop()
 	pending := false // memory freed that no release returned yet
 	for {

@@ -80,7 +80,7 @@ func (b *Engine) hashAt(req zkstore.HashRequest) zkstore.HashAnswer {
 // instance.
 func (b *Engine) answerHashChecks() {
 	defer b.wg.Done()
-	t := time.NewTicker(hashPoll)
+	t := time.NewTicker(max(hashPoll, b.cfg.IdlePoll))
 	defer t.Stop()
 	for {
 		select {

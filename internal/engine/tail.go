@@ -36,7 +36,7 @@ func (b *Engine) apply(e *revision.Entry, size int) error {
 // is the trigger; a one-second probe and kicks from barriers back it up.
 func (b *Engine) tail() {
 	defer b.wg.Done()
-	probe := time.NewTicker(time.Second)
+	probe := time.NewTicker(max(time.Second, b.cfg.IdlePoll))
 	defer probe.Stop()
 	var fired <-chan struct{}
 	backoff := 50 * time.Millisecond
