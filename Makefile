@@ -279,7 +279,7 @@ bench-scale: deps-zookeeper build
 		$${kube:+-kube-apiserver $$kube} -md ../docs/benchmarks.md $(SCALE_FLAGS)
 
 # bench-tenants is issue 35's measurement (integration/bench/tenants*.go,
-# cmd/zktenants): 100 tenants, each loaded with 1,000 kube-like objects
+# cmd/zktenants): 100 tenants, each loaded with 500 kube-like objects
 # and churned with a watch each, on one fleet (2 `zketcd serve --tenants`
 # instances, a 3-member ZooKeeper ensemble, a client certificate per
 # tenant), on one etcd 3.7.3 holding one tenant's worth and on one shared

@@ -41,7 +41,7 @@ const (
 // (setDefaults).
 type TenantsOptions struct {
 	// Tenants is how many tenants (default 100), Objects the kube-like
-	// objects each is loaded with (default 1,000).
+	// objects each is loaded with (default 500).
 	Tenants, Objects int
 	// Instances is the fleet's zketcd processes (default 2), ZKMembers
 	// its ensemble's size (default 3), ZKHeap each JVM's -Xmx (default
@@ -105,7 +105,7 @@ func (o *TenantsOptions) setDefaults() {
 		o.Tenants = 100
 	}
 	if o.Objects <= 0 {
-		o.Objects = 1000
+		o.Objects = 500
 	}
 	if o.Instances <= 0 {
 		o.Instances = 2

@@ -35,7 +35,7 @@ func main() {
 func run() error {
 	var o bench.TenantsOptions
 	flag.IntVar(&o.Tenants, "tenants", 100, "tenants")
-	flag.IntVar(&o.Objects, "objects", 1000, "kube-like objects loaded into each tenant")
+	flag.IntVar(&o.Objects, "objects", 500, "kube-like objects loaded into each tenant")
 	flag.IntVar(&o.Instances, "instances", 2, "zketcd serve --tenants instances")
 	flag.IntVar(&o.ZKMembers, "zk-members", 3, "ZooKeeper servers (1: standalone)")
 	flag.StringVar(&o.ZKHeap, "zk-heap", "2g", "each ZooKeeper JVM's -Xmx")
