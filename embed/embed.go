@@ -235,12 +235,16 @@ func (z *Zketcd) abort() {
 	}
 }
 
-func (z *Zketcd) report(err error) {
+func (z *Zketcd) report(err error) { reportTo(z.errc, err) }
+
+// reportTo hands a serving error to errc (which holds one; later ones are
+// dropped), but for a stopped server's.
+func reportTo(errc chan error, err error) {
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
 		return
 	}
 	select {
-	case z.errc <- err:
+	case errc <- err:
 	default:
 	}
 }
@@ -249,22 +253,19 @@ func (z *Zketcd) report(err error) {
 func (z *Zketcd) Err() <-chan error { return z.errc }
 
 // ClientAddrs returns the addresses the etcd API is served on.
-func (z *Zketcd) ClientAddrs() []string {
-	out := make([]string, len(z.clients))
-	for i, l := range z.clients {
+func (z *Zketcd) ClientAddrs() []string { return addrs(z.clients) }
+
+// addrs lists the addresses of ls.
+func addrs(ls []net.Listener) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
 		out[i] = l.Addr().String()
 	}
 	return out
 }
 
 // MetricsAddrs returns the addresses /metrics is served on.
-func (z *Zketcd) MetricsAddrs() []string {
-	out := make([]string, len(z.metrics))
-	for i, l := range z.metrics {
-		out[i] = l.Addr().String()
-	}
-	return out
-}
+func (z *Zketcd) MetricsAddrs() []string { return addrs(z.metrics) }
 
 // InternalAddr returns the address of the internal endpoint ("": none).
 func (z *Zketcd) InternalAddr() string {

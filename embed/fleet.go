@@ -448,36 +448,16 @@ func (f *Fleet) reapIdle() {
 	}
 }
 
-func (f *Fleet) report(err error) {
-	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
-		return
-	}
-	select {
-	case f.errc <- err:
-	default:
-	}
-}
+func (f *Fleet) report(err error) { reportTo(f.errc, err) }
 
 // Err returns a channel that receives a serving error (a listener failing).
 func (f *Fleet) Err() <-chan error { return f.errc }
 
 // ClientAddrs returns the addresses the tenants are served on.
-func (f *Fleet) ClientAddrs() []string {
-	out := make([]string, len(f.clients))
-	for i, l := range f.clients {
-		out[i] = l.Addr().String()
-	}
-	return out
-}
+func (f *Fleet) ClientAddrs() []string { return addrs(f.clients) }
 
 // MetricsAddrs returns the addresses /metrics is served on.
-func (f *Fleet) MetricsAddrs() []string {
-	out := make([]string, len(f.metricsL))
-	for i, l := range f.metricsL {
-		out[i] = l.Addr().String()
-	}
-	return out
-}
+func (f *Fleet) MetricsAddrs() []string { return addrs(f.metricsL) }
 
 // Registry returns the fleet's own Prometheus registry (the tenants'
 // series are gathered beside it on /metrics).

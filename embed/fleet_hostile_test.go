@@ -19,6 +19,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/tenant"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // secret is what tenant B stores: no answer to tenant A may contain it.
@@ -41,7 +42,7 @@ func newHostileFleet(t *testing.T, limits tenant.Limits) *hostileFleet {
 	fx.create("b", tenant.Limits{})
 	f := fx.start("i1", nil)
 	h := &hostileFleet{fx: fx, f: f, a: fx.client(f, "a"), b: fx.client(f, "b")}
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	for _, k := range []string{"/registry/secrets/x", "\x00", "z\x00z", "\xff\xff"} {
 		if _, err := h.b.Put(ctx, k, secret); err != nil {
 			t.Fatal(err)
@@ -79,7 +80,7 @@ func noSecret(t *testing.T, what string, v any) {
 // client can send, and every write, stays inside a's own cluster.
 func TestTenantCannotReadOrWriteAnotherTenantsKeys(t *testing.T) {
 	h := newHostileFleet(t, tenant.Limits{})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	kv := pb.NewKVClient(h.a.ActiveConnection())
 	for _, r := range []*pb.RangeRequest{
 		{Key: []byte{0}, RangeEnd: []byte{0}}, // every key
@@ -153,7 +154,7 @@ func TestTenantWatchSeesOnlyItsOwnChanges(t *testing.T) {
 // store hold nothing of b's, and a's auth changes leave b alone.
 func TestTenantCannotReachAnotherTenantsLeasesOrUsers(t *testing.T) {
 	h := newHostileFleet(t, tenant.Limits{})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	ttl, err := h.a.TimeToLive(ctx, h.lease, clientv3.WithAttachedKeys())
 	if err != nil || ttl.TTL != -1 || len(ttl.Keys) != 0 {
 		t.Errorf("a's TimeToLive of b's lease: %+v, %v", ttl, err)
@@ -203,7 +204,7 @@ func TestTenantCannotReachAnotherTenantsLeasesOrUsers(t *testing.T) {
 // a's cluster and touch nothing of b's.
 func TestTenantMaintenanceCallsStayInsideItsCluster(t *testing.T) {
 	h := newHostileFleet(t, tenant.Limits{})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	ep := h.f.ClientAddrs()[0]
 	st, err := h.a.Status(ctx, ep)
 	if err != nil {
@@ -268,7 +269,7 @@ func TestTenantMaintenanceCallsStayInsideItsCluster(t *testing.T) {
 // NOSPACE and over its rate "too many requests"; its neighbour writes on.
 func TestTenantAtItsLimitsLeavesOthersWritable(t *testing.T) {
 	h := newHostileFleet(t, tenant.Limits{QuotaBackendBytes: 64 << 10, RequestsPerSecond: 20, Leases: 2, Watchers: 2})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	for range 2 {
 		if _, err := h.a.Grant(ctx, 60); err != nil {
 			t.Fatal(err)

@@ -108,19 +108,13 @@ func (fx *fleetFixture) client(f *embed.Fleet, cn string) *clientv3.Client {
 	return c
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestFleetTenantsAreIndependentClusters: two tenants on one fleet each
 // see only their own keys, revisions and leases, numbered from 1 as a
 // fresh etcd's.
 func TestFleetTenantsAreIndependentClusters(t *testing.T) {
 	fx := newFleetFixture(t, "alpha", "beta")
 	f := fx.start("i1", nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	a, b := fx.client(f, "alpha"), fx.client(f, "beta")
 	for i := range 3 {
 		if _, err := a.Put(ctx, "/registry/k", string(rune('a'+i))); err != nil {
@@ -159,7 +153,7 @@ func TestFleetTenantsAreIndependentClusters(t *testing.T) {
 func TestFleetRefusesACertificateThatNamesNoTenant(t *testing.T) {
 	fx := newFleetFixture(t, "alpha")
 	f := fx.start("i1", nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := fx.client(f, "alpha").Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +179,7 @@ func TestFleetRefusesACertificateThatNamesNoTenant(t *testing.T) {
 func TestFleetStopsADeletedTenantAndAnIdleOne(t *testing.T) {
 	fx := newFleetFixture(t, "alpha", "beta")
 	f := fx.start("i1", func(c *embed.Config) { c.Tenants.IdleTimeout = 300 * time.Millisecond })
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := fx.client(f, "alpha").Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +235,7 @@ func TestFleetForwardsEachTenantsWritesToItsLeader(t *testing.T) {
 	fx := newFleetFixture(t, "alpha", "beta")
 	fwd := func(c *embed.Config) { c.Engine.ForwardWrites = true }
 	i1, i2 := fx.start("i1", fwd), fx.start("i2", fwd)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	// alpha first reaches i1 and beta i2: each leads one.
 	if _, err := fx.client(i1, "alpha").Put(ctx, "seed", "1"); err != nil {
 		t.Fatal(err)
@@ -352,7 +346,7 @@ func TestFleetSpreadsTenantsStartedAtOnceOverItsSessions(t *testing.T) {
 	}
 	fx := newFleetFixture(t, names...)
 	f := fx.start("i1", func(c *embed.Config) { c.Tenants.Sessions = sessions })
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	errc := make(chan error, tenants)
 	for _, n := range names {
 		c := fx.client(f, n)
@@ -402,7 +396,7 @@ func TestFleetIdleTenantCostsFewGoroutines(t *testing.T) {
 	}
 	fx := newFleetFixture(t, names...)
 	f := fx.start("i1", nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	start := func(n string) {
 		if _, err := fx.client(f, n).Get(ctx, "k"); err != nil {
 			t.Fatal(err)
@@ -435,7 +429,7 @@ func TestFleetSpreadsLeadershipOverItsInstances(t *testing.T) {
 		c.Tenants.BalanceInterval = 100 * time.Millisecond
 	}
 	i1, i2 := fx.start("i1", cfg), fx.start("i2", cfg)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	for _, n := range names {
 		if _, err := fx.client(i1, n).Put(ctx, "k", "1"); err != nil {
 			t.Fatal(err)
@@ -491,7 +485,7 @@ func TestFleetIdleTenantAsksZooKeeperLittle(t *testing.T) {
 	fx := newFleetFixture(t, names...)
 	fwd := func(c *embed.Config) { c.Engine.ForwardWrites = true }
 	i1, i2 := fx.start("i1", fwd), fx.start("i2", fwd)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	for _, n := range names {
 		for _, f := range []*embed.Fleet{i1, i2} {
 			if _, err := fx.client(f, n).Get(ctx, "k"); err != nil {

@@ -33,7 +33,7 @@ import (
 func TestKamajiProvisionsAndRemovesATenantThroughEtcdCalls(t *testing.T) {
 	fx := newFleetFixture(t, "other")
 	f := fx.start("i1", func(c *embed.Config) { c.Tenants.AdminCNs = []string{"root"} })
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	root := fx.client(f, "root")
 	const user, schema = "5f1b9a0e-6c2d-4a8e-9f3b-1c2d3e4f5a6b", "default_tcp1"
 	prefix, end := "/"+schema+"/", "/"+schema+"0"
@@ -161,7 +161,7 @@ func TestFleetAdminHTTPAPI(t *testing.T) {
 		t.Fatalf("list: %d %s", code, body)
 	}
 	// The tenant writes; the administrator's snapshot holds it.
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := fx.client(f, "web").Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}

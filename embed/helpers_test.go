@@ -9,6 +9,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -16,8 +17,7 @@ import (
 // returns its error.
 func startExpectingFailure(t *testing.T, zkAddr, root, auth string) (*embed.Zketcd, error) {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
+	lg := testutil.Logger(logrus.ErrorLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var ids []string
@@ -30,7 +30,7 @@ func startExpectingFailure(t *testing.T, zkAddr, root, auth string) (*embed.Zket
 			Name:  "intruder",
 		},
 		ClientAddrs: []string{"127.0.0.1:0"},
-		Logger:      logrus.NewEntry(lg),
+		Logger:      lg,
 	})
 	if err == nil {
 		z.Close(time.Second)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -45,8 +46,7 @@ func TestAFailedStartClosesWhatItOpened(t *testing.T) {
 		{"ZooKeeper is unreachable", func(string) string { return freeAddr(t) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lg := logrus.New()
-			lg.SetLevel(logrus.FatalLevel)
+			lg := testutil.Logger(logrus.FatalLevel)
 			client, internal := freeAddr(t), freeAddr(t)
 			cfg := embed.Config{
 				Engine: engine.Config{
@@ -57,7 +57,7 @@ func TestAFailedStartClosesWhatItOpened(t *testing.T) {
 				ClientAddrs:  []string{client},
 				MetricsAddrs: []string{tc.metrics(client)},
 				InternalAddr: internal,
-				Logger:       logrus.NewEntry(lg),
+				Logger:       lg,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()

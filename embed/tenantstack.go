@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/grpcsrv"
 	"github.com/zketcd/zketcd/internal/httpgw"
@@ -26,7 +27,7 @@ type tenantStack struct {
 	name    string
 	be      *engine.Engine
 	srv     *grpc.Server
-	fwdAuth *grpcsrv.ForwardAuthorizer // checks the requests other instances forward here
+	fwdAuth *auth.Rules // checks the requests other instances forward here
 	gw      *httpgw.Server
 	closeLE func()
 	// release gives back the stack's place on its ZooKeeper session.

@@ -27,6 +27,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -360,9 +361,8 @@ func TestAnIdentityAddedToAnOpenRootRotatesTheTokenSecret(t *testing.T) {
 		{"zketcd zk-acl, then restarted", func(t *testing.T, root string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			lg := logrus.New()
-			lg.SetLevel(logrus.WarnLevel)
-			s, err := zkstore.OpenInspector(ctx, zkstore.Config{Servers: []string{zkSrv.Addr()}, Root: root, Auth: []string{identity}, Logger: logrus.NewEntry(lg)})
+			lg := testutil.Logger(logrus.WarnLevel)
+			s, err := zkstore.OpenInspector(ctx, zkstore.Config{Servers: []string{zkSrv.Addr()}, Root: root, Auth: []string{identity}, Logger: lg})
 			if err != nil {
 				t.Fatal(err)
 			}

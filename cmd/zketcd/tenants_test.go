@@ -17,6 +17,7 @@ import (
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/etcdformat"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -55,13 +56,12 @@ func TestTenantCommandsAdministerAFleet(t *testing.T) {
 
 	// A fleet instance serves team-a some writes.
 	certs := testcerts.New(t)
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
+	lg := testutil.Logger(logrus.WarnLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	f, err := embed.StartFleet(ctx, embed.Config{
-		Engine:      engine.Config{Store: zkstore.Config{Servers: []string{srv.Addr()}, Root: "/fleet", Logger: logrus.NewEntry(lg)}, Name: "i1", WorldReadableOK: true},
-		ClientAddrs: []string{"127.0.0.1:0"}, TLS: certs.ServerTLS(t), Tenants: embed.TenantsConfig{Enabled: true}, Logger: logrus.NewEntry(lg),
+		Engine:      engine.Config{Store: zkstore.Config{Servers: []string{srv.Addr()}, Root: "/fleet", Logger: lg}, Name: "i1", WorldReadableOK: true},
+		ClientAddrs: []string{"127.0.0.1:0"}, TLS: certs.ServerTLS(t), Tenants: embed.TenantsConfig{Enabled: true}, Logger: lg,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/internal/snaprestore"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 )
 
 // TestMeasureSnapshot is not a check but a measurement, run on request:
@@ -63,7 +64,7 @@ func TestMeasureSnapshot(t *testing.T) {
 	peak := peakHeap(func() {
 		start := time.Now()
 		var err error
-		res, err = snaprestore.Restore(context.Background(), snaprestore.Config{File: filepath.Join(dir, "etcd.snapshot"), Store: storeConfig(t, freshRoot(t))})
+		res, err = snaprestore.Restore(context.Background(), snaprestore.Config{File: filepath.Join(dir, "etcd.snapshot"), Store: rootview.StoreConfig(t, sharedZK, freshRoot(t))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/internal/mirror"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 )
 
 // TestMirrorCopiesEtcdWithTheSameRevisions: `zketcd mirror` copies an etcd
@@ -35,7 +36,7 @@ func TestMirrorCopiesEtcdWithTheSameRevisions(t *testing.T) {
 	var last mirror.Status
 	done := make(chan error, 1)
 	go func() {
-		done <- mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, root),
+		done <- mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
 			StatusInterval: 100 * time.Millisecond}, func(s mirror.Status) { mu.Lock(); last = s; mu.Unlock() })
 	}()
 
@@ -122,7 +123,7 @@ func TestMirrorStopsWhenTheSourceCompactsPastIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	first := true
-	err := mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, freshRoot(t))},
+	err := mirror.Run(ctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, freshRoot(t))},
 		func(mirror.Status) {
 			if !first {
 				return
@@ -189,7 +190,7 @@ func TestMirrorRecreatesLeasesWithTheirRemainingTTL(t *testing.T) {
 	var once sync.Once
 	done := make(chan error, 1)
 	go func() {
-		done <- mirror.Run(mctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: storeConfig(t, root),
+		done <- mirror.Run(mctx, mirror.Config{Source: etcdoracle.NewClient(t, src.Endpoint()), Store: rootview.StoreConfig(t, sharedZK, root),
 			StatusInterval: 100 * time.Millisecond}, func(mirror.Status) { once.Do(func() { close(started) }) })
 	}()
 	select {

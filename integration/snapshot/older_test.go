@@ -14,6 +14,7 @@ import (
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/internal/snaprestore"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 )
 
 // TestOlderEtcdSnapshotRestoresIntoZketcd runs when
@@ -38,7 +39,7 @@ func TestOlderEtcdSnapshotRestoresIntoZketcd(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "etcd.snapshot")
 			saveSnapshot(t, endpoint, path)
 			root := freshRoot(t)
-			res, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: path, Store: storeConfig(t, root)})
+			res, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: path, Store: rootview.StoreConfig(t, sharedZK, root)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -20,18 +19,9 @@ import (
 	"github.com/zketcd/zketcd/integration/etcdoracle"
 	"github.com/zketcd/zketcd/internal/etcdformat"
 	"github.com/zketcd/zketcd/internal/snaprestore"
+	"github.com/zketcd/zketcd/internal/testutil/rootview"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
-
-func storeConfig(t *testing.T, root string) zkstore.Config {
-	lg := logrus.New()
-	lg.SetOutput(zketcdTestWriter{t})
-	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: root, Logger: logrus.NewEntry(lg)}
-}
-
-type zketcdTestWriter struct{ t *testing.T }
-
-func (w zketcdTestWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 func freshRoot(t *testing.T) string {
 	return "/zketcd-snapshot-test/" + filepath.Base(t.Name()) + "-" + time.Now().Format("150405.000000")
@@ -72,7 +62,7 @@ func TestEtcdSnapshotRestoresIntoZketcdAndBack(t *testing.T) {
 	saveSnapshot(t, src.Endpoint(), path)
 
 	root := freshRoot(t)
-	res, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: path, Store: storeConfig(t, root)})
+	res, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: path, Store: rootview.StoreConfig(t, sharedZK, root)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +140,13 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 		{"not-a-snapshot", write("text", withTrailer([]byte(strings.Repeat("not a bbolt file", 256)))), etcdformat.ErrFormat},
 	} {
 		root := freshRoot(t) + c.name
-		_, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: c.file, Store: storeConfig(t, root)})
+		_, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: c.file, Store: rootview.StoreConfig(t, sharedZK, root)})
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		} else {
 			t.Logf("%s: %v", c.name, err)
 		}
-		if exists, _, err := zkstore.RootExists(context.Background(), storeConfig(t, root)); err != nil || exists {
+		if exists, _, err := zkstore.RootExists(context.Background(), rootview.StoreConfig(t, sharedZK, root)); err != nil || exists {
 			t.Errorf("%s: root left behind (exists=%v, %v)", c.name, exists, err)
 		}
 	}
@@ -166,7 +156,7 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 	if _, err := zk.Client(t).Put(context.Background(), "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = snaprestore.Restore(context.Background(), snaprestore.Config{File: good, Store: storeConfig(t, zk.Root())})
+	_, err = snaprestore.Restore(context.Background(), snaprestore.Config{File: good, Store: rootview.StoreConfig(t, sharedZK, zk.Root())})
 	if !errors.Is(err, snaprestore.ErrRootInUse) {
 		t.Errorf("root in use: %v, want ErrRootInUse", err)
 	} else {
@@ -261,14 +251,14 @@ func TestRestoreThatFailsWritingLeavesNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "etcd.snapshot")
 	saveSnapshot(t, src.Endpoint(), path)
 	root := freshRoot(t)
-	cfg := storeConfig(t, root)
+	cfg := rootview.StoreConfig(t, sharedZK, root)
 	cfg.BaseChunkBytes = 4 << 20 // one 1.5 MiB chunk: above ZooKeeper's 1 MiB request limit
 	_, err := snaprestore.Restore(context.Background(), snaprestore.Config{File: path, Store: cfg})
 	if err == nil {
 		t.Fatal("restore with chunks ZooKeeper refuses succeeded")
 	}
 	t.Logf("restore failed as it should: %v", err)
-	if exists, _, err := zkstore.RootExists(context.Background(), storeConfig(t, root)); err != nil || exists {
+	if exists, _, err := zkstore.RootExists(context.Background(), rootview.StoreConfig(t, sharedZK, root)); err != nil || exists {
 		t.Fatalf("root left behind after a failed restore (exists=%v, %v)", exists, err)
 	}
 }
@@ -281,7 +271,7 @@ func TestImportBaseRefusesARootWithWrites(t *testing.T) {
 	if _, err := zk.Client(t).Put(context.Background(), "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := zkstore.Open(context.Background(), storeConfig(t, zk.Root()))
+	st, err := zkstore.Open(context.Background(), rootview.StoreConfig(t, sharedZK, zk.Root()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // user and role, AuthEnable/AuthDisable, the auth revision, and simple and
 // JWT tokens.
 //
-// The package has three parts:
+// The package has four parts:
 //
 //   - State is the whole auth store (enabled flag, auth revision, users,
 //     roles) as an immutable value with a compact binary encoding. Every
@@ -17,8 +17,14 @@
 //   - Perms answers permission checks for one state, merging each user's
 //     permission intervals as etcd does.
 //   - Store combines a source of the current state with a token provider
-//     (simple or JWT, see NewTokenProvider) and answers Authenticate and
-//     the per-request checks. It is safe for concurrent use.
+//     (simple or JWT, see NewTokenProvider: it reads the key and secret
+//     files its options name) and answers Authenticate and the checks of
+//     keys and roles. It is safe for concurrent use.
+//   - Rules are etcd's permission checks per RPC on a Store (which method
+//     needs root, which a user, which permissions on which keys, leases'
+//     attached keys, the same checks again in a commit batch, and those of
+//     requests another instance forwarded): grpcsrv's interceptor and
+//     forward's server apply them.
 //
 // Every error returned to a client is one of etcd's rpctypes gRPC errors.
 package auth

@@ -35,20 +35,6 @@ func (b *Engine) Alarm(ctx context.Context, req *pb.AlarmRequest) ([]*pb.AlarmMe
 	return resp.Alarms, nil
 }
 
-// alarmEval is the batch evaluation of an alarm activation or
-// deactivation (on the origin, or on the leader for a forwarded one).
-func (b *Engine) alarmEval(req *pb.AlarmRequest) func(*revision.Batch) (*pb.AlarmResponse, error) {
-	return func(bt *revision.Batch) (*pb.AlarmResponse, error) {
-		resp, change := translate.AlarmResponse(bt.Alarms(), req)
-		if change != nil && bt.ChangeAlarm(*change) {
-			b.log.WithFields(logrus.Fields{
-				"alarm": req.Alarm.String(), "member": memberHex(req.MemberID), "activate": change.Activate,
-			}).Warn("alarm change staged")
-		}
-		return &pb.AlarmResponse{Alarms: resp}, nil
-	}
-}
-
 // Alarms returns the active alarms of the view, without a barrier (Status,
 // /health). Safe for concurrent use.
 func (b *Engine) Alarms() []*pb.AlarmMember {
@@ -74,7 +60,7 @@ func (b *Engine) checkQuota(req any) error {
 	limit, size, stored := b.QuotaBytes(), b.DBSize(), int64(-1)
 	what := "space quota exceeded"
 	if translate.QuotaAvailable(limit, size, cost) {
-		heap := b.zkHeapLimit()
+		heap := b.cfg.zkHeapLimit()
 		if heap < 0 {
 			return nil
 		}
@@ -100,29 +86,4 @@ func (b *Engine) checkQuota(req any) error {
 		}
 	}
 	return rpctypes.ErrGRPCNoSpace
-}
-
-func memberHex(id uint64) string {
-	const digits = "0123456789abcdef"
-	var buf [16]byte
-	for i := 15; i >= 0; i-- {
-		buf[i] = digits[id&0xf]
-		id >>= 4
-	}
-	return string(buf[:])
-}
-
-// updateSpaceMetrics sets the DB size and alarm gauges.
-func (b *Engine) updateSpaceMetrics() {
-	logical, stored := b.space.sizes(b.view.State().LSN)
-	b.metrics.dbSize.Set(float64(logical.total))
-	b.metrics.dbSizeInUse.Set(float64(logical.inUse))
-	b.metrics.rootStored.Set(float64(stored.total))
-	counts := map[string]int{pb.AlarmType_NOSPACE.String(): 0, pb.AlarmType_CORRUPT.String(): 0}
-	for _, a := range b.view.Alarms() {
-		counts[pb.AlarmType(a.Type).String()]++
-	}
-	for t, n := range counts {
-		b.metrics.alarms.WithLabelValues(t).Set(float64(n))
-	}
 }

@@ -20,7 +20,7 @@ import (
 
 func hasAlarm(t *testing.T, c *clientv3.Client, typ pb.AlarmType, member uint64) bool {
 	t.Helper()
-	resp, err := c.AlarmList(ctxT(t))
+	resp, err := c.AlarmList(testutil.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestNoSpaceAlarmIsSharedByInstancesAndSurvivesRestarts(t *testing.T) {
 	value := string(raw)
 	n := 0
 	for ; n < 100; n++ {
-		if _, err := ca.Put(ctxT(t), fmt.Sprintf("k%d", n%4), value); err != nil {
+		if _, err := ca.Put(testutil.Context(t, 30*time.Second), fmt.Sprintf("k%d", n%4), value); err != nil {
 			if !errors.Is(err, rpctypes.ErrGRPCNoSpace) && err.Error() != rpctypes.ErrNoSpace.Error() {
 				t.Fatalf("put %d: %v", n, err)
 			}
@@ -61,10 +61,10 @@ func TestNoSpaceAlarmIsSharedByInstancesAndSurvivesRestarts(t *testing.T) {
 	}
 	member := a.Engine().MemberID()
 	testutil.Eventually(t, 5*time.Second, "b lists a's NOSPACE alarm", func() bool { return hasAlarm(t, cb, pb.AlarmType_NOSPACE, member) })
-	if _, err := cb.Put(ctxT(t), "x", "1"); err == nil || err.Error() != rpctypes.ErrNoSpace.Error() {
+	if _, err := cb.Put(testutil.Context(t, 30*time.Second), "x", "1"); err == nil || err.Error() != rpctypes.ErrNoSpace.Error() {
 		t.Fatalf("put through b under NOSPACE: %v", err)
 	}
-	st, err := cb.Status(ctxT(t), b.Endpoint())
+	st, err := cb.Status(testutil.Context(t, 30*time.Second), b.Endpoint())
 	if err != nil || len(st.Errors) != 1 || !strings.Contains(st.Errors[0], "alarm:NOSPACE") || st.DbSizeQuota != -1 {
 		t.Fatalf("status on b: %v %v", st, err)
 	}
@@ -74,25 +74,25 @@ func TestNoSpaceAlarmIsSharedByInstancesAndSurvivesRestarts(t *testing.T) {
 	if !hasAlarm(t, cb, pb.AlarmType_NOSPACE, member) {
 		t.Fatal("the alarm did not survive b's restart")
 	}
-	if _, err := cb.Delete(ctxT(t), "k", clientv3.WithPrefix()); err != nil {
+	if _, err := cb.Delete(testutil.Context(t, 30*time.Second), "k", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := cb.Get(ctxT(t), "k", clientv3.WithPrefix())
+	resp, err := cb.Get(testutil.Context(t, 30*time.Second), "k", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cb.Compact(ctxT(t), resp.Header.Revision); err != nil {
+	if _, err := cb.Compact(testutil.Context(t, 30*time.Second), resp.Header.Revision); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cb.Defragment(ctxT(t), b.Endpoint()); err != nil {
+	if _, err := cb.Defragment(testutil.Context(t, 30*time.Second), b.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	// a reads the new generation within its 2 s check.
 	testutil.Eventually(t, 10*time.Second, "a's DB size below 16 KiB after the defragment", func() bool { return a.Engine().DBSize() < 16<<10 })
-	if _, err := cb.AlarmDisarm(ctxT(t), &clientv3.AlarmMember{MemberID: member, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+	if _, err := cb.AlarmDisarm(testutil.Context(t, 30*time.Second), &clientv3.AlarmMember{MemberID: member, Alarm: pb.AlarmType_NOSPACE}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ca.Put(ctxT(t), "x", "after"); err != nil {
+	if _, err := ca.Put(testutil.Context(t, 30*time.Second), "x", "after"); err != nil {
 		t.Fatalf("put through a after disarm: %v", err)
 	}
 }
@@ -116,22 +116,22 @@ func TestCorruptionCheckThroughMemberZnodes(t *testing.T) {
 		t.Skip("b leads; the hook is on b") // election order is the start order, so this is rare
 	}
 	putN(t, a.Client(t), "c/", 5)
-	if err := leader.Engine().CheckCorruption(ctxT(t)); err != nil {
+	if err := leader.Engine().CheckCorruption(testutil.Context(t, 30*time.Second)); err != nil {
 		t.Fatalf("agreeing hashes: %v", err)
 	}
 	flip.Store(true)
 	putN(t, a.Client(t), "c/", 2)
-	if err := leader.Engine().CheckCorruption(ctxT(t)); err == nil {
+	if err := leader.Engine().CheckCorruption(testutil.Context(t, 30*time.Second)); err == nil {
 		t.Fatal("a differing hash went unnoticed")
 	}
 	cf := follower.Client(t)
 	if !hasAlarm(t, cf, pb.AlarmType_CORRUPT, follower.Engine().MemberID()) {
 		t.Fatal("no CORRUPT alarm for the follower")
 	}
-	if _, err := cf.Put(ctxT(t), "x", "1"); err == nil || err.Error() != rpctypes.ErrCorrupt.Error() {
+	if _, err := cf.Put(testutil.Context(t, 30*time.Second), "x", "1"); err == nil || err.Error() != rpctypes.ErrCorrupt.Error() {
 		t.Fatalf("put under CORRUPT: %v", err)
 	}
-	if _, err := cf.Get(ctxT(t), "c/", clientv3.WithPrefix()); err != nil {
+	if _, err := cf.Get(testutil.Context(t, 30*time.Second), "c/", clientv3.WithPrefix()); err != nil {
 		t.Fatalf("read under CORRUPT: %v", err)
 	}
 }

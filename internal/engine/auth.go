@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
 )
 
@@ -32,22 +31,6 @@ func (b *Engine) AuthWrite(ctx context.Context, req proto.Message, entropy []byt
 	return k.writeAny(ctx, b, req, entropy)
 }
 
-// authEval is the batch evaluation of an auth change (on the origin, or
-// on the leader for a forwarded one).
-func authEval(req proto.Message, entropy []byte) func(*revision.Batch) (proto.Message, error) {
-	eval := auth.Change(req, entropy)
-	return func(bt *revision.Batch) (proto.Message, error) {
-		next, resp, err := eval(bt.AuthState())
-		if err != nil {
-			return nil, err
-		}
-		if next != nil {
-			bt.SetAuthState(next)
-		}
-		return resp.(proto.Message), nil
-	}
-}
-
 // LeaseKeys returns the keys attached to lease id in the view, sorted, and
 // whether the lease exists (for permission checks). Safe for concurrent use.
 func (b *Engine) LeaseKeys(id int64) (keys [][]byte, ok bool) {
@@ -62,11 +45,3 @@ func (b *Engine) LeaseKeys(id int64) (keys [][]byte, ok bool) {
 
 // LeaseIDs returns the IDs of every lease in the view, ascending.
 func (b *Engine) LeaseIDs() []int64 { return b.view.LeaseIDs() }
-
-func checkAuth(ctx context.Context, bt *revision.Batch) error {
-	check := auth.CheckFrom(ctx)
-	if check == nil {
-		return nil
-	}
-	return check(bt.AuthState())
-}

@@ -4,17 +4,19 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/embed/embedtest"
 	"github.com/zketcd/zketcd/internal/auth"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 func TestAuthWriteIsInTheLogAndAuthChecksSeeTheBatchState(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	be := in.Engine()
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	rev := be.State().Rev
 	resp, err := be.AuthWrite(ctx, &pb.AuthRoleAddRequest{Name: "x"}, nil)
 	if err != nil {

@@ -54,7 +54,7 @@ func putN(t *testing.T, c *clientv3.Client, prefix string, n int) int64 {
 	t.Helper()
 	var rev int64
 	for i := 0; i < n; i++ {
-		resp, err := c.Put(ctxT(t), fmt.Sprintf("%s%d", prefix, i%5), fmt.Sprint(i))
+		resp, err := c.Put(testutil.Context(t, 30*time.Second), fmt.Sprintf("%s%d", prefix, i%5), fmt.Sprint(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestAutoCompactionRevisionModeCompactsToRetentionBelowTheHead(t *testing.T)
 		Mode: compactor.ModeRevision, Revisions: 5, RevisionInterval: 200 * time.Millisecond,
 	}})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	first := putN(t, c, "r/", 1)
 	last := putN(t, c, "r/", 20)
 
@@ -115,7 +115,7 @@ func TestAutoCompactionPeriodicModeCompactsTheRevisionOfRetentionAgo(t *testing.
 		Mode: compactor.ModePeriodic, Retention: retention,
 	}})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	written := map[int64]time.Time{} // revision -> when its Put was sent
 	var mid int64                    // the first revision written a retention after the start
 	start := time.Now()

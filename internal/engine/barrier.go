@@ -186,36 +186,3 @@ func (b *barrier) idle() {
 	b.maybeStartLocked()
 	b.mu.Unlock()
 }
-
-func (b *Engine) syncHead() (int64, error) {
-	read := b.store.QuorumHead
-	if b.cfg.RelaxedReads {
-		read = b.store.SyncHead
-	}
-	h, err := read()
-	if err != nil {
-		return 0, err
-	}
-	return h.LSN, nil
-}
-
-// Linearize waits until the view holds every write acknowledged (by any
-// instance) before the call: it waits for the position of a barrier, the
-// leader's (ReadIndex) when forwarding writes. Errors: ErrGRPCNoLeader when ZooKeeper cannot
-// be reached, ctx's error, ErrGRPCCorrupt for a broken view or a halted
-// instance.
-func (b *Engine) Linearize(ctx context.Context) error {
-	if err := b.servable(); err != nil {
-		return err
-	}
-	start := time.Now()
-	defer func() { b.metrics.barrierWait.Observe(time.Since(start).Seconds()) }()
-	lsn, err := b.readIndex(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return b.stopped(err)
-	}
-	return b.waitApplied(ctx, lsn)
-}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/translate"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -64,17 +68,15 @@ type outcome struct {
 	final  bool
 }
 
-// errRefused answers a guarded proposal whose preconditions did not hold.
-var errRefused = errors.New("commit refused: a precondition no longer holds")
-
 // submit queues a proposal for the committer and waits for its outcome.
-func (b *Engine) submit(ctx context.Context, p *proposal) error {
+// Safe for concurrent use.
+func (c *committer) submit(ctx context.Context, p *proposal) error {
 	select {
-	case b.proposals <- p:
-		b.submitted.Add(1)
+	case c.proposals <- p:
+		c.submitted.Add(1)
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-b.ctx.Done():
+	case <-c.ctx.Done():
 		return rpctypes.ErrGRPCStopped
 	}
 	select {
@@ -91,10 +93,10 @@ func (b *Engine) submit(ctx context.Context, p *proposal) error {
 // never races with a re-evaluation.
 //
 // A commit refused because the leader holds the read lease answers etcd's
-// "not leader" (a client retries); writeFwd, which can send the request to
-// the leader instead, uses proposeHere to tell it apart.
-func propose[T any](ctx context.Context, b *Engine, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
-	resp, err := proposeHere(ctx, b, size, eval, guards)
+// "not leader" (a client retries); a forwarded write, which can send the
+// request to the leader instead, uses proposeHere to tell it apart.
+func propose[T any](ctx context.Context, c *committer, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	resp, err := proposeHere(ctx, c, size, eval, guards)
 	if errors.Is(err, errLeaseHeld) {
 		return resp, rpctypes.ErrGRPCNotLeader
 	}
@@ -102,14 +104,14 @@ func propose[T any](ctx context.Context, b *Engine, size int, eval func(*revisio
 }
 
 // proposeHere is propose answering errLeaseHeld as such.
-func proposeHere[T any](ctx context.Context, b *Engine, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
-	resp, _, err := proposeAs(ctx, b, &proposal{size: size, guards: guards}, eval)
+func proposeHere[T any](ctx context.Context, c *committer, size int, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	resp, _, err := proposeAs(ctx, c, &proposal{size: size, guards: guards}, eval)
 	return resp, err
 }
 
 // proposeAs is propose for the proposal p describes (its size, guards,
 // origin and leadership requirement), returning its outcome too.
-func proposeAs[T any](ctx context.Context, b *Engine, p *proposal, eval func(*revision.Batch) (T, error)) (T, outcome, error) {
+func proposeAs[T any](ctx context.Context, c *committer, p *proposal, eval func(*revision.Batch) (T, error)) (T, outcome, error) {
 	var resp T
 	p.ctx, p.done = ctx, make(chan struct{})
 	p.eval = func(bt *revision.Batch) error {
@@ -117,7 +119,7 @@ func proposeAs[T any](ctx context.Context, b *Engine, p *proposal, eval func(*re
 		resp, err = eval(bt)
 		return err
 	}
-	if err := b.submit(ctx, p); err != nil {
+	if err := c.submit(ctx, p); err != nil {
 		var zero T
 		select {
 		case <-p.done: // answered: p.out is the committer's
@@ -131,22 +133,6 @@ func proposeAs[T any](ctx context.Context, b *Engine, p *proposal, eval func(*re
 		return zero, p.out, nil
 	}
 	return resp, p.out, nil
-}
-
-// commitLoop is the group committer: it takes every queued proposal (up to
-// the batch limits), evaluates them in order against the view, and commits
-// their writes as one log entry. Several entries may be in flight at once
-// (the pacer chooses how many, pipeline.go): the next batch is evaluated on
-// top of the staged state of the one before it, and its commit sets the
-// pipeline marker at the version that one left, so it can only land if its
-// predecessor did (zkstore.Marker); ZooKeeper groups their fsyncs.
-func (b *Engine) commitLoop() {
-	defer b.wg.Done()
-	c := &committer{b: b, pace: newPacer(b.cfg.CommitPipeline), marker: fmt.Sprintf("%016x-m", b.nonce)}
-	c.mark = markState{known: true}
-	c.landedMark = c.mark
-	b.metrics.pipelineLimit.Set(float64(c.pace.limit))
-	c.run()
 }
 
 // flight is one entry being committed.
@@ -179,9 +165,24 @@ type flight struct {
 	err  error
 }
 
-// committer is the state of commitLoop; only its goroutine touches it.
+// committer is the group committer: it takes every queued proposal (up to
+// the batch limits), evaluates them in order against the view, and commits
+// their writes as one log entry. Several entries may be in flight at once
+// (the pacer chooses how many, pipeline.go): the next batch is evaluated on
+// top of the staged state of the one before it, and its commit sets the
+// pipeline marker at the version that one left, so it can only land if its
+// predecessor did (zkstore.Marker); ZooKeeper groups their fsyncs. submit
+// is safe for concurrent use; the rest of its state is run's goroutine's.
 type committer struct {
-	b       *Engine
+	*core
+	tail    *tailer
+	rb      *rollbackGuard
+	origins *origins
+	// marks counts the flights sent and settled (readlease.go).
+	marks     *flightMarks
+	proposals chan *proposal
+	submitted atomic.Int64 // proposals handed to the committer (for tests)
+
 	seq     uint64
 	pending []*proposal
 	flights []*flight
@@ -198,16 +199,28 @@ type committer struct {
 	marker           string
 }
 
+// newCommitter returns the committer of c, which applies its entries
+// through tail; it runs once run is called.
+func newCommitter(c *core, tail *tailer, rb *rollbackGuard, origins *origins, marks *flightMarks) *committer {
+	m := markState{known: true}
+	return &committer{core: c, tail: tail, rb: rb, origins: origins, marks: marks,
+		proposals: make(chan *proposal, 4*c.cfg.MaxBatchRequests),
+		pace:      newPacer(c.cfg.CommitPipeline), marker: fmt.Sprintf("%016x-m", c.nonce),
+		mark: m, landedMark: m}
+}
+
 // receive takes a proposal into pending.
 func (c *committer) receive(p *proposal) {
 	p.arrived = c.sends
 	c.pending = append(c.pending, p)
 }
 
+// run is the committer's loop, until the engine stops: every proposal
+// queued is then answered ErrStopped.
 func (c *committer) run() {
-	b := c.b
+	c.metrics.pipelineLimit.Set(float64(c.pace.limit))
 	for {
-		if b.ctx.Err() != nil {
+		if c.ctx.Err() != nil {
 			c.stop()
 			return
 		}
@@ -215,11 +228,11 @@ func (c *committer) run() {
 			c.drain()
 		}
 		if len(c.pending) == 0 && len(c.flights) == 0 {
-			b.barrier.idle() // reads waiting for a commit get a barrier round
+			c.barrier.idle() // reads waiting for a commit get a barrier round
 			select {
-			case p := <-b.proposals:
+			case p := <-c.proposals:
 				c.receive(p)
-			case <-b.ctx.Done():
+			case <-c.ctx.Done():
 				continue
 			}
 		}
@@ -234,15 +247,15 @@ func (c *committer) run() {
 			continue
 		}
 		var more <-chan *proposal
-		if len(c.flights) < c.pace.limit && len(c.pending) < c.b.cfg.MaxBatchRequests {
-			more = b.proposals
+		if len(c.flights) < c.pace.limit && len(c.pending) < c.cfg.MaxBatchRequests {
+			more = c.proposals
 		}
 		select {
 		case <-c.flights[0].done:
 			c.land()
 		case p := <-more:
 			c.receive(p)
-		case <-b.ctx.Done():
+		case <-c.ctx.Done():
 		}
 	}
 }
@@ -253,9 +266,9 @@ func (c *committer) drain() {
 	for _, p := range c.pending {
 		bytes += p.size
 	}
-	for len(c.pending) < c.b.cfg.MaxBatchRequests && bytes < c.b.maxEntryBytes {
+	for len(c.pending) < c.cfg.MaxBatchRequests && bytes < c.maxEntryBytes {
 		select {
-		case p := <-c.b.proposals:
+		case p := <-c.proposals:
 			c.receive(p)
 			bytes += p.size
 		default:
@@ -268,37 +281,36 @@ func (c *committer) drain() {
 func (c *committer) stop() {
 	for _, f := range c.flights {
 		<-f.done
-		c.b.barrier.landed(f.reads, 0, false)
+		c.barrier.landed(f.reads, 0, false)
 		finishAll(f.group, rpctypes.ErrGRPCStopped)
 		finishAll(f.piggy, rpctypes.ErrGRPCStopped)
-		c.b.flights.settle()
+		c.marks.settle()
 	}
 	finishAll(c.pending, rpctypes.ErrGRPCStopped)
 	finishAll(c.deferred, rpctypes.ErrGRPCStopped)
 	c.pending, c.deferred = nil, nil
-	c.b.drainProposals()
-	c.b.barrier.idle()
+	c.drainProposals()
+	c.barrier.idle()
 }
 
 // launch evaluates a batch from pending and starts committing it. It
 // reports false when nothing could be launched before the flights land.
 func (c *committer) launch() bool {
-	b := c.b
-	if err := b.view.Err(); err != nil {
+	if err := c.view.Err(); err != nil {
 		finishAll(c.pending, rpctypes.ErrGRPCCorrupt)
 		c.pending = nil
 		return true
 	}
-	if err := b.waitHistory(); err != nil { // never commit on another history
-		if s := b.servable(); s != nil {
+	if err := c.rb.wait(); err != nil { // never commit on another history
+		if s := c.rb.servable(); s != nil {
 			err = s // halted: etcd's corrupt-cluster error
 		}
 		finishAll(c.pending, err) // or ErrStopped: never nil, nothing was evaluated
 		c.pending = nil
 		return true
 	}
-	leader, fence, _ := b.election.State()
-	if b.cfg.ForwardWrites && !leader {
+	leader, fence, _ := c.election.State()
+	if c.cfg.ForwardWrites && !leader {
 		c.pending = failNotLeader(c.pending)
 		if len(c.pending) == 0 {
 			return true
@@ -318,7 +330,7 @@ func (c *committer) launch() bool {
 	if limit <= 0 {
 		limit = len(c.pending)
 	}
-	group, rest, st, batch := b.evaluate(c.pending, limit, last)
+	group, rest, st, batch := c.evaluate(c.pending, limit, last)
 	if len(group) == 0 {
 		return false // must start on the view: wait for the flights
 	}
@@ -328,33 +340,52 @@ func (c *committer) launch() bool {
 		prev = last.entry.LSN
 	}
 	if batch.Empty() {
-		if last != nil {
-			// The no-op rule: linearized by the commit of the flight they
-			// were evaluated on if it was sent after they arrived; any
-			// other waits for the flights to land and is evaluated again
-			// (on a newer flight, or on the view with a barrier): a commit
-			// of another instance may come between that flight's send and
-			// a request's arrival.
-			for _, p := range group {
-				if p.arrived < last.sent {
-					last.piggy = append(last.piggy, p)
-				} else {
-					c.deferred = append(c.deferred, p)
-				}
-			}
-			return true
-		}
-		setLSN(group, st.LSN)
-		c.answerNoOps(group, st.LSN)
+		c.noOps(group, last, st.LSN)
 		return true
 	}
+	f := c.newFlight(group, batch, last, prev, leader, fence)
+	c.flights = append(c.flights, f)
+	c.metrics.pipelineInFlight.Set(float64(len(c.flights)))
+	c.marks.send()
+	f.reads = c.barrier.sending()
+	c.send(f)
+	return true
+}
+
+// noOps settles a batch that writes nothing, evaluated on last (nil: on
+// the view at lsn).
+func (c *committer) noOps(group []*proposal, last *flight, lsn int64) {
+	if last == nil {
+		setLSN(group, lsn)
+		c.answerNoOps(group, lsn)
+		return
+	}
+	// The no-op rule: linearized by the commit of the flight they were
+	// evaluated on if it was sent after they arrived; any other waits for
+	// the flights to land and is evaluated again (on a newer flight, or on
+	// the view with a barrier): a commit of another instance may come
+	// between that flight's send and a request's arrival.
+	for _, p := range group {
+		if p.arrived < last.sent {
+			last.piggy = append(last.piggy, p)
+		} else {
+			c.deferred = append(c.deferred, p)
+		}
+	}
+}
+
+// newFlight is the flight of a batch evaluated on last (nil: on the view,
+// at prev), with the marker op, the guards and the fence its commit
+// carries: leader and fence are the election's state the batch was
+// evaluated under.
+func (c *committer) newFlight(group []*proposal, batch *revision.Batch, last *flight, prev int64, leader bool, fence zkstore.Fence) *flight {
 	c.seq++
 	c.sends++
 	f := &flight{
 		group: group, batch: batch, sent: c.sends, chained: last != nil,
 		entry: &revision.Entry{
 			LSN:    prev + 1,
-			Writer: revision.WriterTag{Nonce: b.nonce, Seq: c.seq},
+			Writer: revision.WriterTag{Nonce: c.nonce, Seq: c.seq},
 			Ops:    batch.Ops(),
 		},
 	}
@@ -374,7 +405,7 @@ func (c *committer) launch() bool {
 		f.guarded = true
 		f.req.Guards = group[0].guards()
 	}
-	if b.cfg.ForwardWrites && leader {
+	if c.cfg.ForwardWrites && leader {
 		// Only the leader commits: its fence makes a deposed leader's
 		// commit fail, so a new leader that caught up with the log has seen
 		// every forwarded request its predecessor committed. The fence is
@@ -387,7 +418,7 @@ func (c *committer) launch() bool {
 	} else {
 		// Any other commit is refused while a leader holds the read lease
 		// (readlease.go): it never lands behind reads served from memory.
-		f.req.Guards = append(f.req.Guards, b.store.ReadLeaseAbsent())
+		f.req.Guards = append(f.req.Guards, c.store.ReadLeaseAbsent())
 	}
 	if last != nil {
 		// ZooKeeper should receive the flights in order: this one's multi
@@ -396,12 +427,7 @@ func (c *committer) launch() bool {
 		f.req.After, f.req.Predecessor = last.req.Sending, last.predecessor()
 	}
 	f.req.Sending = make(chan struct{})
-	c.flights = append(c.flights, f)
-	b.metrics.pipelineInFlight.Set(float64(len(c.flights)))
-	b.flights.send()
-	f.reads = b.barrier.sending()
-	c.send(f)
-	return true
+	return f
 }
 
 // predecessor is f as the flight chained on it knows it
@@ -414,11 +440,10 @@ func (f *flight) predecessor() *zkstore.Predecessor {
 
 // send hands f's commit to the log; f.done closes when it returned.
 func (c *committer) send(f *flight) {
-	b := c.b
 	f.done, f.start = make(chan struct{}), time.Now()
 	go func() {
-		timer := b.metrics.commitTimer()
-		f.res, f.err = b.store.Commit(b.ctx, f.req)
+		timer := c.metrics.commitTimer()
+		f.res, f.err = c.store.Commit(c.ctx, f.req)
 		timer(f.res.Outcome, f.err)
 		close(f.done)
 	}()
@@ -428,11 +453,10 @@ func (c *committer) send(f *flight) {
 // lsn: the answers hold if that was the newest state, which a barrier
 // proves; otherwise the batch is evaluated again after catching up.
 func (c *committer) answerNoOps(group []*proposal, lsn int64) {
-	b := c.b
-	b.barrier.idle() // no commit comes before this barrier: never wait for one
-	head, err := b.barrier.wait(b.ctx)
+	c.barrier.idle() // no commit comes before this barrier: never wait for one
+	head, err := c.barrier.wait(c.ctx)
 	if err != nil {
-		finishAll(group, b.stopped(err))
+		finishAll(group, stopped(err))
 		return
 	}
 	if head == lsn {
@@ -440,9 +464,9 @@ func (c *committer) answerNoOps(group []*proposal, lsn int64) {
 		finishAll(group, nil)
 		return
 	}
-	b.kickTailer()
-	if err := b.view.WaitApplied(b.ctx, head); err != nil {
-		finishAll(group, b.stopped(err))
+	c.kickTailer()
+	if err := c.view.WaitApplied(c.ctx, head); err != nil {
+		finishAll(group, stopped(err))
 		return
 	}
 	c.pending = append(group, c.pending...)
@@ -464,7 +488,7 @@ func (c *committer) land() {
 	c.flights = c.flights[1:]
 	var requeue []*proposal
 	ok := c.settle(f, &requeue)
-	c.b.flights.settle()
+	c.marks.settle()
 	if ok {
 		c.pace.landed(time.Now(), len(f.group)+len(f.piggy), time.Since(f.start), len(c.flights), len(c.pending))
 		if len(c.flights) > 0 && c.flights[0].chained {
@@ -477,12 +501,12 @@ func (c *committer) land() {
 		for _, g := range c.flights {
 			<-g.done
 			c.settle(g, &requeue)
-			c.b.flights.settle()
+			c.marks.settle()
 		}
 		c.flights = nil
 	}
-	c.b.metrics.pipelineLimit.Set(float64(c.pace.limit))
-	c.b.metrics.pipelineInFlight.Set(float64(len(c.flights)))
+	c.metrics.pipelineLimit.Set(float64(c.pace.limit))
+	c.metrics.pipelineInFlight.Set(float64(len(c.flights)))
 	if len(requeue) > 0 {
 		c.pending = append(requeue, c.pending...)
 	}
@@ -510,7 +534,6 @@ func reordered(f *flight) bool {
 // behind it in order, as far as each was refused for the same reason;
 // from the first that was not, the rest is settled as failed (requeued).
 func (c *committer) resend() {
-	b := c.b
 	for _, g := range c.flights[1:] {
 		<-g.done
 	}
@@ -521,12 +544,12 @@ func (c *committer) resend() {
 	var requeue []*proposal
 	for _, g := range c.flights[n:] {
 		c.settle(g, &requeue)
-		b.flights.settle()
+		c.marks.settle()
 	}
 	c.flights = c.flights[:n]
 	var prev *flight // the first's predecessor landed
 	for _, g := range c.flights {
-		b.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
+		c.metrics.pipelineRefusals.WithLabelValues("reordered").Inc()
 		g.resent++
 		g.req.After, g.req.Predecessor, g.req.Sending = nil, nil, make(chan struct{})
 		if prev != nil {
@@ -544,8 +567,7 @@ func (c *committer) resend() {
 // settle answers or requeues the proposals of a completed flight and
 // reports whether it committed.
 func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
-	b := c.b
-	lg := b.log.WithFields(logrus.Fields{"lsn": f.entry.LSN, "requests": len(f.group)})
+	lg := c.log.WithFields(logrus.Fields{"lsn": f.entry.LSN, "requests": len(f.group)})
 	again := func() { *requeue = append(*requeue, append(f.group, f.piggy...)...) }
 	failed := func(err error) {
 		finishAll(f.group, err)
@@ -553,7 +575,7 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 	}
 	err, res := f.err, f.res
 	if err != nil || res.Outcome != zkstore.Committed {
-		b.barrier.landed(f.reads, 0, false)
+		c.barrier.landed(f.reads, 0, false)
 		// Nothing of this flight was written (or it is unknown): the next
 		// commit follows the newest that committed.
 		switch {
@@ -567,9 +589,9 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		}
 		c.mark = c.landedMark
 		if res.Outcome == zkstore.Refused && f.chained && (res.PrevMissing || res.MarkerMissed) {
-			b.metrics.pipelineRefusals.WithLabelValues("predecessor").Inc()
+			c.metrics.pipelineRefusals.WithLabelValues("predecessor").Inc()
 		} else if res.Outcome == zkstore.Refused {
-			b.metrics.pipelineRefusals.WithLabelValues("guard").Inc()
+			c.metrics.pipelineRefusals.WithLabelValues("guard").Inc()
 		}
 	}
 	switch {
@@ -585,31 +607,31 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 		failed(rpctypes.ErrGRPCTimeoutDueToConnectionLost)
 	case err != nil:
 		lg.WithError(err).Warn("commit failed; nothing was written")
-		failed(b.stopped(err))
+		failed(stopped(err))
 	case res.Outcome == zkstore.Committed:
-		b.ownLanded.Store(int64(time.Since(b.opened))) // see deferRearm
+		c.tail.landed() // see deferRearm
 		if f.req.Marker != nil {
 			c.markLanded(f, res, lg)
 		}
 		f.entry.Zxid = res.Zxid
 		if err := c.applyOwn(f); err != nil {
-			b.barrier.landed(f.reads, 0, false)
+			c.barrier.landed(f.reads, 0, false)
 			failed(rpctypes.ErrGRPCCorrupt)
 			return true
 		}
 		setLSN(f.group, f.entry.LSN)
 		setLSN(f.piggy, f.entry.LSN)
-		b.barrier.landed(f.reads, f.entry.LSN, true)
+		c.barrier.landed(f.reads, f.entry.LSN, true)
 		finishAll(f.group, nil)
 		finishAll(f.piggy, nil)
 		c.limit = 0
 		return true
 	case res.Outcome == zkstore.Conflict:
 		// Another instance took the position: catch up, evaluate again.
-		b.metrics.conflicts.Inc()
-		b.kickTailer()
-		if err := b.view.WaitApplied(b.ctx, f.entry.LSN); err != nil {
-			failed(b.stopped(err))
+		c.metrics.conflicts.Inc()
+		c.kickTailer()
+		if err := c.view.WaitApplied(c.ctx, f.entry.LSN); err != nil {
+			failed(stopped(err))
 			return false
 		}
 		again()
@@ -623,13 +645,13 @@ func (c *committer) settle(f *flight, requeue *[]*proposal) bool {
 			return false
 		}
 		if f.fenced && !res.PrevMissing && !res.MarkerMissed && !res.MarkerGone {
-			if leader, fence, _ := b.election.State(); leader && fence.Path() == f.req.Guards[len(f.req.Guards)-1].Path() {
+			if leader, fence, _ := c.election.State(); leader && fence.Path() == f.req.Guards[len(f.req.Guards)-1].Path() {
 				// Our election znode is gone and the election has not
 				// noticed yet: do not spin on ZooKeeper meanwhile.
 				select {
-				case <-b.election.Changed():
+				case <-c.election.Changed():
 				case <-time.After(50 * time.Millisecond):
-				case <-b.ctx.Done():
+				case <-c.ctx.Done():
 				}
 			}
 		}
@@ -671,12 +693,11 @@ func (c *committer) markLanded(f *flight, res zkstore.CommitResult, lg *logrus.E
 // right before it, else by waiting for the tailer (it may have applied it
 // already, or an earlier flight of unknown outcome that did land).
 func (c *committer) applyOwn(f *flight) error {
-	b := c.b
-	if b.view.State().LSN == f.entry.LSN-1 {
-		return b.apply(f.entry, f.res.Size)
+	if c.view.State().LSN == f.entry.LSN-1 {
+		return c.tail.apply(f.entry, f.res.Size)
 	}
-	b.kickTailer()
-	return b.view.WaitApplied(b.ctx, f.entry.LSN)
+	c.kickTailer()
+	return c.view.WaitApplied(c.ctx, f.entry.LSN)
 }
 
 // evaluate runs up to limit proposals in one batch, on top of the view or,
@@ -684,10 +705,10 @@ func (c *committer) applyOwn(f *flight) error {
 // evaluated (answered, or to answer once the batch is committed), those
 // left for the next batch, the view's state and the batch. An empty group
 // means the first proposal cannot be evaluated on top of last.
-func (b *Engine) evaluate(pending []*proposal, limit int, last *flight) (group, rest []*proposal, st revision.State, bt *revision.Batch) {
+func (c *committer) evaluate(pending []*proposal, limit int, last *flight) (group, rest []*proposal, st revision.State, bt *revision.Batch) {
 	cut := min(limit, len(pending))
 	size := 0
-	_ = b.view.ReadState(func(r revision.Reader, s revision.State) error {
+	_ = c.view.ReadState(func(r revision.Reader, s revision.State) error {
 		st = s
 		var base revision.Reader = r
 		if last != nil {
@@ -700,12 +721,12 @@ func (b *Engine) evaluate(pending []*proposal, limit int, last *flight) (group, 
 				p.err = err
 				continue
 			}
-			if i > 0 && (size+p.size > b.maxEntryBytes || p.guards != nil) {
+			if i > 0 && (size+p.size > c.maxEntryBytes || p.guards != nil) {
 				cut = i
 				break
 			}
 			if p.origin != nil {
-				switch lsn, rev, v := b.origins.lookup(*p.origin, p.sent, p.after); v {
+				switch lsn, rev, v := c.origins.lookup(*p.origin, p.sent, p.after); v {
 				case tagFound:
 					// Committed before (by a leader since deposed, or
 					// before its answer was lost): never twice.
@@ -761,20 +782,10 @@ func (b *Engine) evaluate(pending []*proposal, limit int, last *flight) (group, 
 	return pending[:cut], pending[cut:], st, bt
 }
 
-// stopped answers etcd's "server stopped" for an error caused by the
-// engine's own context ending (Close); other errors go to the caller
-// unchanged, for grpcsrv's error mapper.
-func (b *Engine) stopped(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return rpctypes.ErrGRPCStopped
-	}
-	return err
-}
-
-func (b *Engine) drainProposals() {
+func (c *committer) drainProposals() {
 	for {
 		select {
-		case p := <-b.proposals:
+		case p := <-c.proposals:
 			p.finish(rpctypes.ErrGRPCStopped)
 		default:
 			return
@@ -823,4 +834,41 @@ func finishAll(ps []*proposal, err error) {
 			p.finish(p.err)
 		}
 	}
+}
+
+// writeGuarded queues a validated request (its size checked by the
+// caller) for this instance's committer and returns its typed response;
+// the active alarms may refuse req when it is evaluated
+// (translate.AlarmGate). With guards not nil, the request is committed in
+// an entry of its own under the preconditions guards returns.
+func writeGuarded[T any](ctx context.Context, c *committer, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
+	if err := c.rb.servable(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return propose(ctx, c, proto.Size(req), gated(req, eval), guards)
+}
+
+// gated is eval behind the active alarms' gate (translate.AlarmGate),
+// checked on the state the committer evaluates req on: every path that
+// commits a client's request (local, or forwarded to the leader) goes
+// through it.
+func gated[T any](req any, eval func(*revision.Batch) (T, error)) func(*revision.Batch) (T, error) {
+	return func(bt *revision.Batch) (T, error) {
+		if err := translate.AlarmGate(bt.Alarms(), req); err != nil {
+			var zero T
+			return zero, err
+		}
+		return eval(bt)
+	}
+}
+
+// checkAuth is the in-batch auth check of a proposal: its context's
+// (auth.WithCheck), on the auth state the batch evaluates it on.
+func checkAuth(ctx context.Context, bt *revision.Batch) error {
+	check := auth.CheckFrom(ctx)
+	if check == nil {
+		return nil
+	}
+	return check(bt.AuthState())
 }

@@ -47,7 +47,7 @@ func countLogEntries(t *testing.T, zkAddrs []string, root string) int {
 func TestPhysicalCompactionShrinksTheLogAndRestartLoadsTheBase(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	write := func(n int, prefix string) int64 {
 		var rev int64
 		for i := 0; i < n; i++ {
@@ -123,7 +123,7 @@ func TestHugeTransactionsAndValuesOnDefaultJuteMaxbuffer(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	other := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: in.Root()})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	big := make([]byte, 1500*1024)
 	for i := range big {
 		big[i] = byte(i)
@@ -185,7 +185,7 @@ func TestCompactionCrashAtEachStepLeavesAConsistentStore(t *testing.T) {
 			}
 			a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{CompactionHook: hook})
 			c := a.Client(t)
-			ctx := ctxT(t)
+			ctx := testutil.Context(t, 30*time.Second)
 			var rev int64
 			// Keys no round changes: the second cycle changes under a
 			// quarter of the keys, so it writes a delta after the first.
@@ -280,7 +280,7 @@ func TestInstanceBehindACompactionReloads(t *testing.T) {
 	a := embedtest.Start(t, addrs[:2], embedtest.Options{})
 	b := embedtest.Start(t, addrs[2:], embedtest.Options{Root: a.Root(), SessionTimeout: 30 * time.Second})
 	ca, cb := a.Client(t), b.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	first, err := ca.Put(ctx, "w/0", "0")
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +351,7 @@ func TestRestartLoadsALayeredBase(t *testing.T) {
 	opts := embedtest.Options{Configure: func(c *embed.Config) { c.Engine.LogGenerationLimit = -1 }}
 	in := embedtest.Start(t, []string{zkAddr(t)}, opts)
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	var rev int64
 	put := func(k, v string) {
 		t.Helper()
@@ -485,7 +485,7 @@ func TestCompactionOfAMostlyLiveLogWritesNoBase(t *testing.T) {
 	}}
 	in := embedtest.Start(t, []string{zkAddr(t)}, opts)
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	val := strings.Repeat("v", 200)
 	var rev int64
 	put := func(c *clientv3.Client, k string) {
@@ -519,37 +519,7 @@ func TestCompactionOfAMostlyLiveLogWritesNoBase(t *testing.T) {
 	}
 
 	events := 6 // from the compacted revision to the delete
-	state := func(c *clientv3.Client) string {
-		t.Helper()
-		if _, err := c.Get(ctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted-1)); !errors.Is(err, rpctypes.ErrCompacted) {
-			t.Fatalf("read below the compacted revision: %v", err)
-		}
-		all, err := c.Get(ctx, "", clientv3.WithPrefix())
-		if err != nil {
-			t.Fatal(err)
-		}
-		old, err := c.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(compacted))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := c.HashKV(ctx, c.Endpoints()[0], 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		var got []string
-		want := events
-		for resp := range c.Watch(wctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted), clientv3.WithPrevKV()) {
-			for _, ev := range resp.Events {
-				got = append(got, fmt.Sprint(ev.Type, ev.Kv, ev.PrevKv))
-			}
-			if len(got) >= want {
-				break
-			}
-		}
-		return fmt.Sprint(all.Header.Revision, len(all.Kvs), all.Kvs, old.Kvs, h.Hash, h.HashRevision, h.CompactRevision, got)
-	}
+	state := func(c *clientv3.Client) string { return compactedState(t, ctx, c, compacted, events) }
 	want := state(c)
 	o2 := opts
 	o2.Root = in.Root()
@@ -596,4 +566,39 @@ func TestCompactionOfAMostlyLiveLogWritesNoBase(t *testing.T) {
 	if got := state(in.Client(t)); got != want {
 		t.Fatalf("after a restart from the base:\n%s\nwant\n%s", got, want)
 	}
+}
+
+// compactedState is what a client reads of a view compacted at compacted
+// whose events since number events: reads below the compaction refused,
+// the keys now and at the compacted revision, HashKV, and the watch from
+// the compacted revision.
+func compactedState(t *testing.T, ctx context.Context, c *clientv3.Client, compacted int64, events int) string {
+	t.Helper()
+	if _, err := c.Get(ctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted-1)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("read below the compacted revision: %v", err)
+	}
+	all, err := c.Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := c.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(compacted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.HashKV(ctx, c.Endpoints()[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var got []string
+	for resp := range c.Watch(wctx, "k/", clientv3.WithPrefix(), clientv3.WithRev(compacted), clientv3.WithPrevKV()) {
+		for _, ev := range resp.Events {
+			got = append(got, fmt.Sprint(ev.Type, ev.Kv, ev.PrevKv))
+		}
+		if len(got) >= events {
+			break
+		}
+	}
+	return fmt.Sprint(all.Header.Revision, len(all.Kvs), all.Kvs, old.Kvs, h.Hash, h.HashRevision, h.CompactRevision, got)
 }

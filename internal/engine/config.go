@@ -180,7 +180,7 @@ type Config struct {
 	Now func() time.Time
 	// expiryTick is how often the leader looks for leases past their
 	// deadline (zero: defaultExpiryTick). For the package's tests, which
-	// move Now by hand and wait for the loop's scans (Engine.expiryScans).
+	// move Now by hand and wait for the loop's scans (lessor.expiryScans).
 	expiryTick time.Duration
 }
 

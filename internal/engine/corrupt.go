@@ -42,111 +42,109 @@ const (
 	firstCheckAfter = 5 * time.Second
 )
 
-// corruptCheck is this instance's published member record and the state of
-// the check.
-type corruptCheck struct {
-	mu       sync.Mutex // serializes changes to self and their publication
-	self     zkstore.Member
+// corruptChecker runs the corruption check: it answers the other
+// instances' requests on every instance (answerLoop) and, on the leader,
+// asks for the hashes and raises CORRUPT on a mismatch (run, check). Safe
+// for concurrent use.
+type corruptChecker struct {
+	*core
+	member *memberRecord
+	rb     *rollbackGuard
+	// raise commits an alarm activation (the engine's Alarm).
+	raise func(ctx context.Context, req *pb.AlarmRequest) error
+
+	mu       sync.Mutex
 	answered map[uint64]bool // requests this instance answered (the latest ones)
 	seq      uint64
 }
 
-// publishSelf changes this instance's member record with update and
-// publishes it.
-func (b *Engine) publishSelf(update func(m *zkstore.Member)) error {
-	b.check.mu.Lock()
-	defer b.check.mu.Unlock()
-	update(&b.check.self)
-	return b.store.RegisterMember(b.check.self)
-}
-
 // hashAt computes this instance's answer to req.
-func (b *Engine) hashAt(req zkstore.HashRequest) zkstore.HashAnswer {
+func (c *corruptChecker) hashAt(req zkstore.HashRequest) zkstore.HashAnswer {
 	ans := zkstore.HashAnswer{Check: req.Check, Rev: req.Rev}
-	h, err := etcdformat.HashKV(b.view.Snapshot(), req.Rev)
+	h, err := etcdformat.HashKV(c.view.Snapshot(), req.Rev)
 	if err != nil {
 		ans.Err = err.Error()
 		return ans
 	}
 	ans.CompactRev, ans.Hash = h.CompactRevision, h.Hash
-	if b.cfg.HashHook != nil {
-		ans.Hash = b.cfg.HashHook(ans.Hash)
+	if c.cfg.HashHook != nil {
+		ans.Hash = c.cfg.HashHook(ans.Hash)
 	}
 	return ans
 }
 
-// answerHashChecks answers the other instances' hash requests (the
+// answerLoop answers the other instances' hash requests (the
 // leader's periodic check, a starting instance's initial one), on every
 // instance.
-func (b *Engine) answerHashChecks() {
-	defer b.wg.Done()
-	t := time.NewTicker(max(hashPoll, b.cfg.IdlePoll))
+func (c *corruptChecker) answerLoop() {
+	t := time.NewTicker(max(hashPoll, c.cfg.IdlePoll))
 	defer t.Stop()
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-c.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if b.servable() != nil {
+		if c.rb.servable() != nil {
 			continue
 		}
-		if err := b.answerOnce(); err != nil && b.ctx.Err() == nil {
-			b.log.WithError(err).Debug("answer the corruption check")
+		if err := c.answerOnce(); err != nil && c.ctx.Err() == nil {
+			c.log.WithError(err).Debug("answer the corruption check")
 		}
 	}
 }
 
-func (b *Engine) answerOnce() error {
-	members, err := b.store.Members()
+func (c *corruptChecker) answerOnce() error {
+	members, err := c.store.Members()
 	if err != nil {
 		return err
 	}
 	var answers []zkstore.HashAnswer
 	for _, m := range members {
-		if m.ID == b.memberID || m.HashRequest == nil {
+		if m.ID == c.memberID || m.HashRequest == nil {
 			continue
 		}
 		req := *m.HashRequest
-		b.check.mu.Lock()
-		done := b.check.answered[req.Check]
-		b.check.mu.Unlock()
-		if done || b.view.State().Rev < req.Rev {
+		c.mu.Lock()
+		done := c.answered[req.Check]
+		c.mu.Unlock()
+		if done || c.view.State().Rev < req.Rev {
 			continue // answered, or not there yet (the tailer catches up)
 		}
-		answers = append(answers, b.hashAt(req))
+		answers = append(answers, c.hashAt(req))
 	}
 	if len(answers) == 0 {
 		return nil
 	}
-	return b.publishSelf(func(self *zkstore.Member) {
+	return c.member.publish(func(self *zkstore.Member) {
 		all := append(self.HashAnswers, answers...)
 		self.HashAnswers = all[max(0, len(all)-zkstore.MaxHashAnswers):]
-		if b.check.answered == nil || len(b.check.answered) > 64 {
-			b.check.answered = map[uint64]bool{}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.answered == nil || len(c.answered) > 64 {
+			c.answered = map[uint64]bool{}
 		}
 		for _, a := range answers {
-			b.check.answered[a.Check] = true
+			c.answered[a.Check] = true
 		}
 	})
 }
 
-// corruptCheckLoop runs the leader's check every CorruptCheckTime.
-func (b *Engine) corruptCheckLoop() {
-	defer b.wg.Done()
-	lg := b.log.WithField("component", "corrupt-check")
-	wait := min(firstCheckAfter, b.cfg.CorruptCheckTime)
+// run runs the leader's check every CorruptCheckTime.
+func (c *corruptChecker) run() {
+	lg := c.log.WithField("component", "corrupt-check")
+	wait := min(firstCheckAfter, c.cfg.CorruptCheckTime)
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-c.ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		wait = b.cfg.CorruptCheckTime
-		if leader, _, _ := b.election.State(); !leader || b.servable() != nil {
+		wait = c.cfg.CorruptCheckTime
+		if leader, _, _ := c.election.State(); !leader || c.rb.servable() != nil {
 			continue
 		}
-		if err := b.CheckCorruption(b.ctx); err != nil && b.ctx.Err() == nil {
+		if err := c.check(c.ctx); err != nil && c.ctx.Err() == nil {
 			lg.WithError(err).Warn("corruption check")
 		}
 	}
@@ -169,27 +167,27 @@ type hashRound struct {
 // askHashes publishes a request for the HashKV at the view's revision in
 // this instance's member znode and waits for the other instances' answers
 // (at most hashAnswerWait).
-func (b *Engine) askHashes(ctx context.Context) (*hashRound, error) {
-	b.check.mu.Lock()
-	b.check.seq++
-	req := zkstore.HashRequest{Check: b.nonce ^ b.check.seq<<1 | 1, Rev: b.view.State().Rev}
-	b.check.mu.Unlock()
-	r := &hashRound{req: req, own: b.hashAt(req), answers: map[uint64]zkstore.HashAnswer{}}
+func (c *corruptChecker) askHashes(ctx context.Context) (*hashRound, error) {
+	c.mu.Lock()
+	c.seq++
+	req := zkstore.HashRequest{Check: c.nonce ^ c.seq<<1 | 1, Rev: c.view.State().Rev}
+	c.mu.Unlock()
+	r := &hashRound{req: req, own: c.hashAt(req), answers: map[uint64]zkstore.HashAnswer{}}
 	if r.own.Err != "" {
 		return nil, fmt.Errorf("own hash at %d: %s", req.Rev, r.own.Err)
 	}
-	if err := b.publishSelf(func(self *zkstore.Member) { self.HashRequest = &req }); err != nil {
+	if err := c.member.publish(func(self *zkstore.Member) { self.HashRequest = &req }); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(hashAnswerWait)
 	for {
-		members, err := b.store.Members()
+		members, err := c.store.Members()
 		if err != nil {
 			return nil, err
 		}
 		r.pending = r.pending[:0]
 		for _, m := range members {
-			if m.ID == b.memberID {
+			if m.ID == c.memberID {
 				continue
 			}
 			for _, a := range m.HashAnswers {
@@ -217,7 +215,7 @@ func (b *Engine) askHashes(ctx context.Context) (*hashRound, error) {
 // Answers at another compacted revision (a compaction landed between the
 // two computations), errors and members that did not answer are skipped,
 // as etcd skips them.
-func (b *Engine) mismatches(r *hashRound, lg *logrus.Entry) []uint64 {
+func (c *corruptChecker) mismatches(r *hashRound, lg *logrus.Entry) []uint64 {
 	lg = lg.WithFields(logrus.Fields{"revision": r.req.Rev, "compact_revision": r.own.CompactRev})
 	for _, id := range r.pending {
 		lg.WithField("member", memberHex(id)).Warn("corruption check: no answer from member; skipped")
@@ -236,48 +234,48 @@ func (b *Engine) mismatches(r *hashRound, lg *logrus.Entry) []uint64 {
 		}
 	}
 	slices.Sort(bad)
-	b.metrics.corruptMismatches.Add(float64(len(bad)))
+	c.metrics.corruptMismatches.Add(float64(len(bad)))
 	return bad
 }
 
-// CheckCorruption runs one round of the corruption check as the leader
+// check runs one round of the corruption check as the leader
 // instance: it asks every other instance for its HashKV at the view's
 // revision and, as etcd, raises the CORRUPT alarm for one instance whose
 // hash differs from its own at the same compacted revision (the lowest
 // member ID; all are logged). Errors: the log's, ErrNotLeader, or one
 // wrapping errMismatch after raising the alarm.
-func (b *Engine) CheckCorruption(ctx context.Context) error {
-	if leader, _, _ := b.election.State(); !leader {
+func (c *corruptChecker) check(ctx context.Context) error {
+	if leader, _, _ := c.election.State(); !leader {
 		return ErrNotLeader
 	}
-	r, err := b.askHashes(ctx)
+	r, err := c.askHashes(ctx)
 	if err != nil {
 		return err
 	}
-	b.metrics.corruptChecks.Inc()
-	bad := b.mismatches(r, b.log.WithField("component", "corrupt-check"))
+	c.metrics.corruptChecks.Inc()
+	bad := c.mismatches(r, c.log.WithField("component", "corrupt-check"))
 	if len(bad) == 0 {
 		return nil
 	}
 	raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: bad[0], Alarm: pb.AlarmType_CORRUPT}
-	if _, err := b.Alarm(ctx, raise); err != nil {
+	if err := c.raise(ctx, raise); err != nil {
 		return fmt.Errorf("raise CORRUPT for %s: %w", memberHex(bad[0]), err)
 	}
 	return fmt.Errorf("%w with %d member(s) at revision %d: CORRUPT raised for %s", errMismatch, len(bad), r.req.Rev, memberHex(bad[0]))
 }
 
-// initialCheck is etcd's initial corruption check (the InitialCorruptCheck
+// initial is etcd's initial corruption check (the InitialCorruptCheck
 // feature gate): before the instance serves, it compares its HashKV with
 // every other instance's at its own revision; a mismatch at the same
 // compacted revision fails the start, raising no alarm, as in etcd.
-func (b *Engine) initialCheck(ctx context.Context) error {
+func (c *corruptChecker) initial(ctx context.Context) error {
 	start := time.Now()
-	r, err := b.askHashes(ctx)
+	r, err := c.askHashes(ctx)
 	if err != nil {
 		return fmt.Errorf("initial corruption check: %w", err)
 	}
-	lg := b.log.WithField("component", "corrupt-check")
-	if bad := b.mismatches(r, lg); len(bad) > 0 {
+	lg := c.log.WithField("component", "corrupt-check")
+	if bad := c.mismatches(r, lg); len(bad) > 0 {
 		return fmt.Errorf("initial corruption check: %w: this instance's HashKV at revision %d differs from %d other instance(s)' (first %s)",
 			errMismatch, r.req.Rev, len(bad), memberHex(bad[0]))
 	}

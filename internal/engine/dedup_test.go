@@ -32,7 +32,7 @@ func originEntries(t *testing.T, st *memlog.Store, tag revision.WriterTag, req p
 	if !ok {
 		t.Fatalf("%T is not forwarded", req)
 	}
-	bound, err := boundTag(tag, k, req, auth.Caller{})
+	bound, err := boundTag(tag, k.rpc(), req, auth.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestATagAnswersOnlyItsOwnRequestAndCaller(t *testing.T) {
 	if n != 4 { // the alarm of NONE stages nothing
 		t.Errorf("%d entries hold the nonce's tags, want 4 (3 forgeries that wrote, the origin's put)", n)
 	}
-	bound, _ := boundTag(tag, putKind, mine, root)
+	bound, _ := boundTag(tag, putKind.rpc(), mine, root)
 	if _, _, v := a.origins.lookup(bound, tag, 0); v != tagFound {
 		t.Fatalf("the origin's bound tag is not indexed")
 	}
@@ -280,14 +280,14 @@ func TestAnUnboundTagOfAnOlderLeaderStillFindsItsRequest(t *testing.T) {
 	var o origins
 	sent := revision.WriterTag{Nonce: 5, Seq: 3}
 	o.record(&revision.Entry{LSN: 10, Ops: []revision.Op{{Kind: revision.OpOrigin, Origin: sent, Rev: 4}}})
-	mine, _ := boundTag(sent, putKind, &pb.PutRequest{Key: []byte("k")}, auth.Caller{})
+	mine, _ := boundTag(sent, putKind.rpc(), &pb.PutRequest{Key: []byte("k")}, auth.Caller{})
 	if lsn, rev, v := o.lookup(mine, sent, 0); v != tagFound || lsn != 10 || rev != 4 {
 		t.Fatalf("the re-send of a request an older leader committed: %d %d %v, want found at 10", lsn, rev, v)
 	}
-	forged, _ := boundTag(sent, putKind, &pb.PutRequest{Key: []byte("forged")}, auth.Caller{})
+	forged, _ := boundTag(sent, putKind.rpc(), &pb.PutRequest{Key: []byte("forged")}, auth.Caller{})
 	o.record(&revision.Entry{LSN: 11, Ops: []revision.Op{{Kind: revision.OpOrigin, Origin: forged, Rev: 5}}})
 	other := revision.WriterTag{Nonce: 5, Seq: 4}
-	theirs, _ := boundTag(other, putKind, &pb.PutRequest{Key: []byte("k")}, auth.Caller{})
+	theirs, _ := boundTag(other, putKind.rpc(), &pb.PutRequest{Key: []byte("k")}, auth.Caller{})
 	if _, _, v := o.lookup(theirs, other, 0); v != tagAbsent {
 		t.Fatalf("a request whose tag holds only a forgery: %v, want absent", v)
 	}

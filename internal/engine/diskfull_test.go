@@ -64,50 +64,8 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 		raw[i] = byte(r.Uint32())
 	}
 	value := string(raw)
-	var mu sync.Mutex
-	acked := map[string]int64{} // key -> revision of its acknowledged put
-	failures := 0
 	start := time.Now()
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	var once sync.Once
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("big/%d/%05d", w, i)
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				resp, err := c.Put(ctx, key, value)
-				cancel()
-				mu.Lock()
-				if err == nil {
-					acked[key] = resp.Header.Revision
-				} else {
-					failures++
-				}
-				mu.Unlock()
-				if err != nil {
-					once.Do(func() { close(stop) })
-					return
-				}
-				if time.Since(start) > 3*time.Minute {
-					mu.Lock()
-					n := len(acked)
-					mu.Unlock()
-					t.Errorf("the 30 MB disk is not full after %d puts", n)
-					once.Do(func() { close(stop) })
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	acked, failures := putUntilRefused(t, c, value)
 	failedAt := time.Since(start)
 	t.Logf("%d puts of 64 KiB acknowledged before the first failure (%v in)", len(acked), failedAt.Round(time.Millisecond))
 	if len(acked) < 50 {
@@ -179,4 +137,55 @@ func TestZooKeeperDiskFullStopsWritesKeepsSerializableReadsAndLosesNoAcknowledge
 	if _, err := in.Client(t).Put(ctx, "after", "room"); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("put after the restart: %v", err)
 	}
+}
+
+// putUntilRefused puts value under new keys from 4 writers until a put
+// fails (at most 3 minutes), and returns the revision of each
+// acknowledged put by key and how many failed.
+func putUntilRefused(t *testing.T, c *clientv3.Client, value string) (map[string]int64, int) {
+	var mu sync.Mutex
+	acked := map[string]int64{} // key -> revision of its acknowledged put
+	failures := 0
+	start := time.Now()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var once sync.Once
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("big/%d/%05d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := c.Put(ctx, key, value)
+				cancel()
+				mu.Lock()
+				if err == nil {
+					acked[key] = resp.Header.Revision
+				} else {
+					failures++
+				}
+				mu.Unlock()
+				if err != nil {
+					once.Do(func() { close(stop) })
+					return
+				}
+				if time.Since(start) > 3*time.Minute {
+					mu.Lock()
+					n := len(acked)
+					mu.Unlock()
+					t.Errorf("the 30 MB disk is not full after %d puts", n)
+					once.Do(func() { close(stop) })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return acked, failures
 }

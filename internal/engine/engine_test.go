@@ -30,9 +30,8 @@ var _ Log = (*memlog.Client)(nil)
 // engine starts an Engine named name on a new client of st.
 func engine(t testing.TB, st *memlog.Store, name string, configure func(*Config)) (*Engine, *memlog.Client) {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
-	cfg := Config{Name: name, Logger: logrus.NewEntry(lg).WithField("member", name)}
+	lg := testutil.Logger(logrus.ErrorLevel)
+	cfg := Config{Name: name, Logger: lg.WithField("member", name)}
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -135,7 +134,7 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOnce) // before the engine closes, should the test fail first
 	const n = 40
-	before := b.submitted.Load()
+	before := b.commit.submitted.Load()
 	revs := make(chan int64, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -148,7 +147,7 @@ func TestConcurrentWritesShareLogEntries(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "first commit in flight", first.Load)
 	// Every write is in the held entry or waits behind it: they cannot
 	// all have an entry of their own.
-	testutil.Eventually(t, 10*time.Second, "every write handed to the committer", func() bool { return b.submitted.Load() >= before+n })
+	testutil.Eventually(t, 10*time.Second, "every write handed to the committer", func() bool { return b.commit.submitted.Load() >= before+n })
 	releaseOnce()
 	wg.Wait()
 	close(revs)
@@ -306,7 +305,7 @@ func TestTooLargeEntryIsSplitAndATooLargeRequestRefused(t *testing.T) {
 	t.Cleanup(releaseOnce) // before the engine closes, should the test fail first
 	value := string(make([]byte, 1024))
 	const n = 20
-	before := b.submitted.Load()
+	before := b.commit.submitted.Load()
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
@@ -315,7 +314,7 @@ func TestTooLargeEntryIsSplitAndATooLargeRequestRefused(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "first commit in flight", first.Load)
 	// Every write is in the held entry or waits behind it: the next batch
 	// takes all those waiting, past the chunk size.
-	testutil.Eventually(t, 10*time.Second, "every write handed to the committer", func() bool { return b.submitted.Load() >= before+n })
+	testutil.Eventually(t, 10*time.Second, "every write handed to the committer", func() bool { return b.commit.submitted.Load() >= before+n })
 	releaseOnce()
 	wg.Wait()
 	_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("huge"), Value: make([]byte, 16<<10)})
@@ -552,7 +551,7 @@ func TestMemoryIsReleasedOnceTheCompactionObserverDropsItsCopy(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no memory release after the observer dropped its copy of the view")
 	}
-	if n := a.copiesHeld.Load(); n != 0 {
+	if n := a.compaction.copiesHeld.Load(); n != 0 {
 		t.Fatalf("%d copies of the view counted as held after the only one was dropped", n)
 	}
 }

@@ -8,11 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/version"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/internal/buildinfo"
-	"github.com/zketcd/zketcd/internal/translate"
 )
 
 // etcd's own metric names, where what they measure has a counterpart here
@@ -146,7 +143,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.isLeader, bool01(leader))
 	gauge(c.proposalsCommitted, float64(max(head.LSN, st.LSN)))
 	gauge(c.proposalsApplied, float64(st.LSN))
-	gauge(c.proposalsPend, float64(b.pendingWrites.Load()))
+	gauge(c.proposalsPend, float64(b.metrics.pendingWrites.Load()))
 	gauge(c.quota, float64(b.QuotaBytes()))
 	gauge(c.dbTotal, float64(logical.total))
 	gauge(c.dbInUse, float64(logical.inUse))
@@ -167,7 +164,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.appliedRev, float64(st.Rev))
 	gauge(c.appliedLSN, float64(st.LSN))
 	stale := 0.0
-	if hs := b.lastHead.Load(); hs != nil {
+	if hs := b.tail.lastHead.Load(); hs != nil {
 		stale = time.Since(hs.at).Seconds()
 	}
 	gauge(c.staleSeconds, stale)
@@ -182,47 +179,12 @@ func (b *Engine) registerStateMetrics(reg prometheus.Registerer) {
 	}
 }
 
-// proposalStarted counts a write as pending (etcd_server_proposals_pending)
-// until the function it returns is called with the write's error, which
-// counts it as failed (etcd_server_proposals_failed_total) when it did not
-// get a verdict: etcd counts a proposal failed when raft would not take it
-// or it timed out; here when ZooKeeper or the leader could not be reached
-// in time, the instance stopped, or the client went away — not when etcd's
-// rules refused it (a failed compare, a missing lease, NOSPACE).
-func (b *Engine) proposalStarted() func(err error) {
-	b.pendingWrites.Add(1)
-	return func(err error) {
-		b.pendingWrites.Add(-1)
-		if proposalFailed(err) {
-			b.metrics.proposalsFailed.Inc()
-		}
-	}
-}
-
-// proposalFailed reports whether a write's error says it never got a
-// verdict (see proposalStarted).
-func proposalFailed(err error) bool {
-	if err == nil {
-		return false
-	}
-	st, ok := translate.Status(err)
-	if !ok {
-		return true // the log's unavailability: answered "no leader"
-	}
-	switch status.Code(st) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.Aborted:
-		return true
-	}
-	return false
-}
-
 // followLeaderAndSession counts the leader changes this instance sees
 // (etcd_server_leader_changes_seen_total: as etcd, a change to a leader
 // other than the last one seen, the first election included) and the
 // ZooKeeper sessions it lost (zketcd_zookeeper_session_expirations_total:
 // a new session replacing one it had), until the engine stops.
 func (b *Engine) followLeaderAndSession() {
-	defer b.wg.Done()
 	var lead uint64
 	sid, _ := b.store.Session()
 	for {

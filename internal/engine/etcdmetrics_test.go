@@ -89,11 +89,7 @@ func TestEtcdSeriesReportTheInstance(t *testing.T) {
 	engine(t, st, "b", func(c *Config) { c.Registerer = rb; c.QuotaBackendBytes = 1 << 20 })
 	value := func(reg *prometheus.Registry, name string, labels map[string]string) float64 {
 		t.Helper()
-		v, ok := gathered(t, reg, name, labels)
-		if !ok {
-			t.Fatalf("no series %s%v", name, labels)
-		}
-		return v
+		return mustGather(t, reg, name, labels)
 	}
 	testutil.Eventually(t, 5*time.Second, "b has a leader", func() bool { return value(rb, "etcd_server_has_leader", nil) == 1 })
 	for _, tc := range []struct {
@@ -160,18 +156,7 @@ func TestEtcdSeriesReportTheInstance(t *testing.T) {
 	if got := value(ra, "etcd_disk_backend_commit_duration_seconds", nil); got < 4 {
 		t.Errorf("%v commits observed after 4 writes", got)
 	}
-	info := buildinfo.Get()
-	for name, labels := range map[string]map[string]string{
-		"etcd_server_version":    {"server_version": version.Version},
-		"etcd_cluster_version":   {"cluster_version": version.Cluster(version.Version)},
-		"etcd_server_go_version": {"server_go_version": runtime.Version()},
-		"etcd_server_id":         {"server_id": fmt.Sprintf("%x", a.MemberID())},
-		"zketcd_build_info":      {"version": info.Version, "commit": info.Commit, "goversion": info.GoVersion},
-	} {
-		if got := value(ra, name, labels); got != 1 {
-			t.Errorf("%s%v = %v", name, labels, got)
-		}
-	}
+	checkVersionSeries(t, ra, a.MemberID())
 	if _, err := a.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: 0xab, Alarm: pb.AlarmType_NOSPACE}); err != nil {
 		t.Fatal(err)
 	}
@@ -205,4 +190,33 @@ func TestEtcdSeriesReportTheInstance(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "b leads and counts the change", func() bool {
 		return value(rb, "etcd_server_is_leader", nil) == 1 && value(rb, "etcd_server_leader_changes_seen_total", nil) == 2
 	})
+}
+
+// mustGather returns the value of the series name with labels in reg,
+// failing the test if there is none.
+func mustGather(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, ok := gathered(t, reg, name, labels)
+	if !ok {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	return v
+}
+
+// checkVersionSeries checks the series of reg that say which build, API
+// and member answer (1, with it in their labels).
+func checkVersionSeries(t *testing.T, reg *prometheus.Registry, member uint64) {
+	t.Helper()
+	info := buildinfo.Get()
+	for name, labels := range map[string]map[string]string{
+		"etcd_server_version":    {"server_version": version.Version},
+		"etcd_cluster_version":   {"cluster_version": version.Cluster(version.Version)},
+		"etcd_server_go_version": {"server_go_version": runtime.Version()},
+		"etcd_server_id":         {"server_id": fmt.Sprintf("%x", member)},
+		"zketcd_build_info":      {"version": info.Version, "commit": info.Commit, "goversion": info.GoVersion},
+	} {
+		if got := mustGather(t, reg, name, labels); got != 1 {
+			t.Errorf("%s%v = %v", name, labels, got)
+		}
+	}
 }

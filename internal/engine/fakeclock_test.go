@@ -36,8 +36,8 @@ func onClock(clk *testutil.Clock, tick time.Duration, configure func(*Config)) f
 // b must be (or become) the leader.
 func scanned(t testing.TB, b *Engine) {
 	t.Helper()
-	n := b.expiryScans.Load()
-	testutil.Eventually(t, 10*time.Second, "an expiry scan of the leader", func() bool { return b.expiryScans.Load() >= n+2 })
+	n := b.leases.expiryScans.Load()
+	testutil.Eventually(t, 10*time.Second, "an expiry scan of the leader", func() bool { return b.leases.expiryScans.Load() >= n+2 })
 }
 
 // expiresNoSoonerThan proves lease id lives until at on clk and expires by

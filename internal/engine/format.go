@@ -18,13 +18,13 @@ type formatKeeper interface {
 // the leader raises it once every live instance reads the newest one
 // (compression), the others read it again, until it is the newest this
 // build knows. Called from the compaction loop (every 2 s).
-func (b *Engine) followFormat(lg *logrus.Entry, leader bool) {
-	fk, ok := b.store.(formatKeeper)
+func followFormat(c *core, lg *logrus.Entry, leader bool) {
+	fk, ok := c.store.(formatKeeper)
 	if !ok {
 		return
 	}
 	cur := fk.Format()
-	b.metrics.rootFormat.Set(float64(cur))
+	c.metrics.rootFormat.Set(float64(cur))
 	if cur >= zkstore.MetaFormat {
 		return
 	}
@@ -34,8 +34,8 @@ func (b *Engine) followFormat(lg *logrus.Entry, leader bool) {
 	} else {
 		cur, err = fk.RefreshFormat()
 	}
-	if err != nil && b.ctx.Err() == nil {
+	if err != nil && c.ctx.Err() == nil {
 		lg.WithError(err).Debug("root format")
 	}
-	b.metrics.rootFormat.Set(float64(cur))
+	c.metrics.rootFormat.Set(float64(cur))
 }

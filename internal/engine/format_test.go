@@ -44,13 +44,12 @@ func newerEntry(f byte) []byte {
 
 func openBackend(t *testing.T, root string) (*engine.Engine, error) {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
+	lg := testutil.Logger(logrus.WarnLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := engine.Open(ctx, engine.Config{
-		Store: zkstore.Config{Servers: []string{zkAddr(t)}, Root: root, Logger: logrus.NewEntry(lg)},
-		Name:  "format-test", Logger: logrus.NewEntry(lg),
+		Store: zkstore.Config{Servers: []string{zkAddr(t)}, Root: root, Logger: lg},
+		Name:  "format-test", Logger: lg,
 	})
 	if err == nil {
 		t.Cleanup(b.Close)
@@ -77,7 +76,7 @@ func wantNewerFormat(t *testing.T, err error, parts ...string) {
 func TestAnInstanceRefusesDataOfANewerFormatNamingTheVersions(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	put, err := c.Put(ctx, "a", "1")
 	if err != nil {
 		t.Fatal(err)

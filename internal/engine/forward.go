@@ -12,8 +12,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -30,104 +30,22 @@ import (
 // entry before its commit (the commit's compare-and-swap proves it), so a
 // tag already in the log is answered as a duplicate, never committed twice.
 
-// Errors of the forwarding protocol. None of them means anything was
-// written.
-var (
-	// ErrNotLeader answers a request that needs the leadership (a
-	// forwarded write, an auto-compaction, a corruption check) at an
-	// instance that does not hold it: the engine's one "not leader".
-	ErrNotLeader = errors.New("zketcd: this instance is not the leader")
-	// ErrAuthChanged answers a forwarded write whose origin checked its
-	// permissions on another auth state than the leader's.
-	ErrAuthChanged = errors.New("zketcd: the auth state changed since the request was checked")
-	// ErrNotSent is a Forwarder's answer when the request was not sent (no
-	// connection to the peer could be made).
-	ErrNotSent = errors.New("zketcd: the request was not sent to the leader")
-	// ErrUnsupported is a Forwarder's answer when the peer does not know
-	// the request (an older version): nothing ran there.
-	ErrUnsupported = errors.New("zketcd: the peer does not serve this request")
-)
+// forwarder is the forwarding of one instance: at a follower, the leader's
+// endpoint as its member znode advertises it and the sequence of the tags
+// this instance sends (forward_write.go sends a write); at the leader, the
+// forwarded calls it serves and the answers it keeps (serveOnce). Safe for
+// concurrent use.
+type forwarder struct {
+	*core
+	commit *committer
+	tail   *tailer
+	rb     *rollbackGuard
+	// linearize is the engine's Linearize: a write refused for a changed
+	// auth state is checked again on a view at least as new as the
+	// leader's.
+	linearize func(ctx context.Context) error
+	metrics   *fwdMetrics
 
-// Peer is another instance's internal endpoint as its member znode
-// advertises it.
-type Peer struct {
-	ID    uint64
-	URL   string
-	Token string
-}
-
-// ForwardCall is one forwarded write: Req is the etcd request (Put,
-// DeleteRange, Txn, Compaction, LeaseGrant with its ID chosen, LeaseRevoke,
-// an Alarm activation or deactivation, an auth change as prepared),
-// Resp the empty response of its type, filled by a successful Forward.
-type ForwardCall struct {
-	Origin revision.WriterTag
-	AuthFP uint64
-	// Caller is the credential of the client the request came from: at
-	// the origin auth.CallerFrom of its context (a Forwarder sends that
-	// one), at the leader as the origin sent it, verified or not. With
-	// Origin, the request's kind and its bytes it binds the tag
-	// (boundTag); it authorizes nothing (the leader's Authorizer checks
-	// the credential).
-	Caller auth.Caller
-	Req    proto.Message
-	// Entropy is the random bytes an auth change was evaluated with at
-	// its origin (nil for other requests).
-	Entropy []byte
-	Resp    proto.Message
-	// Fresh is set on the first send: a Forwarder that cannot reach the
-	// peer without sending anything answers ErrNotSent.
-	Fresh bool
-	// After, on a re-send, is the log position the origin had applied
-	// before the first send: the request can only be in an entry after it,
-	// and a leader whose tag index no longer holds all of those answers
-	// etcd's "request timed out, possibly due to connection lost" rather
-	// than evaluate it again (0 on the first send).
-	After int64
-}
-
-// ForwardReply is the leader's answer beyond the response: the log
-// position to wait for and, for a request found in the log already (its
-// response lost with a leader), the revision it took.
-type ForwardReply struct {
-	LSN    int64
-	Dup    bool
-	DupRev int64
-}
-
-// Forwarder carries requests to another instance's internal endpoint
-// (package forward implements it over gRPC). The credential of the client
-// a request came from (auth.CallerFrom of its context) travels with it, for
-// the peer to check it itself. Its methods are safe for concurrent use.
-// Errors: ErrNotLeader, ErrAuthChanged and ErrNotSent as
-// documented; a *FinalError for the peer's answer that the request failed
-// (nothing written; retrying cannot change it); anything else leaves the
-// outcome unknown.
-type Forwarder interface {
-	Forward(ctx context.Context, to Peer, call ForwardCall) (ForwardReply, error)
-	// ReadIndex returns a log position the peer read after the call
-	// arrived (a quorum barrier).
-	ReadIndex(ctx context.Context, to Peer) (int64, error)
-	// KeepAlive renews lease id at the peer and returns its TTL (0: no
-	// such lease).
-	KeepAlive(ctx context.Context, to Peer, id int64) (int64, error)
-	// LeaseTimeToLive and Leases answer the lease reads at the peer
-	// (ServeLeaseTimeToLive and ServeLeases there) and return the answer
-	// with the log position the peer's view had applied when it answered.
-	// A peer that does not know the request answers ErrUnsupported, one
-	// that does not lead ErrNotLeader.
-	LeaseTimeToLive(ctx context.Context, to Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error)
-	Leases(ctx context.Context, to Peer) (*pb.LeaseLeasesResponse, int64, error)
-}
-
-// FinalError is a forwarded request's failure as the leader answered it.
-type FinalError struct{ Err error }
-
-func (e *FinalError) Error() string { return e.Err.Error() }
-func (e *FinalError) Unwrap() error { return e.Err }
-
-// forwarding is the Engine's forwarding state.
-type forwarding struct {
 	mu   sync.Mutex
 	seq  uint64
 	peer Peer // the leader's endpoint, cached by leader ID
@@ -141,8 +59,6 @@ type forwarding struct {
 	// the same answer).
 	calls map[revision.WriterTag]*fwdCall
 	done  []*fwdCall // answered, oldest first
-
-	metrics *fwdMetrics
 }
 
 type fwdCall struct {
@@ -159,6 +75,17 @@ const (
 	readIndexLimit = 2 * time.Second
 	maxBackoff     = time.Second
 )
+
+// wireKind is what forwarding needs of a kind of write (kinds.go): its
+// label in the metrics, its etcd method (rpc: part of its bound tag) and
+// the check of a leader's answer to it.
+type wireKind interface {
+	label() string
+	rpc() string
+	// answered checks a leader's answer to a forwarded request of this
+	// kind before the origin passes it on.
+	answered(resp proto.Message) error
+}
 
 type fwdMetrics struct {
 	requests  *prometheus.CounterVec
@@ -198,27 +125,22 @@ func newFwdMetrics(reg prometheus.Registerer) *fwdMetrics {
 	return m
 }
 
-// forwarding reports whether writes go to the leader.
-func (b *Engine) forwarding() bool { return b.cfg.ForwardWrites && b.cfg.Forwarder != nil }
-
-// InternalToken is the secret callers of this instance's internal
-// endpoint present (advertised in its member znode).
-func (b *Engine) InternalToken() string { return b.internalToken }
+// enabled reports whether writes go to the leader.
+func (f *forwarder) enabled() bool { return f.cfg.ForwardWrites && f.cfg.Forwarder != nil }
 
 // leaderPeer returns the leader's endpoint (ok false: unknown, or the
 // leader advertises none) and whether this instance leads.
-func (b *Engine) leaderPeer() (p Peer, ok, self bool) {
-	leader, _, id := b.election.State()
+func (f *forwarder) leaderPeer() (p Peer, ok, self bool) {
+	leader, _, id := f.election.State()
 	if leader {
 		return Peer{}, false, true
 	}
-	if id == 0 || id == b.memberID {
+	if id == 0 || id == f.memberID {
 		// Unknown, or a previous process of this member whose session has
 		// not expired yet: it commits nothing more, so there is no one to
 		// forward to.
 		return Peer{}, false, false
 	}
-	f := &b.fwd
 	f.mu.Lock()
 	p, at, wasForeign := f.peer, f.peerAt, f.peerForeign
 	f.mu.Unlock()
@@ -228,18 +150,18 @@ func (b *Engine) leaderPeer() (p Peer, ok, self bool) {
 		// it may have restarted with one, under the same member ID.
 		return p, p.URL != "", false
 	}
-	members, err := b.store.Members()
+	members, err := f.store.Members()
 	if err != nil {
 		return Peer{}, false, false
 	}
 	for _, m := range members {
 		if m.ID == id {
 			p = Peer{ID: id, URL: m.InternalURL, Token: m.InternalToken}
-			foreign := b.foreignLoopback(m.InternalURL, m.Host)
+			foreign := foreignLoopback(f.host, m.InternalURL, m.Host)
 			if foreign {
 				// Not the leader's: never dialed (host.go).
 				if !wasForeign {
-					b.log.WithFields(logrus.Fields{"leader": fmt.Sprintf("%x", id), "leader_name": m.Name, "internal_url": m.InternalURL}).
+					f.log.WithFields(logrus.Fields{"leader": fmt.Sprintf("%x", id), "leader_name": m.Name, "internal_url": m.InternalURL}).
 						Warn("the leader instance advertises an internal endpoint on the loopback of another host: this instance does not dial it and commits its own writes; " +
 							"give every instance an --internal-listen-url the others reach, over peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file)")
 				}
@@ -259,254 +181,31 @@ func (b *Engine) leaderPeer() (p Peer, ok, self bool) {
 const peerRecheck = 5 * time.Second
 
 // forgetPeer drops the cached endpoint of leader id.
-func (b *Engine) forgetPeer(id uint64) {
-	b.fwd.mu.Lock()
-	if b.fwd.peer.ID == id {
-		b.fwd.peer = Peer{}
+func (f *forwarder) forgetPeer(id uint64) {
+	f.mu.Lock()
+	if f.peer.ID == id {
+		f.peer = Peer{}
 	}
-	b.fwd.mu.Unlock()
+	f.mu.Unlock()
 }
 
-// writeFwd is write for a request the leader may commit for us (a kind
-// of the table, labelled label): without forwarding, or while no leader
-// endpoint is known before anything was sent, the request is committed
-// here (the per-instance path); at the leader it is committed directly;
-// elsewhere it is forwarded and answered once the view applied the
-// leader's position. entropy is the random bytes an auth change was drawn
-// with at its origin (nil for the others): it travels with the request, so
-// the leader evaluates it as this instance would. dup builds the response
-// of a request found committed already (nil: it cannot be rebuilt, the
-// client gets etcd's "request timed out, possibly due to connection
-// lost").
-func writeFwd[T proto.Message](ctx context.Context, b *Engine, label string, req proto.Message, entropy []byte, newResp func() T,
-	eval func(*revision.Batch) (T, error), dup func(lsn, rev int64) (T, error)) (T, error) {
-	var zero T
-	if err := b.servable(); err != nil {
-		return zero, err
-	}
-	size := proto.Size(req)
-	eval = gated(req, eval)
-	if !b.forwarding() {
-		return propose(ctx, b, size, eval, nil)
-	}
-	method := label
-	m := b.fwd.metrics
-	var tag *revision.WriterTag  // set once the request may have reached a leader
-	var bound revision.WriterTag // tag bound to the request and its caller (boundTag)
-	caller := auth.CallerFrom(ctx)
-	var authFP uint64
-	// Once tagged: when it was first sent, the position the view had
-	// applied before (the request can only land after it), and until when
-	// it is sent again (resendLimit).
-	var start, deadline time.Time
-	var after int64
-	backoff := 20 * time.Millisecond
-	wait := func() error {
-		changed := b.election.Changed()
-		d := backoff
-		if tag != nil {
-			d = max(min(d, time.Until(deadline)), 0)
-		}
-		select {
-		case <-changed:
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-b.ctx.Done():
-			return rpctypes.ErrGRPCStopped
-		}
-		backoff = min(2*backoff, maxBackoff)
-		return nil
-	}
-	lg := b.log.WithField("method", method)
-	for attempt := 0; ; attempt++ {
-		if tag != nil && !time.Now().Before(deadline) {
-			// Sent again for as long as a leader change takes; its
-			// outcome stays unknown, as etcd's timed-out proposals.
-			m.requests.WithLabelValues(method, "timeout").Inc()
-			lg.WithFields(logrus.Fields{"seq": tag.Seq, "for": time.Since(start).Round(time.Millisecond)}).
-				Warn("forwarded request of unknown outcome not resolved; answering that it timed out")
-			return zero, rpctypes.ErrGRPCTimeoutDueToConnectionLost
-		}
-		// actx bounds an attempt of a tagged request by its deadline.
-		actx, acancel := ctx, context.CancelFunc(func() {})
-		if tag != nil {
-			actx, acancel = context.WithDeadline(ctx, deadline)
-		}
-		peer, known, self := b.leaderPeer()
-		switch {
-		case self:
-			// A request of ours is checked in the batch by its context's
-			// auth check, so no fingerprint. Sent before, it is found in the
-			// log under its tag bound as the leader it went to bound it.
-			p := &proposal{size: size, leaderOnly: tag == nil, after: after}
-			if tag != nil {
-				p.origin, p.sent = &bound, *tag
-			}
-			resp, out, err := proposeAs(actx, b, p, eval)
-			acancel()
-			if err != nil && tag != nil && ctx.Err() == nil && actx.Err() != nil {
-				continue // the deadline passed: answered at the top
-			}
-			if errors.Is(err, ErrNotLeader) {
-				if err := wait(); err != nil {
-					return zero, err
-				}
-				continue
-			}
-			if err != nil || !out.dup {
-				if tag != nil {
-					m.requests.WithLabelValues(method, outcomeLabel(err)).Inc()
-				}
-				return resp, err
-			}
-			m.requests.WithLabelValues(method, "duplicate").Inc()
-			return answerDup(ctx, b, out.lsn, out.dupRev, dup)
-		case !known && tag == nil:
-			acancel()
-			m.requests.WithLabelValues(method, "local").Inc()
-			resp, err := proposeHere(ctx, b, size, eval, nil)
-			if !errors.Is(err, errLeaseHeld) {
-				return resp, err
-			}
-			// A leader holds the read lease: it alone commits. Wait until
-			// it can be reached (or is gone).
-			if err := wait(); err != nil {
-				return zero, err
-			}
-			continue
-		case !known:
-			acancel()
-			if err := wait(); err != nil {
-				return zero, err
-			}
-			continue
-		}
-		fresh := tag == nil
-		var resendAfter int64
-		if fresh {
-			state := b.viewAuth()
-			if check := auth.CheckFrom(ctx); check != nil {
-				if err := check(state); err != nil {
-					acancel()
-					return zero, err
-				}
-			}
-			authFP = authFingerprint(state)
-			after = b.view.State().LSN
-			b.fwd.mu.Lock()
-			b.fwd.seq++
-			sent := revision.WriterTag{Nonce: b.nonce, Seq: b.fwd.seq}
-			b.fwd.mu.Unlock()
-			k, ok := kindOf(req)
-			if !ok {
-				acancel()
-				return zero, fmt.Errorf("zketcd: %T cannot be forwarded", req)
-			}
-			var err error
-			if bound, err = boundTag(sent, k, req, caller); err != nil {
-				acancel()
-				return zero, err
-			}
-			tag = &sent
-			start = time.Now()
-			deadline = start.Add(b.resendLimit())
-			acancel()
-			actx, acancel = context.WithDeadline(ctx, deadline)
-		} else {
-			m.resends.Inc()
-			resendAfter = after
-		}
-		resp := newResp()
-		go b.cancelOnLeaderChange(actx, acancel, peer.ID)
-		reply, err := b.cfg.Forwarder.Forward(actx, peer, ForwardCall{Origin: *tag, AuthFP: authFP, Caller: caller, Req: req, Entropy: entropy,
-			Resp: resp, Fresh: fresh, After: resendAfter})
-		acancel()
-		if err == nil && !reply.Dup {
-			if aerr := answerOf(req, resp); aerr != nil {
-				// Never passed on: the client would get another request's
-				// answer, or one its server cannot complete. What the leader
-				// did is unknown.
-				m.requests.WithLabelValues(method, "error").Inc()
-				lg.WithError(aerr).WithFields(logrus.Fields{"leader": fmt.Sprintf("%x", peer.ID), "seq": tag.Seq}).
-					Error("the leader's answer to a forwarded request is malformed")
-				return zero, rpctypes.ErrGRPCTimeoutDueToConnectionLost
-			}
-		}
-		var final *FinalError
-		switch {
-		case err == nil:
-			if werr := b.waitApplied(ctx, reply.LSN); werr != nil {
-				return zero, werr
-			}
-			m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
-			if reply.Dup {
-				m.requests.WithLabelValues(method, "duplicate").Inc()
-				return answerDup(ctx, b, reply.LSN, reply.DupRev, dup)
-			}
-			m.requests.WithLabelValues(method, "ok").Inc()
-			return resp, nil
-		case errors.As(err, &final):
-			m.requests.WithLabelValues(method, "failed").Inc()
-			return zero, final.Err
-		case errors.Is(err, ErrNotSent) && fresh:
-			// Nothing left this instance: commit it here, as without
-			// forwarding (the log's compare-and-swap keeps that correct).
-			lg.WithError(err).WithField("leader", fmt.Sprintf("%x", peer.ID)).Debug("leader unreachable; committing here")
-			b.forgetPeer(peer.ID)
-			m.requests.WithLabelValues(method, "local").Inc()
-			resp, err := proposeHere(ctx, b, size, eval, nil)
-			if !errors.Is(err, errLeaseHeld) {
-				return resp, err
-			}
-			// The leader holds the read lease (so it is alive and leads):
-			// nothing was written; send the request to it again.
-			tag = nil
-		case errors.Is(err, ErrAuthChanged):
-			// This evaluation wrote nothing (the leader found no entry
-			// with the tag), but an earlier send of it may still land: the
-			// request keeps its tag. Check the permissions again on a newer
-			// auth state, and send it under that one.
-			if lerr := b.Linearize(ctx); lerr != nil {
-				return zero, lerr
-			}
-			state := b.viewAuth()
-			if check := auth.CheckFrom(ctx); check != nil {
-				if err := check(state); err != nil {
-					return zero, err
-				}
-			}
-			authFP = authFingerprint(state)
-			continue
-		case errors.Is(err, ErrNotLeader):
-			b.forgetPeer(peer.ID)
-		default:
-			if ctx.Err() != nil {
-				m.requests.WithLabelValues(method, "error").Inc()
-				return zero, ctx.Err()
-			}
-			b.forgetPeer(peer.ID)
-			if attempt%10 == 0 {
-				lg.WithError(err).WithFields(logrus.Fields{"leader": fmt.Sprintf("%x", peer.ID), "seq": tag.Seq}).
-					Warn("forwarded request of unknown outcome; sending it again with its tag")
-			}
-		}
-		if err := wait(); err != nil {
-			m.requests.WithLabelValues(method, "error").Inc()
-			return zero, err
-		}
-	}
+// nextTag returns the tag of the next request this instance forwards.
+func (f *forwarder) nextTag() revision.WriterTag {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	return revision.WriterTag{Nonce: f.nonce, Seq: f.seq}
 }
 
 // resendLimit is how long after its first send a forwarded request of
 // unknown outcome is sent again (Config.ForwardResendLimit): as long as
 // ZooKeeper may leave a request unanswered, which covers a leader change
 // (a session timeout and an election).
-func (b *Engine) resendLimit() time.Duration {
-	if b.cfg.ForwardResendLimit > 0 {
-		return b.cfg.ForwardResendLimit
+func (f *forwarder) resendLimit() time.Duration {
+	if f.cfg.ForwardResendLimit > 0 {
+		return f.cfg.ForwardResendLimit
 	}
-	st := b.cfg.Store.SessionTimeout
+	st := f.cfg.Store.SessionTimeout
 	if st <= 0 {
 		st = zkstore.DefaultSessionTimeout
 	}
@@ -517,10 +216,10 @@ func (b *Engine) resendLimit() time.Duration {
 // the election names another leader (a paused or partitioned leader may
 // never answer): the request is then re-sent with its tag to the new one.
 // It returns when ctx ends.
-func (b *Engine) cancelOnLeaderChange(ctx context.Context, cancel context.CancelFunc, id uint64) {
+func (f *forwarder) cancelOnLeaderChange(ctx context.Context, cancel context.CancelFunc, id uint64) {
 	for {
-		changed := b.election.Changed()
-		if _, _, now := b.election.State(); now != id {
+		changed := f.election.Changed()
+		if _, _, now := f.election.State(); now != id {
 			cancel()
 			return
 		}
@@ -539,36 +238,190 @@ func outcomeLabel(err error) string {
 	return "ok"
 }
 
-func (b *Engine) viewAuth() []byte {
-	state, _ := b.view.AuthState()
+// viewAuth returns the encoded auth state of the view.
+func viewAuth(view *revision.View) []byte {
+	state, _ := view.AuthState()
 	return state
-}
-
-// waitApplied waits until the view applied lsn (kicking the tailer): nil,
-// ctx's error, or ErrGRPCCorrupt for a view that cannot get there.
-func (b *Engine) waitApplied(ctx context.Context, lsn int64) error {
-	if b.view.State().LSN >= lsn {
-		return nil
-	}
-	b.kickTailer()
-	if err := b.view.WaitApplied(ctx, lsn); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return rpctypes.ErrGRPCCorrupt
-	}
-	return nil
 }
 
 // answerDup answers a request found committed at lsn (revision rev): its
 // response is rebuilt by dup once the view applied lsn.
-func answerDup[T any](ctx context.Context, b *Engine, lsn, rev int64, dup func(lsn, rev int64) (T, error)) (T, error) {
+func answerDup[T any](ctx context.Context, f *forwarder, lsn, rev int64, dup func(lsn, rev int64) (T, error)) (T, error) {
 	var zero T
-	if err := b.waitApplied(ctx, lsn); err != nil {
+	if err := f.tail.waitApplied(ctx, lsn); err != nil {
 		return zero, err
 	}
 	if dup == nil {
 		return zero, rpctypes.ErrGRPCTimeoutDueToConnectionLost
 	}
 	return dup(lsn, rev)
+}
+
+// serveOnce serves a forwarded call, bound to tag (boundTag), at the
+// leader: a call with the same bound tag in flight is joined, one
+// answered in the last callKeep gets the same answer again, and otherwise
+// serve runs, with ctx's values but not its cancellation — the request is
+// answered when the committer answers it, even if the caller went away
+// meanwhile: until then a re-send of the same tag joins it, never
+// evaluates it a second time. method labels the metrics.
+func (f *forwarder) serveOnce(ctx context.Context, method string, bound revision.WriterTag,
+	serve func(context.Context) (proto.Message, ForwardReply, error)) (proto.Message, ForwardReply, error) {
+	f.mu.Lock()
+	now := time.Now()
+	for len(f.done) > 0 && now.Sub(f.done[0].at) > callKeep {
+		if f.calls[f.done[0].tag] == f.done[0] {
+			delete(f.calls, f.done[0].tag)
+		}
+		f.done = f.done[1:]
+	}
+	if c := f.calls[bound]; c != nil {
+		f.mu.Unlock()
+		select {
+		case <-c.ready:
+			f.metrics.served.WithLabelValues(method, "joined").Inc()
+			return c.resp, c.reply, c.err
+		case <-ctx.Done():
+			return nil, ForwardReply{}, ctx.Err()
+		}
+	}
+	c := &fwdCall{tag: bound, ready: make(chan struct{})}
+	if f.calls == nil {
+		f.calls = map[revision.WriterTag]*fwdCall{}
+	}
+	f.calls[bound] = c
+	f.mu.Unlock()
+
+	c.resp, c.reply, c.err = serve(context.WithoutCancel(ctx))
+	var final *FinalError
+	keep := c.err == nil || errors.As(c.err, &final)
+	f.mu.Lock()
+	c.at = time.Now()
+	close(c.ready)
+	if keep {
+		f.done = append(f.done, c)
+	} else {
+		delete(f.calls, bound) // the committer is done with it: a re-send evaluates it anew
+	}
+	f.mu.Unlock()
+	outcome := "ok"
+	switch {
+	case c.reply.Dup:
+		outcome = "duplicate"
+	case final != nil:
+		outcome = "failed"
+	case c.err != nil:
+		outcome = "error"
+	}
+	f.metrics.served.WithLabelValues(method, outcome).Inc()
+	return c.resp, c.reply, c.err
+}
+
+// readIndex asks the leader for the position a linearizable read must
+// wait for, when forwarding and another instance leads (ok); ok is false,
+// with a nil error, when the read must take this instance's own barrier:
+// not forwarding, no leader endpoint known, or the leader did not answer
+// within readIndexLimit. Errors: ctx's.
+func (f *forwarder) readIndex(ctx context.Context) (int64, bool, error) {
+	if !f.enabled() {
+		return 0, false, nil
+	}
+	peer, ok, _ := f.leaderPeer()
+	if !ok {
+		return 0, false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
+	resp, _, err := call(rctx, f, readIndexCall, peer, &emptypb.Empty{})
+	cancel()
+	if err == nil {
+		f.metrics.readIndex.WithLabelValues("leader").Inc()
+		return resp.GetValue(), true, nil
+	}
+	if ctx.Err() != nil {
+		return 0, false, ctx.Err()
+	}
+	f.metrics.readIndex.WithLabelValues("fallback").Inc()
+	f.log.WithError(err).WithField("leader", fmt.Sprintf("%x", peer.ID)).Debug("read index from the leader failed; own barrier")
+	return 0, false, nil
+}
+
+// keepAlive renews lease id at the leader when forwarding and another
+// instance leads, and returns its TTL (ok); ok is false, with a nil
+// error, when the keepalive must be renewed here: not forwarding, no
+// leader endpoint known, or the leader did not answer within
+// readIndexLimit. Errors: ctx's.
+func (f *forwarder) keepAlive(ctx context.Context, id int64) (int64, bool, error) {
+	if !f.enabled() {
+		return 0, false, nil
+	}
+	peer, ok, _ := f.leaderPeer()
+	if !ok {
+		return 0, false, nil
+	}
+	kctx, cancel := context.WithTimeout(ctx, readIndexLimit)
+	resp, _, err := call(kctx, f, keepAliveCall, peer, &pb.LeaseKeepAliveRequest{ID: id})
+	cancel()
+	if err == nil {
+		f.metrics.requests.WithLabelValues(keepAliveCall.label, "ok").Inc()
+		return resp.GetTTL(), true, nil
+	}
+	if ctx.Err() != nil {
+		return 0, false, ctx.Err()
+	}
+	f.metrics.requests.WithLabelValues(keepAliveCall.label, "local").Inc()
+	return 0, false, nil
+}
+
+// leaderRead asks the leader for a lease read (k, with req) when
+// forwarding and another instance leads, and returns its answer once this
+// view applied the position the answer reflects (ok). ok is false, with a
+// nil error, when the caller must answer locally: not forwarding, no
+// leader endpoint known, or the leader did not answer within
+// readIndexLimit (unreachable, no longer leading, or an older version
+// without the request). The answer's header is reset for the caller's
+// server to fill from this view. Errors: the instance's own (halted,
+// stopped), ctx's, or ErrGRPCCorrupt for a view that cannot reach the
+// position.
+func leaderRead[R, T proto.Message](ctx context.Context, f *forwarder, k *callKind[R, T], req R, reset func(T)) (T, bool, error) {
+	var zero T
+	if !f.enabled() {
+		return zero, false, nil
+	}
+	if err := f.rb.servable(); err != nil {
+		return zero, false, err
+	}
+	peer, ok, _ := f.leaderPeer()
+	if !ok {
+		return zero, false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, readIndexLimit)
+	resp, lsn, err := call(rctx, f, k, peer, req)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return zero, false, ctx.Err()
+		}
+		f.metrics.requests.WithLabelValues(k.label, "local").Inc()
+		f.log.WithError(err).WithFields(logrus.Fields{"method": k.label, "leader": fmt.Sprintf("%x", peer.ID)}).
+			Debug("lease read at the leader failed; answering here")
+		return zero, false, nil
+	}
+	if err := f.tail.waitApplied(ctx, lsn); err != nil {
+		return zero, false, err
+	}
+	reset(resp)
+	f.metrics.requests.WithLabelValues(k.label, "ok").Inc()
+	return resp, true, nil
+}
+
+// call makes a call of kind k with req at the leader at peer, and returns
+// its answer and the log position the answer carries (see
+// Forwarder.Call).
+func call[R, T proto.Message](ctx context.Context, f *forwarder, k *callKind[R, T], peer Peer, req R) (T, int64, error) {
+	resp := newMessage[T]()
+	lsn, err := f.cfg.Forwarder.Call(ctx, peer, k.face(), req, resp)
+	if err != nil {
+		var zero T
+		return zero, 0, err
+	}
+	return resp, lsn, nil
 }

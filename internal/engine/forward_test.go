@@ -107,65 +107,30 @@ func (f *memForwarder) Forward(ctx context.Context, to Peer, call ForwardCall) (
 	return reply, nil
 }
 
-func (f *memForwarder) ReadIndex(ctx context.Context, to Peer) (int64, error) {
+func (f *memForwarder) Call(ctx context.Context, to Peer, k CallKind, req, resp proto.Message) (int64, error) {
 	b, err := f.peer(to.URL)
 	if err != nil {
 		return 0, err
 	}
 	f.mu.Lock()
-	f.readIndex++
+	switch {
+	case k.Method == readIndexCall.method:
+		f.readIndex++
+	case k.Method == keepAliveCall.method:
+		f.keepAlives++
+	case f.unsupported:
+		f.mu.Unlock()
+		return 0, fmt.Errorf("%w: lease read", ErrUnsupported)
+	default:
+		f.reads++
+	}
 	f.mu.Unlock()
-	return b.ReadIndex(ctx)
-}
-
-func (f *memForwarder) KeepAlive(ctx context.Context, to Peer, id int64) (int64, error) {
-	b, err := f.peer(to.URL)
+	out, lsn, err := b.ServeCall(ctx, k.Method, proto.Clone(req))
 	if err != nil {
 		return 0, err
 	}
-	f.mu.Lock()
-	f.keepAlives++
-	f.mu.Unlock()
-	return b.ServeKeepAlive(ctx, id)
-}
-
-// leaseRead is the peer for a lease read, counting it.
-func (f *memForwarder) leaseRead(to Peer) (*Engine, error) {
-	b, err := f.peer(to.URL)
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.unsupported {
-		return nil, fmt.Errorf("%w: lease read", ErrUnsupported)
-	}
-	f.reads++
-	return b, nil
-}
-
-func (f *memForwarder) LeaseTimeToLive(ctx context.Context, to Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-	b, err := f.leaseRead(to)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, lsn, err := b.ServeLeaseTimeToLive(ctx, proto.Clone(req).(*pb.LeaseTimeToLiveRequest))
-	if err != nil {
-		return nil, 0, err
-	}
-	return proto.Clone(resp).(*pb.LeaseTimeToLiveResponse), lsn, nil
-}
-
-func (f *memForwarder) Leases(ctx context.Context, to Peer) (*pb.LeaseLeasesResponse, int64, error) {
-	b, err := f.leaseRead(to)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, lsn, err := b.ServeLeases(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	return proto.Clone(resp).(*pb.LeaseLeasesResponse), lsn, nil
+	proto.Merge(resp, out)
+	return lsn, nil
 }
 
 // forwardingPair starts two forwarding instances on one store: a (the

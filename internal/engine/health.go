@@ -10,7 +10,7 @@ import (
 // view is caught up with the head it last saw; otherwise why not (for a
 // halted instance, an error wrapping ErrHalted).
 func (b *Engine) Health() error {
-	if err := b.rolledBack(); err != nil {
+	if err := b.rb.rolledBack(); err != nil {
 		return err
 	}
 	if err := b.view.Err(); err != nil {
@@ -19,7 +19,7 @@ func (b *Engine) Health() error {
 	if _, ok := b.store.Session(); !ok {
 		return errors.New("no zookeeper session")
 	}
-	hs := b.lastHead.Load()
+	hs := b.tail.lastHead.Load()
 	if hs == nil {
 		return errors.New("head not read yet")
 	}
@@ -31,7 +31,7 @@ func (b *Engine) Health() error {
 
 // Lag returns how many log entries the view is behind the last seen head.
 func (b *Engine) Lag() int64 {
-	hs := b.lastHead.Load()
+	hs := b.tail.lastHead.Load()
 	if hs == nil {
 		return 0
 	}

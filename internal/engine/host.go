@@ -54,8 +54,8 @@ func loopbackURL(raw string) bool {
 }
 
 // foreignLoopback reports whether a member advertising url from host
-// (zkstore.Member.Host) listens on the loopback of another host than this
-// instance's: a URL this instance must not dial.
-func (b *Engine) foreignLoopback(url, host string) bool {
-	return host != "" && b.host != "" && host != b.host && loopbackURL(url)
+// (zkstore.Member.Host) listens on the loopback of another host than self,
+// this instance's: a URL this instance must not dial.
+func foreignLoopback(self, url, host string) bool {
+	return host != "" && self != "" && host != self && loopbackURL(url)
 }

@@ -1,6 +1,6 @@
 package engine
 
-// Keepalives renewed in the leader's memory (lease.go, expiry.go), on
+// Keepalives renewed in the leader's memory (lessor.go), on
 // memlog.
 
 import (
@@ -192,9 +192,9 @@ func BenchmarkLeaseKeepAliveInMemory(b *testing.B) {
 	// The expiry loop reads every token once (its baseline) on becoming
 	// leader: wait for that, it is not steady state.
 	testutil.Eventually(b, 30*time.Second, "baselines read", func() bool {
-		be.leases.mu.Lock()
-		defer be.leases.mu.Unlock()
-		return len(be.leases.deadlines) == leases
+		be.leases.clock.mu.Lock()
+		defer be.leases.clock.mu.Unlock()
+		return len(be.leases.clock.deadlines) == leases
 	})
 	commits := st.Commits()
 	multis := counterValue(b, be.metrics.renewalMultis)
@@ -232,16 +232,16 @@ func BenchmarkLeaseExpiryScan(b *testing.B) {
 	testutil.Eventually(b, time.Second, "a leads", leads(be))
 	grantMany(b, be, leases, 60)
 	testutil.Eventually(b, 30*time.Second, "baselines read", func() bool {
-		be.leases.mu.Lock()
-		defer be.leases.mu.Unlock()
-		return len(be.leases.deadlines) == leases
+		be.leases.clock.mu.Lock()
+		defer be.leases.clock.mu.Unlock()
+		return len(be.leases.clock.deadlines) == leases
 	})
 	_, fence, _ := be.election.State()
 	lg := be.log.WithField("component", "bench")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		be.expireDue(lg, fence)
+		be.leases.expireDue(lg, fence)
 	}
 }
 
@@ -385,18 +385,18 @@ func TestAnExpiryDecidedForAnEarlierGrantOfTheIDIsRefused(t *testing.T) {
 	st, a := soloLeader(t, testutil.NewClock(), 0)
 	const id = 0x4321
 	grantID(t, a, id, 60)
-	old := a.viewLease(id)
+	old := a.leases.viewLease(id)
 	revokeID(t, a, id)
 	grantID(t, a, id, 60)
 	_, fence, _ := a.election.State()
-	if err := a.expire(id, old, 0, fence); !errors.Is(err, errLeaseGrantedAgain) {
+	if err := a.leases.expire(id, old, 0, fence); !errors.Is(err, errLeaseGrantedAgain) {
 		t.Fatalf("expiry decided for the first grant: %v, want %v", err, errLeaseGrantedAgain)
 	}
-	if !st.LeaseTokenExists(id) || a.viewLease(id) == nil {
+	if !st.LeaseTokenExists(id) || a.leases.viewLease(id) == nil {
 		t.Fatal("the second grant was revoked by an expiry decided for the first")
 	}
 	// The expiry of the grant the view holds commits.
-	if err := a.expire(id, a.viewLease(id), 0, fence); err != nil {
+	if err := a.leases.expire(id, a.leases.viewLease(id), 0, fence); err != nil {
 		t.Fatalf("expiry of the current grant: %v", err)
 	}
 	if st.LeaseTokenExists(id) {

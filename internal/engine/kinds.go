@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -10,6 +11,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/translate"
 )
@@ -63,14 +67,10 @@ func WriteKindOf(req proto.Message) (WriteKind, bool) {
 // anyKind is a kind of the table whatever its types: what the leader's
 // ServeForward and AuthWrite need of it.
 type anyKind interface {
+	// wireKind's label is face().Label and its rpc face().RPC, without
+	// building the face.
+	wireKind
 	face() WriteKind
-	// label is face().Label, without building the face.
-	label() string
-	// rpc is face().RPC, without building the face.
-	rpc() string
-	// answered checks a leader's answer to a forwarded request of this
-	// kind before the origin passes it on (see answerOf).
-	answered(resp proto.Message) error
 	// serve commits a forwarded request of this kind at the leader as p
 	// describes (tag and fingerprint): as serveAs.
 	serve(ctx context.Context, b *Engine, p *proposal, call ForwardCall) (proto.Message, ForwardReply, error)
@@ -115,6 +115,12 @@ func (k *kind[R, T]) label() string { return k.labelName }
 
 func (k *kind[R, T]) rpc() string { return "/etcdserverpb." + k.service + "/" + k.method }
 
+// answered checks the leader's answer resp to a forwarded request of this
+// kind before the origin passes it on: of its response type and, for a
+// request whose answer carries the revision (headed), with a header. A
+// leader of this build answers no other way; an answer that is not so (a
+// leader gone wrong, or one answering with another request's response)
+// must reach no client.
 func (k *kind[R, T]) answered(resp proto.Message) error {
 	t, ok := resp.(T)
 	if !ok {
@@ -131,30 +137,16 @@ func (k *kind[R, T]) answered(resp proto.Message) error {
 	return nil
 }
 
-// answerOf checks the leader's answer resp to the forwarded request req
-// before the origin passes it on: of req's response type and, for a
-// request whose answer carries the revision (kind.headed), with a header.
-// A leader of this build answers no other way; an answer that is not so
-// (a leader gone wrong, or one answering with another request's response)
-// must reach no client.
-func answerOf(req, resp proto.Message) error {
-	k, ok := kindOf(req)
-	if !ok {
-		return fmt.Errorf("zketcd: %T cannot be forwarded", req)
-	}
-	return k.answered(resp)
-}
-
 func (k *kind[R, T]) face() WriteKind {
 	return WriteKind{Method: k.method, RPC: k.rpc(), Label: k.labelName,
 		NewRequest:  func() proto.Message { return newMessage[R]() },
 		NewResponse: func() proto.Message { return newMessage[T]() }}
 }
 
-// write commits req here or through the leader (writeFwd), between begin
-// and the end it returns.
+// write commits req here or through the leader (writeForwarded), between
+// begin and the end it returns.
 func (k *kind[R, T]) write(ctx context.Context, b *Engine, req R, entropy []byte) (resp T, err error) {
-	answered := b.proposalStarted()
+	answered := b.metrics.writeStarted()
 	defer func() { answered(err) }()
 	var dup func(lsn, rev int64) (T, error)
 	if k.dup != nil {
@@ -164,7 +156,7 @@ func (k *kind[R, T]) write(ctx context.Context, b *Engine, req R, entropy []byte
 		end := k.begin(b, req)
 		defer func() { end(resp, err == nil) }()
 	}
-	resp, err = writeFwd(ctx, b, k.labelName, req, entropy, newMessage[T], k.eval(b, req, entropy), dup)
+	resp, err = writeForwarded(ctx, b.fwd, k, req, entropy, newMessage[T], k.eval(b, req, entropy), dup)
 	return resp, err
 }
 
@@ -204,14 +196,8 @@ func (k *kind[R, T]) serve(ctx context.Context, b *Engine, p *proposal, call For
 			end(t, ok && err == nil)
 		}()
 	}
-	resp, reply, err = serveAs(ctx, b, p, req, k.eval(b, req, entropy))
+	resp, reply, err = serveAs(ctx, b.commit, p, req, k.eval(b, req, entropy))
 	return resp, reply, err
-}
-
-// newMessage returns a new empty message of M's type.
-func newMessage[M proto.Message]() M {
-	var zero M
-	return zero.ProtoReflect().New().Interface().(M)
 }
 
 // The kinds whose entry points are typed (Put, LeaseGrant, ...).
@@ -259,10 +245,10 @@ var (
 			return nil
 		},
 		// The leader starts the lease's clock at its grant, and its expiry
-		// loop reads no token of a grant in flight (leases.startGrant).
+		// loop reads no token of a grant in flight (leaseClock.startGrant).
 		begin: func(b *Engine, req *pb.LeaseGrantRequest) func(*pb.LeaseGrantResponse, bool) {
-			b.leases.startGrant(req.ID)
-			return func(resp *pb.LeaseGrantResponse, committed bool) { b.endGrant(req.ID, resp.GetTTL(), committed) }
+			b.leases.clock.startGrant(req.ID)
+			return func(resp *pb.LeaseGrantResponse, committed bool) { b.leases.endGrant(req.ID, resp.GetTTL(), committed) }
 		},
 		dup: func(b *Engine, req *pb.LeaseGrantRequest, _ int64) (*pb.LeaseGrantResponse, error) {
 			return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: b.view.State().Rev}, ID: req.ID, TTL: max(req.TTL, MinLeaseTTL)}, nil
@@ -367,4 +353,77 @@ func kindLabel(req proto.Message) string {
 		return k.label()
 	}
 	return "unknown"
+}
+
+// serveAs commits a forwarded request at the leader as p describes (its
+// bound tag and fingerprint) and returns its answer as ServeForward does.
+func serveAs[T proto.Message](ctx context.Context, c *committer, p *proposal, req any, eval func(*revision.Batch) (T, error)) (proto.Message, ForwardReply, error) {
+	resp, out, err := proposeAs(ctx, c, p, gated(req, eval))
+	reply := ForwardReply{LSN: out.lsn, Dup: out.dup, DupRev: out.dupRev}
+	switch {
+	case err == nil && out.dup:
+		return nil, reply, nil
+	case err == nil:
+		return resp, reply, nil
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrAuthChanged):
+		return nil, reply, err
+	case out.final:
+		return nil, reply, &FinalError{Err: err}
+	}
+	return nil, reply, err
+}
+
+// rebuildPut answers a forwarded Put found committed at rev after its
+// answer was lost: the header's revision, and the previous value (as of
+// rev-1) if asked. A previous value compacted away meanwhile cannot be
+// given: etcd's "request timed out, possibly due to connection lost".
+func (b *Engine) rebuildPut(req *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
+	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	if !req.PrevKv {
+		return resp, nil
+	}
+	err := b.view.Read(func(r revision.Reader) error {
+		prev, err := translate.Range(r, &pb.RangeRequest{Key: req.Key, Revision: rev - 1})
+		if err != nil {
+			return err
+		}
+		if len(prev.Kvs) > 0 {
+			resp.PrevKv = prev.Kvs[0]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rpctypes.ErrGRPCTimeoutDueToConnectionLost
+	}
+	return resp, nil
+}
+
+// alarmEval is the batch evaluation of an alarm activation or
+// deactivation (on the origin, or on the leader for a forwarded one).
+func (b *Engine) alarmEval(req *pb.AlarmRequest) func(*revision.Batch) (*pb.AlarmResponse, error) {
+	return func(bt *revision.Batch) (*pb.AlarmResponse, error) {
+		resp, change := translate.AlarmResponse(bt.Alarms(), req)
+		if change != nil && bt.ChangeAlarm(*change) {
+			b.log.WithFields(logrus.Fields{
+				"alarm": req.Alarm.String(), "member": memberHex(req.MemberID), "activate": change.Activate,
+			}).Warn("alarm change staged")
+		}
+		return &pb.AlarmResponse{Alarms: resp}, nil
+	}
+}
+
+// authEval is the batch evaluation of an auth change (on the origin, or
+// on the leader for a forwarded one).
+func authEval(req proto.Message, entropy []byte) func(*revision.Batch) (proto.Message, error) {
+	eval := auth.Change(req, entropy)
+	return func(bt *revision.Batch) (proto.Message, error) {
+		next, resp, err := eval(bt.AuthState())
+		if err != nil {
+			return nil, err
+		}
+		if next != nil {
+			bt.SetAuthState(next)
+		}
+		return resp.(proto.Message), nil
+	}
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/translate"
-	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // Range serves a validated Range request, after a barrier unless it is
@@ -93,56 +90,4 @@ func (b *Engine) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, 
 		return nil, err
 	}
 	return txnKind.write(ctx, b, req, nil)
-}
-
-// rebuildPut answers a forwarded Put found committed at rev after its
-// answer was lost: the header's revision, and the previous value (as of
-// rev-1) if asked. A previous value compacted away meanwhile cannot be
-// given: etcd's "request timed out, possibly due to connection lost".
-func (b *Engine) rebuildPut(req *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
-	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
-	if !req.PrevKv {
-		return resp, nil
-	}
-	err := b.view.Read(func(r revision.Reader) error {
-		prev, err := translate.Range(r, &pb.RangeRequest{Key: req.Key, Revision: rev - 1})
-		if err != nil {
-			return err
-		}
-		if len(prev.Kvs) > 0 {
-			resp.PrevKv = prev.Kvs[0]
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, rpctypes.ErrGRPCTimeoutDueToConnectionLost
-	}
-	return resp, nil
-}
-
-// writeGuarded queues a validated request (its size checked by the
-// caller) for this instance's committer and returns its typed response;
-// the active alarms may refuse req when it is evaluated
-// (translate.AlarmGate). With guards not nil, the request is committed in
-// an entry of its own under the preconditions guards returns.
-func writeGuarded[T any](ctx context.Context, b *Engine, req proto.Message, eval func(*revision.Batch) (T, error), guards func() []zkstore.Guard) (T, error) {
-	if err := b.servable(); err != nil {
-		var zero T
-		return zero, err
-	}
-	return propose(ctx, b, proto.Size(req), gated(req, eval), guards)
-}
-
-// gated is eval behind the active alarms' gate (translate.AlarmGate),
-// checked on the state the committer evaluates req on: every path that
-// commits a client's request (local, or forwarded to the leader) goes
-// through it.
-func gated[T any](req any, eval func(*revision.Batch) (T, error)) func(*revision.Batch) (T, error) {
-	return func(bt *revision.Batch) (T, error) {
-		if err := translate.AlarmGate(bt.Alarms(), req); err != nil {
-			var zero T
-			return zero, err
-		}
-		return eval(bt)
-	}
 }

@@ -7,11 +7,9 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/translate"
-	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // Lease limits: translate's (etcd's).
@@ -52,7 +50,7 @@ func (b *Engine) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*
 }
 
 // Leases lists every lease, linearizably, soonest expiry first as etcd
-// orders them. When forwarding, a follower asks the leader (ServeLeases),
+// orders them. When forwarding, a follower asks the leader (leaseLeasesCall),
 // whose deadlines hold the keepalives it renewed in memory, and answers the
 // leader's list once its own view applied the position the list reflects
 // (the header revision is this view's, filled by the server: at least the
@@ -60,10 +58,7 @@ func (b *Engine) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*
 // readIndexLimit, it answers here as leasesHere does. Errors: Linearize's,
 // the log's.
 func (b *Engine) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
-	resp, ok, err := leaderRead(ctx, b, "lease_leases",
-		func(ctx context.Context, p Peer) (*pb.LeaseLeasesResponse, int64, error) {
-			return b.cfg.Forwarder.Leases(ctx, p)
-		},
+	resp, ok, err := leaderRead(ctx, b.fwd, leaseLeasesCall, &pb.LeaseLeasesRequest{},
 		func(r *pb.LeaseLeasesResponse) { r.Header = &pb.ResponseHeader{} })
 	if ok || err != nil {
 		return resp, err
@@ -85,11 +80,11 @@ func (b *Engine) leasesHere(ctx context.Context) (*pb.LeaseLeasesResponse, error
 			return nil, err
 		}
 		if ok {
-			expiry := tok.Renewed.Add(b.firstTTL(id, ttl, tok))
-			if d, ok := b.leases.deadline(id); ok {
+			expiry := tok.Renewed.Add(b.leases.firstTTL(id, ttl, tok))
+			if d, ok := b.leases.clock.deadline(id); ok {
 				// The leader's own deadline: renewals in its memory, which
 				// the token does not show. Monotonic time to wall time.
-				expiry = later(expiry, time.Now().Add(d.Sub(b.now())))
+				expiry = later(expiry, time.Now().Add(d.Sub(b.leases.now())))
 			}
 			items = append(items, translate.LeaseExpiry{ID: id, Expiry: expiry})
 		}
@@ -101,7 +96,7 @@ func (b *Engine) leasesHere(ctx context.Context) (*pb.LeaseLeasesResponse, error
 // estimate of its remaining TTL and its keys if asked. A lease that does
 // not exist has TTL -1, as etcd answers.
 //
-// When forwarding, a follower asks the leader (ServeLeaseTimeToLive): keepalives
+// When forwarding, a follower asks the leader (leaseTimeToLiveCall): keepalives
 // are renewed in the leader's memory, which the renewal tokens a follower
 // could read do not show. The leader answers everything (remaining and
 // granted TTL, keys), and the follower answers that once its own view
@@ -113,10 +108,7 @@ func (b *Engine) leasesHere(ctx context.Context) (*pb.LeaseLeasesResponse, error
 // leaseTimeToLiveHere does, which can underestimate the remaining TTL of a
 // lease kept alive at the leader. Errors: Linearize's, the log's.
 func (b *Engine) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	resp, ok, err := leaderRead(ctx, b, "lease_time_to_live",
-		func(ctx context.Context, p Peer) (*pb.LeaseTimeToLiveResponse, int64, error) {
-			return b.cfg.Forwarder.LeaseTimeToLive(ctx, p, req)
-		},
+	resp, ok, err := leaderRead(ctx, b.fwd, leaseTimeToLiveCall, req,
 		func(r *pb.LeaseTimeToLiveResponse) { r.Header = &pb.ResponseHeader{} })
 	if ok || err != nil {
 		return resp, err
@@ -155,9 +147,9 @@ func (b *Engine) leaseTimeToLiveHere(ctx context.Context, req *pb.LeaseTimeToLiv
 		return resp, nil
 	}
 	now := time.Now()
-	left := tok.Renewed.Add(b.firstTTL(req.ID, granted, tok))
-	if d, ok := b.leases.deadline(req.ID); ok {
-		left = later(left, now.Add(d.Sub(b.now())))
+	left := tok.Renewed.Add(b.leases.firstTTL(req.ID, granted, tok))
+	if d, ok := b.leases.clock.deadline(req.ID); ok {
+		left = later(left, now.Add(d.Sub(b.leases.now())))
 	}
 	resp.TTL = translate.RemainingTTL(granted, left.Add(-time.Duration(granted)*time.Second), now)
 	resp.GrantedTTL = granted
@@ -169,12 +161,12 @@ func (b *Engine) leaseTimeToLiveHere(ctx context.Context, req *pb.LeaseTimeToLiv
 // lease does not exist (etcd's keepalive answer). It is the one way to
 // renew a lease: the gRPC keepalive handler calls it on the instance the
 // client reached; when forwarding writes, a follower sends it to the
-// leader (ServeKeepAlive there renews with renewHere), and renews here
+// leader (keepAliveCall: it renews with renewHere there), and renews here
 // only if the leader does not answer. Safe for concurrent use; errors are ctx's,
 // ErrGRPCStopped, or the log's (unavailable) on the token path.
 //
 // On the leader the renewal lives in memory: the deadline the expiry loop
-// keeps (expiry.go) moves to now+TTL on the monotonic clock, and nothing is
+// keeps (lessor.go) moves to now+TTL on the monotonic clock, and nothing is
 // written to ZooKeeper. It is answered only once the leader knows its
 // session — the owner of its election znode — cannot have ended before the
 // renewal, so no new leader's clock (which starts after that znode is gone)
@@ -198,199 +190,8 @@ func (b *Engine) leaseTimeToLiveHere(ctx context.Context, req *pb.LeaseTimeToLiv
 // Followers batch renewals: concurrent keepalives share one ZooKeeper
 // multi, and the answer comes after it.
 func (b *Engine) LeaseRenew(ctx context.Context, id int64) (int64, error) {
-	if b.forwarding() {
-		if peer, ok, _ := b.leaderPeer(); ok {
-			kctx, cancel := context.WithTimeout(ctx, readIndexLimit)
-			ttl, err := b.cfg.Forwarder.KeepAlive(kctx, peer, id)
-			cancel()
-			if err == nil {
-				b.fwd.metrics.requests.WithLabelValues("keepalive", "ok").Inc()
-				return ttl, nil
-			}
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			b.fwd.metrics.requests.WithLabelValues("keepalive", "local").Inc()
-		}
+	if ttl, ok, err := b.fwd.keepAlive(ctx, id); ok || err != nil {
+		return ttl, err
 	}
-	return b.renewHere(ctx, id)
-}
-
-// renewHere is LeaseRenew on this instance (in memory on the leader,
-// through the token on a follower; see LeaseRenew).
-func (b *Engine) renewHere(ctx context.Context, id int64) (int64, error) {
-	var ttl int64
-	checkpointed := false
-	_ = b.view.Read(func(r revision.Reader) error {
-		if l := r.Lease(id); l != nil {
-			ttl, checkpointed = l.TTL, l.RemainingTTL > 0
-		}
-		return nil
-	})
-	if ttl == 0 {
-		return 0, nil
-	}
-	renewed, err := b.renewInMemory(ctx, id, time.Duration(ttl)*time.Second, checkpointed)
-	if err != nil {
-		return 0, err
-	}
-	if renewed {
-		b.metrics.renewalsInMemory.Inc()
-		return ttl, nil
-	}
-	req := &renewal{id: id, done: make(chan struct{})}
-	select {
-	case b.renewals <- req:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-b.ctx.Done():
-		return 0, rpctypes.ErrGRPCStopped
-	}
-	select {
-	case <-req.done:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	if req.err != nil {
-		return 0, b.stopped(req.err)
-	}
-	if !req.renewed {
-		return 0, nil
-	}
-	return ttl, nil
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// liveProof is when a ZooKeeper transaction of session, since landed, was
-// sent.
-//
-// lsn is a log position ZooKeeper's log had reached when it landed (the
-// commit's entry, or the head a barrier round read after it): every
-// commit that landed before the transaction was sent is at or below it.
-type liveProof struct {
-	session int64
-	sent    time.Time
-	lsn     int64
-}
-
-// proveLive records that a transaction sent at sent landed on the current
-// session, with the log at lsn or beyond. The session reported now is the
-// one it landed on or one created after it was sent; either outlives sent
-// by what its grant allows (proofwindow.go; freshProof also asks that sent
-// come after the current connection's start).
-func (b *Engine) proveLive(sent time.Time, lsn int64) {
-	sid, ok := b.store.Session()
-	if !ok {
-		return
-	}
-	p := &liveProof{session: sid, sent: sent, lsn: lsn}
-	for {
-		old := b.proof.Load()
-		if old != nil && old.session == sid && !old.sent.Before(sent) {
-			return
-		}
-		if old != nil && old.session == sid && old.lsn > p.lsn {
-			p.lsn = old.lsn // ZooKeeper answers a session in order: never less
-		}
-		if b.proof.CompareAndSwap(old, p) {
-			return
-		}
-	}
-}
-
-// renewInMemory renews lease id in the leader's memory (see LeaseRenew). It
-// reports false when this instance is not the leader or cannot prove it
-// still was after the renewal: the caller renews through the token then.
-func (b *Engine) renewInMemory(ctx context.Context, id int64, ttl time.Duration, checkpointed bool) (bool, error) {
-	if b.cfg.RelaxedReads {
-		return false, nil
-	}
-	leader, fence, _ := b.election.State()
-	sid, connected := b.store.Session()
-	if !leader || !connected || !b.leases.renew(fence.Path(), id, ttl, b.now(), checkpointed) {
-		return false, nil
-	}
-	if b.freshProof(sid, time.Now()) != nil {
-		return b.stillLeads(fence, sid), nil
-	}
-	if _, err := b.barrier.wait(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		return false, nil // no proof: the token path decides
-	}
-	return b.stillLeads(fence, sid), nil
-}
-
-// stillLeads reports whether this instance leads with fence on session sid.
-func (b *Engine) stillLeads(fence zkstore.Fence, sid int64) bool {
-	leader, now, _ := b.election.State()
-	cur, connected := b.store.Session()
-	return leader && connected && now.Path() == fence.Path() && cur == sid
-}
-
-type renewal struct {
-	id      int64
-	renewed bool
-	err     error
-	done    chan struct{}
-}
-
-// renewLoop batches renewals: everything queued while one multi is in
-// flight goes into the next.
-func (b *Engine) renewLoop() {
-	defer b.wg.Done()
-	for {
-		var batch []*renewal
-		select {
-		case r := <-b.renewals:
-			batch = append(batch, r)
-		case <-b.ctx.Done():
-			return
-		}
-	drain:
-		for len(batch) < 1024 {
-			select {
-			case r := <-b.renewals:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
-		seen := map[int64]bool{}
-		var ids []int64
-		for _, r := range batch {
-			if !seen[r.id] {
-				seen[r.id] = true
-				ids = append(ids, r.id)
-			}
-		}
-		renewed, err := b.store.RenewLeases(ids)
-		if err == nil {
-			b.metrics.renewals.Add(float64(len(batch)))
-			b.metrics.renewalMultis.Inc()
-			b.metrics.renewalTokens.Add(float64(len(ids)))
-		}
-		for _, r := range batch {
-			r.renewed, r.err = renewed[r.id], err
-			close(r.done)
-		}
-	}
-}
-
-// endGrant ends the leases.startGrant of lease id's grant, with the TTL it
-// was granted and whether it committed, in the term this instance leads
-// now (if any).
-func (b *Engine) endGrant(id, ttl int64, ok bool) {
-	fence := ""
-	if leader, f, _ := b.election.State(); leader {
-		fence = f.Path()
-	}
-	b.leases.endGrant(fence, id, time.Duration(ttl)*time.Second, b.now(), ok)
+	return b.leases.renewHere(ctx, id)
 }

@@ -30,7 +30,7 @@ func waitGone(t *testing.T, c *clientv3.Client, key string, within time.Duration
 func TestLeaseExpiresAndDeletesKeysInOneRevision(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	grant, err := c.Grant(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestKeepAliveKeepsLeaseAlive(t *testing.T) {
 		Configure: func(cfg *embed.Config) { cfg.Engine.Now = clk.Now },
 	})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	grant, err := c.Grant(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestLeaseSurvivesLeaderRestartAndExpiresAfterFailover(t *testing.T) {
 		t.Fatal("first instance is not the leader")
 	}
 	cb := b.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	grant, err := cb.Grant(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestKeepalivesAtTheLeaderCostNoZooKeeperWrite(t *testing.T) {
 	})
 	c := in.Client(t)
 	testutil.Eventually(t, 10*time.Second, "the instance leads", func() bool { l, _ := in.Engine().Leader(); return l })
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	grant, err := c.Grant(ctx, 2)
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/translate"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -64,6 +68,9 @@ type metrics struct {
 	// none), grantedTimeout and zkTick what it derives from; readLease is
 	// the read lease's state (1 held, 0 not held, -1 refused: no window).
 	proofWindow, grantedTimeout, zkTick, readLease prometheus.Gauge
+	// pendingWrites counts the writes received and not answered yet
+	// (etcd_server_proposals_pending, read when scraped: etcdmetrics.go).
+	pendingWrites atomic.Int64
 	// compactions counts the physical compactions this instance published
 	// as the leader, by the generation each left: "log" (the log kept,
 	// nothing written), "whole" (a whole base), "delta" (a layer).
@@ -128,87 +135,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "zketcd", Name: "zookeeper_session_expirations_total",
 			Help: "ZooKeeper sessions this instance lost: each time a new session replaced one it had (its member, election candidacy and pipeline marker went with the old one).",
 		}),
-		renewals: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "lease_keepalives_total",
-			Help: "Keepalives this instance renewed through ZooKeeper.",
-		}),
-		renewalMultis: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "lease_renewal_multis_total",
-			Help: "ZooKeeper multis that renewed leases (each carries every keepalive queued while the previous one was in flight).",
-		}),
-		renewalTokens: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "lease_renewal_token_writes_total",
-			Help: "Lease renewal token writes in those multis (one per lease per multi).",
-		}),
-		renewalsInMemory: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "lease_keepalives_in_memory_total",
-			Help: "Keepalives the leader renewed in memory, without a ZooKeeper write.",
-		}),
-		leaseTokenReads: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "lease_token_reads_total",
-			Help: "Lease tokens the leader's expiry loop read from ZooKeeper: a baseline for each lease when a term begins (not for leases it granted itself) and a check when a deadline passes.",
-		}),
-		linearizableReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "linearizable_reads_total",
-			Help: "Linearizable reads by what proved them current: a barrier round trip (via=barrier) or a commit of this instance that landed after they arrived (via=commit), or the read lease (via=lease: answered from memory, --read-lease; counted at the leader for its own reads and the ReadIndex it serves).",
-		}, []string{"via"}),
-		barrierTrips: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "read_barrier_round_trips_total",
-			Help: "ZooKeeper round trips made for linearizable-read barriers.",
-		}),
-		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "quota_refused_total",
-			Help: "Writes refused because they did not fit in --quota-backend-bytes, or in what ZooKeeper's heap holds (half of --zk-heap-bytes, while the quota is left at its default).",
-		}),
-		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "db_size_bytes",
-			Help: "Bytes the root holds (base generations and log entries) before compression: etcd's DB size, what the quota counts.",
-		}),
-		dbSizeInUse: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "db_size_in_use_bytes",
-			Help: "Bytes before compression of the current base generation and the log after it (what a defragment leaves).",
-		}),
-		rootStored: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "zookeeper_root_bytes",
-			Help: "Bytes the root holds in ZooKeeper as stored (compressed), counted as db_size_bytes is: what ZooKeeper's heap holds of it, what the ZooKeeper heap check counts.",
-		}),
-		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "alarms_active",
-			Help: "Active alarms, by type.",
-		}, []string{"alarm"}),
-		corruptChecks: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "corrupt_checks_total",
-			Help: "Rounds of the corruption check (--corrupt-check-time) this instance ran as the leader.",
-		}),
-		corruptMismatches: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
-			Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
-		}),
-		rootFormat: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "root_format",
-			Help: "The root's format (<root>/meta) as this instance last read it: what it writes (2: log entries and base generations compressed).",
-		}),
-		proofWindow: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "leader_proof_window_seconds",
-			Help: "How long after a ZooKeeper transaction of its session the leader answers read-lease reads and keepalives from memory, derived from the granted session timeout and ZooKeeper's tick (0: none, each waits for a round trip).",
-		}),
-		grantedTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "zk_session_timeout_granted_seconds",
-			Help: "The session timeout ZooKeeper granted this instance's current connection (it clamps the requested --zk-session-timeout to its minSessionTimeout and maxSessionTimeout).",
-		}),
-		zkTick: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "zk_tick_seconds",
-			Help: "ZooKeeper's tickTime as the servers' conf four-letter word answered it, or as --zk-tick-time declares it (0: unknown).",
-		}),
-		readLease: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "zketcd", Name: "read_lease_state",
-			Help: "The read lease (--read-lease): 1 held by this instance, 0 not held, -1 refused because no leader proof window can be shown.",
-		}),
-		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "zketcd", Name: "physical_compactions_total",
-			Help: "Physical compactions this instance published as the leader, by the generation each left: log (the log kept as it is: mostly live data, nothing written), whole (a whole base written), delta (only what changed since the last generation written).",
-		}, []string{"generation"}),
 	}
+	m.leaseAndReadMetrics()
+	m.spaceAndCheckMetrics()
 	// Every label value a series can take exists from the start (at 0), so
 	// that alerts and dashboards find the series before the first event.
 	for _, reason := range []string{"predecessor", "reordered", "guard"} {
@@ -230,6 +159,96 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			m.quotaRefused, m.dbSize, m.dbSizeInUse, m.rootStored, m.alarms, m.corruptChecks, m.corruptMismatches)
 	}
 	return m
+}
+
+// leaseAndReadMetrics makes the lease renewal and linearizable read
+// collectors of m.
+func (m *metrics) leaseAndReadMetrics() {
+	m.renewals = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "lease_keepalives_total",
+		Help: "Keepalives this instance renewed through ZooKeeper.",
+	})
+	m.renewalMultis = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "lease_renewal_multis_total",
+		Help: "ZooKeeper multis that renewed leases (each carries every keepalive queued while the previous one was in flight).",
+	})
+	m.renewalTokens = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "lease_renewal_token_writes_total",
+		Help: "Lease renewal token writes in those multis (one per lease per multi).",
+	})
+	m.renewalsInMemory = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "lease_keepalives_in_memory_total",
+		Help: "Keepalives the leader renewed in memory, without a ZooKeeper write.",
+	})
+	m.leaseTokenReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "lease_token_reads_total",
+		Help: "Lease tokens the leader's expiry loop read from ZooKeeper: a baseline for each lease when a term begins (not for leases it granted itself) and a check when a deadline passes.",
+	})
+	m.linearizableReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "linearizable_reads_total",
+		Help: "Linearizable reads by what proved them current: a barrier round trip (via=barrier) or a commit of this instance that landed after they arrived (via=commit), or the read lease (via=lease: answered from memory, --read-lease; counted at the leader for its own reads and the ReadIndex it serves).",
+	}, []string{"via"})
+	m.barrierTrips = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "read_barrier_round_trips_total",
+		Help: "ZooKeeper round trips made for linearizable-read barriers.",
+	})
+}
+
+// spaceAndCheckMetrics makes the space, quota, corruption check, format,
+// proof window and compaction collectors of m.
+func (m *metrics) spaceAndCheckMetrics() {
+	m.quotaRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "quota_refused_total",
+		Help: "Writes refused because they did not fit in --quota-backend-bytes, or in what ZooKeeper's heap holds (half of --zk-heap-bytes, while the quota is left at its default).",
+	})
+	m.dbSize = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "db_size_bytes",
+		Help: "Bytes the root holds (base generations and log entries) before compression: etcd's DB size, what the quota counts.",
+	})
+	m.dbSizeInUse = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "db_size_in_use_bytes",
+		Help: "Bytes before compression of the current base generation and the log after it (what a defragment leaves).",
+	})
+	m.rootStored = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "zookeeper_root_bytes",
+		Help: "Bytes the root holds in ZooKeeper as stored (compressed), counted as db_size_bytes is: what ZooKeeper's heap holds of it, what the ZooKeeper heap check counts.",
+	})
+	m.alarms = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "alarms_active",
+		Help: "Active alarms, by type.",
+	}, []string{"alarm"})
+	m.corruptChecks = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "corrupt_checks_total",
+		Help: "Rounds of the corruption check (--corrupt-check-time) this instance ran as the leader.",
+	})
+	m.corruptMismatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "corrupt_check_mismatches_total",
+		Help: "Members whose HashKV differed in a corruption check (each raised the CORRUPT alarm).",
+	})
+	m.rootFormat = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "root_format",
+		Help: "The root's format (<root>/meta) as this instance last read it: what it writes (2: log entries and base generations compressed).",
+	})
+	m.proofWindow = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "leader_proof_window_seconds",
+		Help: "How long after a ZooKeeper transaction of its session the leader answers read-lease reads and keepalives from memory, derived from the granted session timeout and ZooKeeper's tick (0: none, each waits for a round trip).",
+	})
+	m.grantedTimeout = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "zk_session_timeout_granted_seconds",
+		Help: "The session timeout ZooKeeper granted this instance's current connection (it clamps the requested --zk-session-timeout to its minSessionTimeout and maxSessionTimeout).",
+	})
+	m.zkTick = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "zk_tick_seconds",
+		Help: "ZooKeeper's tickTime as the servers' conf four-letter word answered it, or as --zk-tick-time declares it (0: unknown).",
+	})
+	m.readLease = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "zketcd", Name: "read_lease_state",
+		Help: "The read lease (--read-lease): 1 held by this instance, 0 not held, -1 refused because no leader proof window can be shown.",
+	})
+	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "zketcd", Name: "physical_compactions_total",
+		Help: "Physical compactions this instance published as the leader, by the generation each left: log (the log kept as it is: mostly live data, nothing written), whole (a whole base written), delta (only what changed since the last generation written).",
+	}, []string{"generation"})
 }
 
 // commitTimer starts timing a commit; call the result with its outcome.
@@ -256,4 +275,38 @@ func (m *metrics) applied(e *revision.Entry) {
 func (m *metrics) leaseExpired() {
 	m.leasesExpired.Inc()
 	m.etcdLeasesExpired.Inc()
+}
+
+// writeStarted counts a write as pending (etcd_server_proposals_pending)
+// until the function it returns is called with the write's error, which
+// counts it as failed (etcd_server_proposals_failed_total) when it did not
+// get a verdict: etcd counts a proposal failed when raft would not take it
+// or it timed out; here when ZooKeeper or the leader could not be reached
+// in time, the instance stopped, or the client went away — not when etcd's
+// rules refused it (a failed compare, a missing lease, NOSPACE).
+func (m *metrics) writeStarted() func(err error) {
+	m.pendingWrites.Add(1)
+	return func(err error) {
+		m.pendingWrites.Add(-1)
+		if proposalFailed(err) {
+			m.proposalsFailed.Inc()
+		}
+	}
+}
+
+// proposalFailed reports whether a write's error says it never got a
+// verdict (see writeStarted).
+func proposalFailed(err error) bool {
+	if err == nil {
+		return false
+	}
+	st, ok := translate.Status(err)
+	if !ok {
+		return true // the log's unavailability: answered "no leader"
+	}
+	switch status.Code(st) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.Aborted:
+		return true
+	}
+	return false
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -79,12 +80,11 @@ func writesKey(e *revision.Entry, key []byte) bool {
 // k != new after k=new was acknowledged. It must see k=new.
 func TestPipelinedNoOpIsNotAnsweredByAFlightSentBeforeIt(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
+	lg := testutil.Logger(logrus.ErrorLevel)
 	log := &holdLog{Client: st.Client(), hold: []byte("hold"), held: make(chan struct{}, 1), release: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a, err := New(ctx, Config{Name: "a", Logger: logrus.NewEntry(lg), Registerer: prometheus.NewRegistry(), CommitPipeline: 4}, log)
+	a, err := New(ctx, Config{Name: "a", Logger: lg, Registerer: prometheus.NewRegistry(), CommitPipeline: 4}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,15 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/compactor"
-	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/watchbridge"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -108,16 +107,16 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 	if b.host == "" {
 		b.host = localHost()
 	}
-	b.check.self = zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
+	self := zkstore.Member{ID: b.memberID, Name: cfg.Name, ClientURLs: cfg.ClientURLs,
 		InternalURL: cfg.InternalURL, InternalToken: b.internalToken, Host: b.host}
-	if err := st.RegisterMember(b.check.self); err != nil {
+	if err := b.member.publish(func(m *zkstore.Member) { *m = self }); err != nil {
 		return nil, fmt.Errorf("register member: %w", err)
 	}
 	b.election = st.Campaign(b.memberID)
 	b.run(auto)
 	running = true
 	if cfg.InitialCorruptCheck {
-		if err := b.initialCheck(ctx); err != nil {
+		if err := b.corrupt.initial(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -131,8 +130,8 @@ func start(ctx context.Context, cfg Config, st Log, inspect inspectFunc) (_ *Eng
 }
 
 // newEngine returns the engine of cfg on st, not running yet: its
-// identity (member ID, writer nonce, internal token), queues, metrics and
-// read barrier.
+// identity (member ID, writer nonce, internal token), its concerns, their
+// queues and metrics, and the read barrier.
 func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 	var nb [8]byte
 	if _, err := rand.Read(nb[:]); err != nil {
@@ -142,7 +141,7 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, fmt.Errorf("internal token: %w", err)
 	}
-	b := &Engine{
+	c := &core{
 		opened:        time.Now(),
 		cfg:           cfg,
 		log:           cfg.Logger.WithField("component", "engine"),
@@ -150,69 +149,76 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 		memberID:      memberID(st.Meta().ClusterID, cfg.Name),
 		maxEntryBytes: st.MaxEntryBytes(),
 		metrics:       newMetrics(cfg.Registerer),
-		sizing:        newSizing(cfg.Registerer),
+		barrier:       &barrier{maxRounds: 1},
 		nonce:         binary.BigEndian.Uint64(nb[:]),
-		proposals:     make(chan *proposal, 4*cfg.MaxBatchRequests),
-		renewals:      make(chan *renewal, 1024),
-		compactKick:   make(chan struct{}, 1),
-		releaseKick:   make(chan struct{}, 1),
 		kick:          make(chan struct{}, 1),
-		rb:            newRollbackGuard(cfg.Registerer),
-		inspect:       inspect,
-		internalToken: hex.EncodeToString(tok[:]),
 	}
-	b.fwd.metrics = newFwdMetrics(cfg.Registerer)
-	b.origins.gen = cfg.OriginGeneration
-	b.barrier.sync = func() (int64, error) {
-		b.metrics.barrierTrips.Inc()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.ctx = ctx
+	b := &Engine{core: c, cancel: cancel, internalToken: hex.EncodeToString(tok[:]),
+		origins: &origins{gen: cfg.OriginGeneration}, space: &space{}, member: &memberRecord{store: st}}
+	b.rb = newRollbackGuard(c, inspect, cfg.Registerer)
+	b.live = &liveness{core: c}
+	b.tail = &tailer{core: c, origins: b.origins, space: b.space, rb: b.rb}
+	marks := &flightMarks{}
+	b.commit = newCommitter(c, b.tail, b.rb, b.origins, marks)
+	b.reads = &readLease{core: c, live: b.live, marks: marks, rb: b.rb}
+	b.fwd = &forwarder{core: c, commit: b.commit, tail: b.tail, rb: b.rb, linearize: b.Linearize,
+		metrics: newFwdMetrics(cfg.Registerer)}
+	b.leases = &lessor{core: c, commit: b.commit, live: b.live, renewals: make(chan *renewal, 1024)}
+	b.compaction = &compaction{core: c, space: b.space, sizing: newSizing(cfg.Registerer),
+		kick: make(chan struct{}, 1), release: make(chan struct{}, 1)}
+	b.corrupt = &corruptChecker{core: c, member: b.member, rb: b.rb, raise: func(ctx context.Context, req *pb.AlarmRequest) error {
+		_, err := b.Alarm(ctx, req)
+		return err
+	}}
+	c.barrier.sync = func() (int64, error) {
+		c.metrics.barrierTrips.Inc()
 		sent := time.Now()
-		lsn, err := b.syncHead()
-		if err == nil && !cfg.RelaxedReads {
-			b.proveLive(sent, lsn)
+		read := st.QuorumHead
+		if cfg.RelaxedReads {
+			read = st.SyncHead
 		}
-		return lsn, err
+		h, err := read()
+		if err == nil && !cfg.RelaxedReads {
+			b.live.prove(sent, h.LSN)
+		}
+		return h.LSN, err
 	}
-	b.barrier.proved = b.proveLive
-	b.barrier.maxRounds = 1
-	b.barrier.observe = func(byCommit bool, reads int) {
+	c.barrier.proved = b.live.prove
+	c.barrier.observe = func(byCommit bool, reads int) {
 		via := "barrier"
 		if byCommit {
 			via = "commit"
 		}
-		b.metrics.linearizableReads.WithLabelValues(via).Add(float64(reads))
+		c.metrics.linearizableReads.WithLabelValues(via).Add(float64(reads))
 	}
-	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
 
 // run starts the engine's goroutines (auto, if set, is the
-// auto-compactor); Close stops them.
+// auto-compactor); Close stops them and waits for every one.
 func (b *Engine) run(auto *compactor.Compactor) {
 	if auto != nil {
-		b.wg.Add(1)
-		go func() { defer b.wg.Done(); auto.Run(b.ctx) }()
+		b.wg.Go(func() { auto.Run(b.ctx) })
 	}
-	b.wg.Add(9) // the nine loops below; the rest add their own
-	go b.answerHashChecks()
-	go b.rekeyLoop()
+	b.wg.Go(b.corrupt.answerLoop)
+	b.wg.Go(b.rekeyLoop)
 	if b.cfg.CorruptCheckTime > 0 {
-		b.wg.Add(1)
-		go b.corruptCheckLoop()
+		b.wg.Go(b.corrupt.run)
 	}
-	go b.watchRollback()
-	go b.followLeaderAndSession()
-	go b.tail()
-	go b.commitLoop()
-	go b.renewLoop()
-	go b.expireLoop()
-	go b.compactLoop()
+	b.wg.Go(b.rb.watch)
+	b.wg.Go(b.followLeaderAndSession)
+	b.wg.Go(b.tail.run)
+	b.wg.Go(b.commit.run)
+	b.wg.Go(b.leases.renewLoop)
+	b.wg.Go(b.leases.run)
+	b.wg.Go(b.compaction.run)
 	if b.cfg.ReadLease {
-		b.wg.Add(1)
-		go b.readLeaseLoop()
+		b.wg.Go(b.reads.run)
 	}
 	if !b.cfg.RelaxedReads {
-		b.wg.Add(1)
-		go b.windowLoop()
+		b.wg.Go(b.live.run)
 	}
 }
 
@@ -264,137 +270,7 @@ func (b *Engine) recover(ctx context.Context) (*replayed, error) {
 	}
 	b.origins.setFrom(rec.base.Gen + 1) // the tags of the entries in the base were not read
 	b.view = view
-	rec.account(&b.space)
-	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
+	rec.account(b.space)
+	b.tail.caughtUp(head)
 	return &rec, nil
-}
-
-// Replay builds a view from the current base generation (if any) and the
-// log after it, up to the head read after a sync, reading window entries in
-// flight. each, if not nil, sees every log entry before it is applied. It
-// returns the view, that head and the bytes read. It starts over when a
-// compaction replaces the base or removes entries while it reads.
-func Replay(ctx context.Context, st History, window int, each func(*revision.Entry)) (*revision.View, zkstore.Head, int64, error) {
-	return replay(ctx, st, window, each, nil)
-}
-
-// replayed is what a replay read, for the space accounting: the base
-// generation and the size of each entry after it.
-type replayed struct {
-	base     zkstore.Base
-	sizes    []int
-	logicals []int64 // each entry's zkstore.RecordBytes
-	raws     []int64 // each entry's Entry.DataBytes
-	// baseTook is the base generation's load into a view; logTook the
-	// log's replay after it, of which applyTook was spent applying
-	// entries (the rest waiting for ZooKeeper and decoding, which run
-	// window entries ahead of the apply).
-	baseTook, logTook, applyTook time.Duration
-}
-
-// account records rec in sp: the entry sizes, then the generation.
-func (rec *replayed) account(sp *space) {
-	sp.reset()
-	for i, n := range rec.sizes {
-		sp.applied(rec.base.Gen+1+int64(i), n, rec.logicals[i], rec.raws[i])
-	}
-	sp.setBase(rec.base)
-}
-
-// replay is Replay; rec, if not nil, receives what it read.
-func replay(ctx context.Context, st History, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		if rec != nil {
-			*rec = replayed{}
-		}
-		view, head, size, err := replayOnce(ctx, st, window, each, rec)
-		if err == nil {
-			return view, head, size, nil
-		}
-		if !errors.Is(err, zkstore.ErrBaseChanged) && !errors.Is(err, zkstore.ErrEntryMissing) {
-			return nil, zkstore.Head{}, 0, err
-		}
-		lastErr = err
-	}
-	return nil, zkstore.Head{}, 0, fmt.Errorf("recovery kept racing compactions: %w", lastErr)
-}
-
-func replayOnce(ctx context.Context, st History, window int, each func(*revision.Entry), rec *replayed) (*revision.View, zkstore.Head, int64, error) {
-	head, err := st.SyncHead()
-	if err != nil {
-		return nil, zkstore.Head{}, 0, fmt.Errorf("read head: %w", err)
-	}
-	base, err := st.ReadBase()
-	if err != nil {
-		return nil, zkstore.Head{}, 0, err
-	}
-	if rec != nil {
-		rec.base = base
-	}
-	view := revision.NewView(1, 1)
-	from := int64(2)
-	var size int64
-	began := time.Now()
-	if base.Gen > 0 {
-		snap, err := st.LoadBase(ctx, base)
-		if err != nil {
-			return nil, zkstore.Head{}, 0, fmt.Errorf("load base generation %d: %w", base.Gen, err)
-		}
-		if view, err = revision.FromSnapshot(snap); err != nil {
-			return nil, zkstore.Head{}, 0, fmt.Errorf("base generation %d: %w", base.Gen, err)
-		}
-		from = base.Gen + 1
-		size = int64(base.StoredSize())
-	}
-	if rec != nil {
-		rec.baseTook = time.Since(began)
-		began = time.Now()
-		defer func() { rec.logTook = time.Since(began) }()
-	}
-	err = st.ReadEntries(ctx, from, head.LSN, window, func(e *revision.Entry, n int) error {
-		size += int64(n)
-		if rec != nil {
-			defer func(at time.Time) { rec.applyTook += time.Since(at) }(time.Now())
-		}
-		if rec != nil {
-			rec.sizes = append(rec.sizes, n)
-			rec.logicals = append(rec.logicals, int64(zkstore.RecordBytes(e)))
-			rec.raws = append(rec.raws, e.DataBytes())
-		}
-		if each != nil {
-			each(e)
-		}
-		_, err := view.Apply(e)
-		return err
-	})
-	if err != nil {
-		return nil, zkstore.Head{}, 0, fmt.Errorf("replay log from entry %d: %w", from, err)
-	}
-	return view, head, size, nil
-}
-
-// reload rebuilds the view from the current base generation and the log,
-// for an instance that fell behind a physical compaction; watchers catch up
-// from the new view's history or are canceled as compacted.
-func (b *Engine) reload() error {
-	start := time.Now()
-	var rec replayed
-	view, head, _, err := replay(b.ctx, b.store, b.cfg.ReadWindow, b.origins.record, &rec)
-	if err != nil {
-		return err
-	}
-	b.applyMu.Lock()
-	defer b.applyMu.Unlock()
-	if view.State().LSN <= b.view.State().LSN {
-		return nil // caught up meanwhile
-	}
-	b.origins.setFrom(rec.base.Gen + 1) // the entries skipped by the base were not read
-	b.view.Reset(view)
-	b.hub.Resync()
-	rec.account(&b.space)
-	b.lastHead.Store(&headSeen{head: head, at: time.Now()})
-	b.log.WithFields(logrus.Fields{"lsn": head.LSN, "took": time.Since(start).Round(time.Millisecond)}).
-		Warn("reloaded the view: this instance fell behind a compaction of the log")
-	return nil
 }

@@ -134,9 +134,9 @@ const boundSeq = 1 << 63
 
 // boundTag is the tag a forwarded request is served, committed and indexed
 // under by the leader: the tag its origin sent (sent) bound to what the
-// request is — its kind, its bytes and the credential of its caller as the
-// origin sent it — by a digest in the sequence number (boundSeq set; the
-// origin's nonce kept). A tag in the log, or a call the leader is serving
+// request is — its kind (rpc, its etcd method), its bytes and the
+// credential of its caller as the origin sent it — by a digest in the
+// sequence number (boundSeq set; the origin's nonce kept). A tag in the log, or a call the leader is serving
 // or answered, then answers only the very request of the very caller its
 // origin sent under it: another request sent under the same tag (forged
 // by a holder of the internal endpoint's token, who can read the origin's
@@ -144,15 +144,15 @@ const boundSeq = 1 << 63
 // tag, is evaluated and committed as itself, and never answers the
 // origin's. caller's Use (a proof of use, renewed per request) is not part
 // of it. Errors: a request that cannot be marshaled.
-func boundTag(sent revision.WriterTag, k anyKind, req proto.Message, caller auth.Caller) (revision.WriterTag, error) {
+func boundTag(sent revision.WriterTag, rpc string, req proto.Message, caller auth.Caller) (revision.WriterTag, error) {
 	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
 	if err != nil {
-		return revision.WriterTag{}, fmt.Errorf("zketcd: marshal the forwarded %s: %w", k.rpc(), err)
+		return revision.WriterTag{}, fmt.Errorf("zketcd: marshal the forwarded %s: %w", rpc, err)
 	}
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	for _, part := range [][]byte{[]byte("zketcd forwarded request"), binary.BigEndian.AppendUint64(nil, sent.Nonce),
-		binary.BigEndian.AppendUint64(nil, sent.Seq), []byte(k.rpc()), body, []byte(caller.Token), []byte(caller.CertCN)} {
+		binary.BigEndian.AppendUint64(nil, sent.Seq), []byte(rpc), body, []byte(caller.Token), []byte(caller.CertCN)} {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
 		h.Write(part)
 	}

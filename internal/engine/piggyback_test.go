@@ -50,9 +50,8 @@ func slowEngine(t testing.TB, st *memlog.Store, name string, rtt time.Duration) 
 // Config.
 func slowEngineWith(t testing.TB, st *memlog.Store, name string, rtt time.Duration, configure func(*Config)) *Engine {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
-	cfg := Config{Name: name, Logger: logrus.NewEntry(lg).WithField("member", name), Registerer: prometheus.NewRegistry()}
+	lg := testutil.Logger(logrus.ErrorLevel)
+	cfg := Config{Name: name, Logger: lg.WithField("member", name), Registerer: prometheus.NewRegistry()}
 	if configure != nil {
 		configure(&cfg)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/engine/memlog"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -199,13 +200,12 @@ func (l *overtakeLog) Commit(ctx context.Context, req zkstore.CommitRequest) (zk
 
 func TestOvertakenFlightsAreSentAgainInOrder(t *testing.T) {
 	st := memlog.New(memlog.Options{})
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
+	lg := testutil.Logger(logrus.ErrorLevel)
 	log := &overtakeLog{Client: st.Client()}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	b, err := New(ctx, Config{Name: "a", Logger: logrus.NewEntry(lg), Registerer: reg, CommitPipeline: 4}, log)
+	b, err := New(ctx, Config{Name: "a", Logger: lg, Registerer: reg, CommitPipeline: 4}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

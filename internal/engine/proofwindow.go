@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -121,49 +122,114 @@ type windowState struct {
 	err    error
 }
 
-// sessionWindow returns the proof window of session sid and the start of
-// its current connection (a proof sent before it does not count), or 0 if
-// sid is not the current session or its grant allows none.
-func (b *Engine) sessionWindow(sid int64) (time.Duration, time.Time) {
-	g := b.store.Grant()
+// liveProof is when a ZooKeeper transaction of session, since landed, was
+// sent.
+//
+// lsn is a log position ZooKeeper's log had reached when it landed (the
+// commit's entry, or the head a barrier round read after it): every
+// commit that landed before the transaction was sent is at or below it.
+type liveProof struct {
+	session int64
+	sent    time.Time
+	lsn     int64
+}
+
+// liveness keeps the newest proof that this instance's session was alive
+// and tells whether it still holds (the proof window, above): what the
+// read lease (readlease.go) and the keepalives answered from memory
+// (lessor.go) rest on. Safe for concurrent use.
+type liveness struct {
+	*core
+	proof atomic.Pointer[liveProof]
+}
+
+// prove records that a transaction sent at sent landed on the current
+// session, with the log at lsn or beyond. The session reported now is the
+// one it landed on or one created after it was sent; either outlives sent
+// by what its grant allows (fresh also asks that sent come after the
+// current connection's start).
+func (l *liveness) prove(sent time.Time, lsn int64) {
+	sid, ok := l.store.Session()
+	if !ok {
+		return
+	}
+	p := &liveProof{session: sid, sent: sent, lsn: lsn}
+	for {
+		old := l.proof.Load()
+		if old != nil && old.session == sid && !old.sent.Before(sent) {
+			return
+		}
+		if old != nil && old.session == sid && old.lsn > p.lsn {
+			p.lsn = old.lsn // ZooKeeper answers a session in order: never less
+		}
+		if l.proof.CompareAndSwap(old, p) {
+			return
+		}
+	}
+}
+
+// window returns the proof window of session sid and the start of its
+// current connection (a proof sent before it does not count), or 0 if sid
+// is not the current session or its grant allows none.
+func (l *liveness) window(sid int64) (time.Duration, time.Time) {
+	g := l.store.Grant()
 	if g.Session != sid {
 		return 0, time.Time{}
 	}
-	w, err := proofWindow(g, b.cfg.LeaderProofWindow)
+	w, err := proofWindow(g, l.cfg.LeaderProofWindow)
 	if err != nil {
 		return 0, time.Time{}
 	}
 	return w, g.Since
 }
 
-// freshProof returns the newest proof that session sid was alive if it
-// still holds at now (see the proof window), else nil.
-func (b *Engine) freshProof(sid int64, now time.Time) *liveProof {
-	p := b.proof.Load()
+// fresh returns the newest proof that session sid was alive if it still
+// holds at now (see the proof window), else nil.
+func (l *liveness) fresh(sid int64, now time.Time) *liveProof {
+	p := l.proof.Load()
 	if p == nil || p.session != sid {
 		return nil
 	}
-	w, since := b.sessionWindow(sid)
+	w, since := l.window(sid)
 	if w <= 0 || !p.sent.After(since) || !now.Before(p.sent.Add(w)) {
 		return nil
 	}
 	return p
 }
 
-// followWindow logs the proof window and sets its metrics whenever the
-// grant changes (a new session, or a connection granted another timeout, or
-// a tick learnt), and returns the new state.
-func (b *Engine) followWindow(last *windowState, lg *logrus.Entry) *windowState {
-	g := b.store.Grant()
+// run follows the proof window the session's grant allows: logs it, and
+// sets its metrics, at every change, until the engine stops.
+func (l *liveness) run() {
+	lg := l.log.WithField("component", "proof-window")
+	var ws *windowState
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := l.store.SessionChanged()
+		ws = l.follow(ws, lg)
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+// follow logs the proof window and sets its metrics whenever the grant
+// changes (a new session, or a connection granted another timeout, or a
+// tick learnt), and returns the new state.
+func (l *liveness) follow(last *windowState, lg *logrus.Entry) *windowState {
+	g := l.store.Grant()
 	if last != nil && last.grant.Session == g.Session && last.grant.Timeout == g.Timeout &&
 		last.grant.MinTimeout == g.MinTimeout && last.grant.Tick == g.Tick {
 		return last
 	}
-	w, err := proofWindow(g, b.cfg.LeaderProofWindow)
+	w, err := proofWindow(g, l.cfg.LeaderProofWindow)
 	st := &windowState{grant: g, window: w, err: err}
-	b.metrics.proofWindow.Set(w.Seconds())
-	b.metrics.grantedTimeout.Set(g.Timeout.Seconds())
-	b.metrics.zkTick.Set(g.Tick.Seconds())
+	l.metrics.proofWindow.Set(w.Seconds())
+	l.metrics.grantedTimeout.Set(g.Timeout.Seconds())
+	l.metrics.zkTick.Set(g.Tick.Seconds())
 	f := logrus.Fields{"session": fmt.Sprintf("%x", g.Session), "requested_timeout": g.Requested,
 		"granted_timeout": g.Timeout, "tick": g.Tick, "tick_from": g.TickFrom, "window": w}
 	switch {

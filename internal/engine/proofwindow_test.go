@@ -79,7 +79,7 @@ func gaugeValue(t testing.TB, g prometheus.Gauge) float64 {
 func TestReadLeaseFollowsTheGrantedTimeoutNotTheRequested(t *testing.T) {
 	st, _, a, _, _, _ := forwardingPairOn(t, memlog.Options{SessionTimeout: 10 * time.Second, GrantedTimeout: time.Second, TickTime: 500 * time.Millisecond},
 		func(c *Config) { c.ReadLease = true })
-	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.reads.held.Load() != nil })
 	want := (2*time.Second/3 - 250*time.Millisecond) / 2
 	testutil.Eventually(t, 5*time.Second, "zketcd_leader_proof_window_seconds is the granted timeout's window", func() bool {
 		return gaugeValue(t, a.metrics.proofWindow) == want.Seconds()
@@ -87,15 +87,15 @@ func TestReadLeaseFollowsTheGrantedTimeoutNotTheRequested(t *testing.T) {
 	// The proofs below are back-dated by up to a second: the connection
 	// and the lease must be older.
 	testutil.Eventually(t, 5*time.Second, "the connection and the read lease are over a second old", func() bool {
-		return time.Since(a.store.Grant().Since) > time.Second && time.Since(a.readLease.Load().taken) > time.Second
+		return time.Since(a.store.Grant().Since) > time.Second && time.Since(a.reads.held.Load().taken) > time.Second
 	})
 	put(t, a, "k", "v")
-	p := a.proof.Load()
+	p := a.live.proof.Load()
 	for _, tc := range []struct {
 		age    time.Duration
 		rounds float64
 	}{{want / 4, 0}, {want + 50*time.Millisecond, 1}, {time.Second, 1}} {
-		a.proof.Store(&liveProof{session: p.session, sent: time.Now().Add(-tc.age), lsn: p.lsn})
+		a.live.proof.Store(&liveProof{session: p.session, sent: time.Now().Add(-tc.age), lsn: p.lsn})
 		before := st.QuorumCalls()
 		get(t, a, "k", false)
 		if n := float64(st.QuorumCalls() - before); n != tc.rounds {
@@ -110,14 +110,14 @@ func TestReadLeaseFollowsTheGrantedTimeoutNotTheRequested(t *testing.T) {
 func TestProofWindowFollowsANewConnection(t *testing.T) {
 	st, _, a, ac, _, _ := forwardingPairOn(t, memlog.Options{SessionTimeout: 10 * time.Second, TickTime: 500 * time.Millisecond},
 		func(c *Config) { c.ReadLease = true })
-	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.reads.held.Load() != nil })
 	put(t, a, "k", "v")
 	sid, _ := ac.Session()
-	if a.freshProof(sid, time.Now()) == nil {
+	if a.live.fresh(sid, time.Now()) == nil {
 		t.Fatal("no fresh proof after a commit")
 	}
 	ac.SetGranted(2 * time.Second)
-	if a.freshProof(sid, time.Now()) != nil {
+	if a.live.fresh(sid, time.Now()) != nil {
 		t.Fatal("a proof sent before the new connection still counts")
 	}
 	before := st.QuorumCalls()
@@ -125,7 +125,7 @@ func TestProofWindowFollowsANewConnection(t *testing.T) {
 	if st.QuorumCalls() == before {
 		t.Fatal("a read after the reconnect answered from memory on the old connection's proof")
 	}
-	if w, _ := a.sessionWindow(sid); w != (2*time.Second-2*time.Second/3-250*time.Millisecond)/2 {
+	if w, _ := a.live.window(sid); w != (2*time.Second-2*time.Second/3-250*time.Millisecond)/2 {
 		t.Fatalf("window %v after a reconnect granted 2s", w)
 	}
 	testutil.Eventually(t, 5*time.Second, "the window metric followed the new grant", func() bool {
@@ -148,7 +148,7 @@ func TestReadLeaseRefusedWithoutATick(t *testing.T) {
 			t.Errorf("warning %q does not name %q", msg, sub)
 		}
 	}
-	if a.readLease.Load() != nil {
+	if a.reads.held.Load() != nil {
 		t.Fatal("the read lease was taken without a window")
 	}
 	if got := gaugeValue(t, a.metrics.readLease); got != -1 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/embed/embedtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // On ZooKeeper, where log entries are stored compressed: the quota and
@@ -26,14 +28,14 @@ func TestQuotaCountsTheBytesStoredBeforeCompression(t *testing.T) {
 	value := strings.Repeat("a", 200_000)
 	accepted := 0
 	for ; accepted < 40; accepted++ {
-		if _, err := c.Put(ctxT(t), "k", value); err != nil {
+		if _, err := c.Put(testutil.Context(t, 30*time.Second), "k", value); err != nil {
 			if !errors.Is(err, rpctypes.ErrGRPCNoSpace) && err.Error() != rpctypes.ErrNoSpace.Error() {
 				t.Fatalf("put %d: %v", accepted+1, err)
 			}
 			break
 		}
 	}
-	st, err := c.Status(ctxT(t), a.Endpoint())
+	st, err := c.Status(testutil.Context(t, 30*time.Second), a.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func TestQuotaCountsTheBytesStoredBeforeCompression(t *testing.T) {
 	// A restart counts the same from the log it replays.
 	a.Restart()
 	c = a.Client(t)
-	again, err := c.Status(ctxT(t), a.Endpoint())
+	again, err := c.Status(testutil.Context(t, 30*time.Second), a.Endpoint())
 	if err != nil || again.DbSize != st.DbSize {
 		t.Fatalf("after a restart: DB size %d (was %d), %v", again.DbSize, st.DbSize, err)
 	}
@@ -60,14 +62,14 @@ func TestQuotaCountsTheBytesStoredBeforeCompression(t *testing.T) {
 	// A base generation counts its bytes before compression too: after a
 	// compaction the one live value is in use, the rest freed by a
 	// defragment.
-	resp, err := c.Compact(ctxT(t), st.Header.Revision, clientv3.WithCompactPhysical())
+	resp, err := c.Compact(testutil.Context(t, 30*time.Second), st.Header.Revision, clientv3.WithCompactPhysical())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Defragment(ctxT(t), a.Endpoint()); err != nil {
+	if _, err := c.Defragment(testutil.Context(t, 30*time.Second), a.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	after, err := c.Status(ctxT(t), a.Endpoint())
+	after, err := c.Status(testutil.Context(t, 30*time.Second), a.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,10 +77,10 @@ func TestQuotaCountsTheBytesStoredBeforeCompression(t *testing.T) {
 	if after.DbSize != after.DbSizeInUse || after.DbSize < 200_000 || after.DbSize > 250_000 {
 		t.Fatalf("after compaction and defragment: DB size %d, in use %d; want the one 200 kB value", after.DbSize, after.DbSizeInUse)
 	}
-	if _, err := c.AlarmDisarm(ctxT(t), &clientv3.AlarmMember{MemberID: a.Engine().MemberID(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
+	if _, err := c.AlarmDisarm(testutil.Context(t, 30*time.Second), &clientv3.AlarmMember{MemberID: a.Engine().MemberID(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Put(ctxT(t), "k", value); err != nil {
+	if _, err := c.Put(testutil.Context(t, 30*time.Second), "k", value); err != nil {
 		t.Fatalf("put after the space was freed: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -44,9 +45,18 @@ import (
 // adds the precondition (this one or later): an older build's commit is not
 // stopped by the znode.
 
-// errLeaseHeld answers a commit refused because a leader holds the read
-// lease (nothing was written).
-var errLeaseHeld = errors.New("zketcd: the leader instance holds the read lease; only it commits")
+// readLease is the read lease of one instance (above): whether it holds
+// it, and why it is refused. Safe for concurrent use; run is its loop,
+// while Config.ReadLease.
+type readLease struct {
+	*core
+	live  *liveness
+	marks *flightMarks
+	rb    *rollbackGuard
+	held  atomic.Pointer[heldLease] // the read lease, while held
+	// refused says why the read lease is refused (nil: it is not).
+	refused atomic.Pointer[string]
+}
 
 // heldLease is the read lease as this instance took it.
 type heldLease struct {
@@ -55,33 +65,33 @@ type heldLease struct {
 	taken   time.Time // after ZooKeeper confirmed the znode
 }
 
-// leaseIndex returns the position a linearizable read arriving now must
+// index returns the position a linearizable read arriving now must
 // wait for, and true, if this instance holds the read lease with a fresh
 // proof (see above); false sends the read down the safe path. A commit of
 // this instance that was sent before the read arrived may have landed — and
 // be read on another instance already — before this one learns it, so the
 // answer waits until every such commit has settled (and, if it landed, is
 // applied). Errors: ctx's, or ErrGRPCStopped when the engine closes.
-func (b *Engine) leaseIndex(ctx context.Context) (int64, bool, error) {
-	h := b.readLease.Load()
+func (r *readLease) index(ctx context.Context) (int64, bool, error) {
+	h := r.held.Load()
 	if h == nil {
 		return 0, false, nil
 	}
 	now := time.Now()
-	leader, fence, _ := b.election.State()
-	sid, connected := b.store.Session()
+	leader, fence, _ := r.election.State()
+	sid, connected := r.store.Session()
 	if !leader || !connected || fence.Path() != h.fence || sid != h.session {
 		return 0, false, nil
 	}
-	p := b.freshProof(sid, now)
+	p := r.live.fresh(sid, now)
 	if p == nil || !p.sent.After(h.taken) {
 		return 0, false, nil
 	}
-	if err := b.flights.waitSettled(ctx, b.ctx.Done()); err != nil {
+	if err := r.marks.waitSettled(ctx, r.ctx.Done()); err != nil {
 		return 0, false, err
 	}
-	b.metrics.linearizableReads.WithLabelValues("lease").Inc()
-	return max(p.lsn, b.view.State().LSN), true, nil
+	r.metrics.linearizableReads.WithLabelValues("lease").Inc()
+	return max(p.lsn, r.view.State().LSN), true, nil
 }
 
 // flightMarks counts the committer's commits sent and settled (answered
@@ -133,62 +143,61 @@ func (m *flightMarks) waitSettled(ctx context.Context, closed <-chan struct{}) e
 	return nil
 }
 
-// readLeaseLoop takes the read lease while this instance leads and its
+// run takes the read lease while this instance leads and its
 // session's grant allows a proof window, and gives it up when it stops
 // leading or the window goes (a new session or fence takes it anew). A
 // lease refused for want of a window is logged with the values and listed
 // by Warnings.
-func (b *Engine) readLeaseLoop() {
-	defer b.wg.Done()
-	lg := b.log.WithField("component", "read-lease")
+func (r *readLease) run() {
+	lg := r.log.WithField("component", "read-lease")
 	release := func(why string) {
-		if b.readLease.Swap(nil) != nil {
+		if r.held.Swap(nil) != nil {
 			// Forgotten first: no read uses it once the znode may be gone.
-			if err := b.store.ReleaseReadLease(); err != nil {
+			if err := r.store.ReleaseReadLease(); err != nil {
 				lg.WithError(err).Debug("release the read lease (it goes with the session)")
 			}
 			lg.WithField("why", why).Info("read lease given up")
 		}
-		if b.readLeaseRefused.Load() == nil {
-			b.metrics.readLease.Set(0)
+		if r.refused.Load() == nil {
+			r.metrics.readLease.Set(0)
 		}
 	}
 	refuse := func(err error) {
 		msg := "--read-lease refused: " + err.Error()
-		b.metrics.readLease.Set(-1)
-		if old := b.readLeaseRefused.Swap(&msg); old == nil || *old != msg {
+		r.metrics.readLease.Set(-1)
+		if old := r.refused.Swap(&msg); old == nil || *old != msg {
 			lg.WithError(err).Error("read lease refused: linearizable reads take a zookeeper round trip until the grant allows a proof window")
 		}
 	}
 	retry := time.NewTicker(500 * time.Millisecond)
 	defer retry.Stop()
 	for {
-		changed, sessCh := b.election.Changed(), b.store.SessionChanged()
-		leader, fence, _ := b.election.State()
-		sid, connected := b.store.Session()
-		g := b.store.Grant()
-		window, werr := proofWindow(g, b.cfg.LeaderProofWindow)
+		changed, sessCh := r.election.Changed(), r.store.SessionChanged()
+		leader, fence, _ := r.election.State()
+		sid, connected := r.store.Session()
+		g := r.store.Grant()
+		window, werr := proofWindow(g, r.cfg.LeaderProofWindow)
 		switch {
 		case g.Session == sid && werr != nil:
 			release("no proof window")
 			refuse(werr)
 		case g.Session == sid:
-			if b.readLeaseRefused.Swap(nil) != nil {
+			if r.refused.Swap(nil) != nil {
 				lg.WithFields(logrus.Fields{"granted_timeout": g.Timeout, "tick": g.Tick, "window": window}).Info("read lease allowed again: the grant allows a proof window")
 			}
 		}
-		switch h := b.readLease.Load(); {
-		case !leader || b.servable() != nil:
+		switch h := r.held.Load(); {
+		case !leader || r.rb.servable() != nil:
 			release("not the leader")
 		case !connected || g.Session != sid || werr != nil:
 		case h != nil && h.session == sid && h.fence == fence.Path():
 		default:
-			b.readLease.Store(nil)
-			got, err := b.store.TakeReadLease(b.memberID)
+			r.held.Store(nil)
+			got, err := r.store.TakeReadLease(r.memberID)
 			switch {
 			case err == nil && got == sid:
-				b.readLease.Store(&heldLease{session: sid, fence: fence.Path(), taken: time.Now()})
-				b.metrics.readLease.Set(1)
+				r.held.Store(&heldLease{session: sid, fence: fence.Path(), taken: time.Now()})
+				r.metrics.readLease.Set(1)
 				lg.WithFields(logrus.Fields{"session": sid, "window": window, "granted_timeout": g.Timeout,
 					"requested_timeout": g.Requested, "tick": g.Tick, "tick_from": g.TickFrom}).Info("read lease taken: linearizable reads answered from memory")
 			case errors.Is(err, zkstore.ErrLeaseHeld):
@@ -198,7 +207,7 @@ func (b *Engine) readLeaseLoop() {
 			}
 		}
 		select {
-		case <-b.ctx.Done():
+		case <-r.ctx.Done():
 			release("closing")
 			return
 		case <-changed:
@@ -208,30 +217,10 @@ func (b *Engine) readLeaseLoop() {
 	}
 }
 
-// windowLoop follows the proof window the session's grant allows: logs it,
-// and sets its metrics, at every change (proofwindow.go).
-func (b *Engine) windowLoop() {
-	defer b.wg.Done()
-	lg := b.log.WithField("component", "proof-window")
-	var ws *windowState
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		ch := b.store.SessionChanged()
-		ws = b.followWindow(ws, lg)
-		select {
-		case <-b.ctx.Done():
-			return
-		case <-ch:
-		case <-tick.C:
-		}
-	}
-}
-
-// readLeaseWarnings is a --read-lease this instance refuses because its
+// warnings is a --read-lease this instance refuses because its
 // session's grant allows no proof window (with the values), for Warnings.
-func (b *Engine) readLeaseWarnings() []string {
-	if msg := b.readLeaseRefused.Load(); msg != nil {
+func (r *readLease) warnings() []string {
+	if msg := r.refused.Load(); msg != nil {
 		return []string{*msg}
 	}
 	return nil

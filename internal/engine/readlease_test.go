@@ -23,7 +23,7 @@ func withReadLease(window time.Duration) func(*Config) {
 // the next read pays one round, which proves the lease again.
 func TestReadLeaseAnswersReadsFromMemory(t *testing.T) {
 	st, _, a, _, b, _ := forwardingPairWith(t, withReadLease(time.Hour))
-	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.reads.held.Load() != nil })
 	put(t, a, "k", "0") // a proof sent after the lease was taken
 	before := st.QuorumCalls()
 	for i := 1; i <= 50; i++ {
@@ -39,8 +39,8 @@ func TestReadLeaseAnswersReadsFromMemory(t *testing.T) {
 		t.Errorf("%d barrier rounds for 100 linearizable reads under the read lease, want 0", n)
 	}
 	// An old proof does not count: age it past the window.
-	p := a.proof.Load()
-	a.proof.Store(&liveProof{session: p.session, sent: time.Now().Add(-2 * time.Hour), lsn: p.lsn})
+	p := a.live.proof.Load()
+	a.live.proof.Store(&liveProof{session: p.session, sent: time.Now().Add(-2 * time.Hour), lsn: p.lsn})
 	before = st.QuorumCalls()
 	get(t, a, "k", false)
 	if n := st.QuorumCalls() - before; n != 1 {
@@ -54,7 +54,7 @@ func TestReadLeaseAnswersReadsFromMemory(t *testing.T) {
 // answer without it. It waits for the commit to settle.
 func TestReadLeaseWaitsForCommitsInFlight(t *testing.T) {
 	st, _, a, _, b, _ := forwardingPairWith(t, withReadLease(time.Hour))
-	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.reads.held.Load() != nil })
 	put(t, a, "k", "old")
 	release := make(chan struct{})
 	st.SetAnswerHook(func(zkstore.CommitRequest, zkstore.Outcome) { <-release })
@@ -92,7 +92,7 @@ func TestReadLeaseWaitsForCommitsInFlight(t *testing.T) {
 // once the leader has given the lease up.
 func TestReadLeaseStopsOtherCommitters(t *testing.T) {
 	st, fw, a, _, b, _ := forwardingPairWith(t, withReadLease(time.Hour))
-	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the leader took the read lease", func() bool { return a.reads.held.Load() != nil })
 	fw.mu.Lock()
 	delete(fw.peers, "mem://a") // the follower cannot reach the leader
 	fw.mu.Unlock()
@@ -112,7 +112,7 @@ func TestReadLeaseStopsOtherCommitters(t *testing.T) {
 	}
 	// The leader steps down (closes): its lease goes, the follower leads.
 	a.Close()
-	testutil.Eventually(t, 5*time.Second, "the lease was released", func() bool { return st.ReadLeaseHolder() == 0 || b.readLease.Load() != nil })
+	testutil.Eventually(t, 5*time.Second, "the lease was released", func() bool { return st.ReadLeaseHolder() == 0 || b.reads.held.Load() != nil })
 	put(t, b, "k", "v")
 	if got := get(t, b, "k", false); len(got.Kvs) != 1 {
 		t.Fatal("the follower's write after the leader left is missing")

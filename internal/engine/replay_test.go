@@ -33,23 +33,7 @@ func TestReplayOverlappingCompactions(t *testing.T) {
 	c := in.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// A base worth loading: 2,000 keys in 16 transactions.
-	for i := 0; i < 16; i++ {
-		ops := make([]clientv3.Op, 0, 125)
-		for j := 0; j < 125; j++ {
-			ops = append(ops, clientv3.OpPut(fmt.Sprintf("r/base/%05d", i*125+j), fmt.Sprint(i, j)))
-		}
-		if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// And a log to replay: 150 entries, before any compaction.
-	for i := 0; i < 150; i++ {
-		if _, err := c.Put(ctx, fmt.Sprintf("r/log/%03d", i%50), fmt.Sprint(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillForReplay(t, ctx, c)
 
 	var compactions atomic.Int64
 	stop := make(chan struct{})
@@ -148,31 +132,8 @@ func TestReplayOverlappingCompactions(t *testing.T) {
 			restarts++
 		}
 		restarted = restarted || jumped
-		rev := view.State().Rev
-		got := map[string]string{}
-		if err := view.Read(func(r revision.Reader) error {
-			return r.Range([]byte("r/"), []byte("r0"), 0, func(kv *revision.KeyValue) bool {
-				got[string(kv.Key)] = fmt.Sprintf("%s@%d/%d/v%d", kv.Value, kv.ModRevision, kv.CreateRevision, kv.Version)
-				return true
-			})
-		}); err != nil {
-			t.Fatal(err)
-		}
-		want, err := c.Get(ctx, "r/", clientv3.WithPrefix(), clientv3.WithRev(rev))
-		if errors.Is(err, rpctypes.ErrCompacted) {
+		if !viewIsTheStore(t, ctx, c, view, round) {
 			continue // the writer compacted past the view already: nothing to compare
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(want.Kvs) != len(got) {
-			t.Fatalf("round %d: view at revision %d has %d keys, the store %d", round, rev, len(got), len(want.Kvs))
-		}
-		for _, kv := range want.Kvs {
-			w := fmt.Sprintf("%s@%d/%d/v%d", kv.Value, kv.ModRevision, kv.CreateRevision, kv.Version)
-			if got[string(kv.Key)] != w {
-				t.Fatalf("round %d: view at revision %d: %s = %q, the store has %q", round, rev, kv.Key, got[string(kv.Key)], w)
-			}
 		}
 		compared++
 		if restarted {
@@ -186,6 +147,60 @@ func TestReplayOverlappingCompactions(t *testing.T) {
 		t.Fatalf("no replay that started over was compared (%d started over): the test did not check an overlap", restarts)
 	}
 	t.Logf("%d recovered views equal the store at their revision, %d of them from replays that started over, over %d compactions", compared, restartedCompared, compactions.Load())
+}
+
+// fillForReplay writes a base worth loading (2,000 keys in 16
+// transactions) and a log to replay (150 entries), before any compaction.
+func fillForReplay(t *testing.T, ctx context.Context, c *clientv3.Client) {
+	t.Helper()
+	for i := 0; i < 16; i++ {
+		ops := make([]clientv3.Op, 0, 125)
+		for j := 0; j < 125; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("r/base/%05d", i*125+j), fmt.Sprint(i, j)))
+		}
+		if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 150; i++ {
+		if _, err := c.Put(ctx, fmt.Sprintf("r/log/%03d", i%50), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// viewIsTheStore compares the keys under r/ of a replayed view with the
+// store's at the view's revision, failing the test on a difference; false
+// if the store compacted past that revision (nothing compared).
+func viewIsTheStore(t *testing.T, ctx context.Context, c *clientv3.Client, view *revision.View, round int) bool {
+	t.Helper()
+	rev := view.State().Rev
+	got := map[string]string{}
+	if err := view.Read(func(r revision.Reader) error {
+		return r.Range([]byte("r/"), []byte("r0"), 0, func(kv *revision.KeyValue) bool {
+			got[string(kv.Key)] = fmt.Sprintf("%s@%d/%d/v%d", kv.Value, kv.ModRevision, kv.CreateRevision, kv.Version)
+			return true
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := c.Get(ctx, "r/", clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Kvs) != len(got) {
+		t.Fatalf("round %d: view at revision %d has %d keys, the store %d", round, rev, len(got), len(want.Kvs))
+	}
+	for _, kv := range want.Kvs {
+		w := fmt.Sprintf("%s@%d/%d/v%d", kv.Value, kv.ModRevision, kv.CreateRevision, kv.Version)
+		if got[string(kv.Key)] != w {
+			t.Fatalf("round %d: view at revision %d: %s = %q, the store has %q", round, rev, kv.Key, got[string(kv.Key)], w)
+		}
+	}
+	return true
 }
 
 // waitGenerations waits until n base generations newer than the current

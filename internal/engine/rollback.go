@@ -146,8 +146,14 @@ type appliedEntry struct {
 	writer       revision.WriterTag
 }
 
-// rollbackGuard is the instance's rollback state.
+// rollbackGuard watches for ZooKeeper's data going back under the instance
+// (above) and halts it. Safe for concurrent use.
 type rollbackGuard struct {
+	*core
+	// inspect opens fresh sessions for the checks while the instance's own
+	// is refused (nil: none; see watch).
+	inspect inspectFunc
+
 	err    atomic.Pointer[haltError]
 	halted chan struct{} // closed when err is set
 
@@ -161,10 +167,11 @@ type rollbackGuard struct {
 	newest int64                                          // newest LSN recorded (0: none)
 }
 
-// newRollbackGuard returns a guard whose zketcd_halted gauge, if reg is
-// not nil, is registered there.
-func newRollbackGuard(reg prometheus.Registerer) *rollbackGuard {
-	g := &rollbackGuard{halted: make(chan struct{}), gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+// newRollbackGuard returns the guard of c, checking through inspect (nil:
+// none), whose zketcd_halted gauge, if reg is not nil, is registered
+// there.
+func newRollbackGuard(c *core, inspect inspectFunc, reg prometheus.Registerer) *rollbackGuard {
+	g := &rollbackGuard{core: c, inspect: inspect, halted: make(chan struct{}), gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "zketcd", Name: "halted",
 		Help: "1 once this instance stopped serving for good: ZooKeeper's data went back under it, or holds a newer format (health says which).",
 	})}
@@ -210,8 +217,8 @@ func (g *rollbackGuard) oldest() int64 {
 }
 
 // rolledBack returns the error the instance halted with, or nil.
-func (b *Engine) rolledBack() error {
-	if e := b.rb.err.Load(); e != nil {
+func (g *rollbackGuard) rolledBack() error {
+	if e := g.err.Load(); e != nil {
 		return e
 	}
 	return nil
@@ -219,89 +226,79 @@ func (b *Engine) rolledBack() error {
 
 // servable fails every request of a halted instance with etcd's corrupt
 // cluster error (the log and the health check say why).
-func (b *Engine) servable() error {
-	if b.rb.err.Load() != nil {
+func (g *rollbackGuard) servable() error {
+	if g.err.Load() != nil {
 		return rpctypes.ErrGRPCCorrupt
 	}
 	return nil
 }
 
-// Servable returns nil, or etcd's corrupt-cluster error once the instance
-// halted (Health says why).
-func (b *Engine) Servable() error { return b.servable() }
-
-// Halted returns a channel closed when the instance halts: watch streams
-// end then, since no event follows and the history they saw is not the
-// cluster's, and Health returns the error (wrapping ErrHalted) that says
-// what happened and what to do. It is how the gRPC layer learns of a halt.
-func (b *Engine) Halted() <-chan struct{} { return b.rb.halted }
-
-// checkHistory makes sure, once per ZooKeeper connection, that ZooKeeper's
+// check makes sure, once per ZooKeeper connection, that ZooKeeper's
 // log continues the view's history. It returns nil once checked, the
 // rollback error if it does not, another error if it could not tell.
-func (b *Engine) checkHistory() error {
-	if err := b.rolledBack(); err != nil {
+func (g *rollbackGuard) check() error {
+	if err := g.rolledBack(); err != nil {
 		return err
 	}
-	b.rb.mu.Lock()
-	defer b.rb.mu.Unlock()
-	if v := b.rb.verified; v != nil {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if v := g.verified; v != nil {
 		select {
 		case <-v:
 		default:
 			return nil
 		}
 	}
-	changed := b.store.SessionChanged()
-	if _, ok := b.store.Session(); !ok {
+	changed := g.store.SessionChanged()
+	if _, ok := g.store.Session(); !ok {
 		return fmt.Errorf("check history: %w: no session", zkstore.ErrUnavailable)
 	}
-	rbe, err := b.compareHistory(b.store)
+	rbe, err := g.compare(g.store)
 	if err != nil {
 		return fmt.Errorf("check history: %w", err)
 	}
 	if rbe != nil {
-		b.declareRollback(rbe, b.store)
-		return b.rolledBack()
+		g.declare(rbe, g.store)
+		return g.rolledBack()
 	}
-	b.rb.verified = changed
+	g.verified = changed
 	return nil
 }
 
-// recheckHistory forgets the last check: the next checkHistory reads again.
-func (b *Engine) recheckHistory() {
-	b.rb.mu.Lock()
-	b.rb.verified = nil
-	b.rb.mu.Unlock()
+// recheck forgets the last check: the next check reads again.
+func (g *rollbackGuard) recheck() {
+	g.mu.Lock()
+	g.verified = nil
+	g.mu.Unlock()
 }
 
-// waitHistory is checkHistory retried until it can tell: nil or the
+// wait is check retried until it can tell: nil or the
 // rollback error (or ErrStopped when the instance closes).
-func (b *Engine) waitHistory() error {
+func (g *rollbackGuard) wait() error {
 	for {
-		err := b.checkHistory()
+		err := g.check()
 		if err == nil || errors.Is(err, ErrHalted) {
 			return err
 		}
-		b.barrier.idle() // the committer waits: reads must not wait for its commit
+		g.barrier.idle() // the committer waits: reads must not wait for its commit
 		select {
-		case <-b.ctx.Done():
+		case <-g.ctx.Done():
 			return rpctypes.ErrGRPCStopped
-		case <-b.rb.halted:
-		case <-b.store.SessionChanged():
+		case <-g.halted:
+		case <-g.store.SessionChanged():
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-// compareHistory compares the view with the log st reads (after a sync).
+// compare compares the view with the log st reads (after a sync).
 // It returns a RollbackError if ZooKeeper's head is behind the view or its
 // log holds another entry at the view's position; nil, nil if the log
 // continues the view.
-func (b *Engine) compareHistory(st Log) (*RollbackError, error) {
-	v := b.view.State()
+func (g *rollbackGuard) compare(st Log) (*RollbackError, error) {
+	v := g.view.State()
 	applied := Position{LSN: v.LSN, Rev: v.Rev, Zxid: v.Zxid}
-	if st.Meta().ClusterID != b.store.Meta().ClusterID {
+	if st.Meta().ClusterID != g.store.Meta().ClusterID {
 		return &RollbackError{Applied: applied, Fork: Position{LSN: 1, Rev: 1}, NoRoot: true, Diverged: true}, nil
 	}
 	h, err := st.SyncHead()
@@ -313,7 +310,7 @@ func (b *Engine) compareHistory(st Log) (*RollbackError, error) {
 	}
 	zk := Position{LSN: h.LSN, Rev: h.Rev, Zxid: h.Zxid}
 	at := min(h.LSN, v.LSN)
-	same, _, err := b.sameEntry(st, at, v)
+	same, _, err := g.sameEntry(st, at, v)
 	if errors.Is(err, zkstore.ErrEntryMissing) && h.LSN >= v.LSN {
 		return nil, nil // compacted past the view: the tailer reloads
 	}
@@ -329,10 +326,10 @@ func (b *Engine) compareHistory(st Log) (*RollbackError, error) {
 	// ZooKeeper holds another entry at (or none up to) at: find the newest
 	// entry both hold.
 	rbe := &RollbackError{Applied: applied, ZooKeeper: zk, Diverged: true}
-	lo, hi := b.rb.oldest(), at-1 // the fork is in [lo-1, hi]
+	lo, hi := g.oldest(), at-1 // the fork is in [lo-1, hi]
 	for lo <= hi {
 		mid := lo + (hi-lo)/2
-		s, known, err := b.sameEntry(st, mid, v)
+		s, known, err := g.sameEntry(st, mid, v)
 		if err != nil && !errors.Is(err, zkstore.ErrEntryMissing) {
 			return nil, err
 		}
@@ -343,9 +340,9 @@ func (b *Engine) compareHistory(st Log) (*RollbackError, error) {
 		}
 	}
 	fork := lo - 1 // newest LSN known to match, or one below the ring
-	if a, ok := b.rb.lookup(fork); ok {
+	if a, ok := g.lookup(fork); ok {
 		rbe.Fork = Position{LSN: fork, Rev: a.rev, Zxid: a.zxid}
-	} else if a, ok := b.rb.lookup(fork + 1); ok {
+	} else if a, ok := g.lookup(fork + 1); ok {
 		rbe.Fork = Position{LSN: fork, Rev: a.prevRev}
 		rbe.ForkUnknown = true
 	} else {
@@ -357,12 +354,12 @@ func (b *Engine) compareHistory(st Log) (*RollbackError, error) {
 
 // sameEntry reports whether st's log entry lsn is the one the view applied
 // there; known is false when the instance does not remember that entry.
-func (b *Engine) sameEntry(st Log, lsn int64, v revision.State) (same, known bool, err error) {
+func (g *rollbackGuard) sameEntry(st Log, lsn int64, v revision.State) (same, known bool, err error) {
 	var got *revision.Entry
-	if err := st.ReadEntries(b.ctx, lsn, lsn, 1, func(e *revision.Entry, _ int) error { got = e; return nil }); err != nil {
+	if err := st.ReadEntries(g.ctx, lsn, lsn, 1, func(e *revision.Entry, _ int) error { got = e; return nil }); err != nil {
 		return false, false, err
 	}
-	if a, ok := b.rb.lookup(lsn); ok {
+	if a, ok := g.lookup(lsn); ok {
 		return got.Writer == a.writer && got.Zxid == a.zxid, true, nil
 	}
 	if lsn == v.LSN && v.Zxid != 0 {
@@ -373,71 +370,71 @@ func (b *Engine) sameEntry(st Log, lsn int64, v revision.State) (same, known boo
 
 // halt stops the instance for good with err, logged once: no entry is
 // applied from then on, every request fails.
-func (b *Engine) halt(err error) {
-	b.applyMu.Lock()
-	if b.rb.err.Load() != nil {
-		b.applyMu.Unlock()
+func (g *rollbackGuard) halt(err error) {
+	g.applyMu.Lock()
+	if g.err.Load() != nil {
+		g.applyMu.Unlock()
 		return
 	}
 	h := &haltError{err: err}
-	b.rb.err.Store(h)
-	close(b.rb.halted)
-	b.rb.gauge.Set(1)
-	b.applyMu.Unlock()
-	b.log.Error(h.Error())
-	b.kickTailer()
-	b.resign()
+	g.err.Store(h)
+	close(g.halted)
+	g.gauge.Set(1)
+	g.applyMu.Unlock()
+	g.log.Error(h.Error())
+	g.kickTailer()
+	g.resign()
 }
 
 // resign withdraws a halted instance from the election, so that another
 // instance leads (commits, expires leases, compacts) while this one serves
 // nothing; it runs in the background (withdrawing may wait on ZooKeeper).
-func (b *Engine) resign() {
-	go b.election.Close()
+func (g *rollbackGuard) resign() {
+	go g.election.Close()
 }
 
-// declareRollback halts the instance: no entry is applied from then on, the
+// declare halts the instance: no entry is applied from then on, the
 // loss is written to a file and the error logged once.
-func (b *Engine) declareRollback(rbe *RollbackError, st Log) {
-	b.applyMu.Lock()
-	if b.rb.err.Load() != nil {
-		b.applyMu.Unlock()
+func (g *rollbackGuard) declare(rbe *RollbackError, st Log) {
+	g.applyMu.Lock()
+	if g.err.Load() != nil {
+		g.applyMu.Unlock()
 		return
 	}
 	// Halt first (requests fail from now on), then write the loss file and
 	// name it in the error.
 	first := *rbe
-	b.rb.err.Store(&haltError{err: &first})
-	close(b.rb.halted)
-	b.rb.gauge.Set(1)
-	rbe.LossFile, rbe.LossErr = b.writeLoss(rbe, st)
-	b.rb.err.Store(&haltError{err: rbe})
-	b.applyMu.Unlock()
-	b.log.WithFields(logrus.Fields{
+	g.err.Store(&haltError{err: &first})
+	close(g.halted)
+	g.gauge.Set(1)
+	rbe.LossFile, rbe.LossErr = g.writeLoss(rbe, st)
+	g.err.Store(&haltError{err: rbe})
+	g.applyMu.Unlock()
+	g.log.WithFields(logrus.Fields{
 		"applied_lsn": rbe.Applied.LSN, "applied_revision": rbe.Applied.Rev, "applied_zxid": fmt.Sprintf("%#x", rbe.Applied.Zxid),
 		"zookeeper_lsn": rbe.ZooKeeper.LSN, "zookeeper_revision": rbe.ZooKeeper.Rev, "zookeeper_zxid": fmt.Sprintf("%#x", rbe.ZooKeeper.Zxid),
 		"fork_revision": rbe.Fork.Rev, "loss_file": rbe.LossFile,
 	}).Error(rbe.Error())
-	b.kickTailer()
-	b.resign()
+	g.kickTailer()
+	g.resign()
 }
 
 // writeLoss writes the view's changes after the fork to a new file in
 // Config.LossDir. The caller holds applyMu (the view does not move). st, if
 // not nil, reads ZooKeeper's log: with the view's history after the fork
 // compacted, the keys ZooKeeper holds at the fork tell which were deleted.
-func (b *Engine) writeLoss(rbe *RollbackError, st Log) (string, error) {
-	v := b.view.State()
+func (g *rollbackGuard) writeLoss(rbe *RollbackError, st Log) (string, error) {
+	v := g.view.State()
 	h := lossfile.Header{
-		ClusterID: fmt.Sprintf("%x", b.store.Meta().ClusterID), Root: b.store.Root(), Member: b.cfg.Name,
+		ClusterID: fmt.Sprintf("%x", g.store.Meta().ClusterID), Root: g.store.Root(), Member: g.cfg.Name,
 		Written:    time.Now().UTC().Format(time.RFC3339),
 		AppliedLSN: v.LSN, AppliedRev: v.Rev,
 		ZooKeeperLSN: rbe.ZooKeeper.LSN, ZooKeeperRev: rbe.ZooKeeper.Rev,
 		ForkRev: rbe.Fork.Rev, Diverged: rbe.Diverged,
 	}
 	from := rbe.Fork.Rev + 1
-	lost, err := lossfile.Collect(b.view, rbe.Fork.Rev, func(live map[string]bool) ([]lossfile.Record, error) {
-		return b.keysAtFork(st, rbe, live)
+	lost, err := lossfile.Collect(g.view, rbe.Fork.Rev, func(live map[string]bool) ([]lossfile.Record, error) {
+		return g.keysAtFork(st, rbe, live)
 	})
 	if err != nil {
 		return "", fmt.Errorf("list the lost changes: %w", err)
@@ -446,20 +443,20 @@ func (b *Engine) writeLoss(rbe *RollbackError, st Log) (string, error) {
 	h.Compacted = lost.Compacted
 	if lost.DeletesErr != nil {
 		h.DeletesUnknown = true
-		b.log.WithError(lost.DeletesErr).Warn("loss file: cannot tell which keys were deleted after the fork")
+		g.log.WithError(lost.DeletesErr).Warn("loss file: cannot tell which keys were deleted after the fork")
 	}
 	h.Reason = (&RollbackError{Applied: rbe.Applied, ZooKeeper: rbe.ZooKeeper, Fork: rbe.Fork,
 		Diverged: rbe.Diverged, ForkUnknown: rbe.ForkUnknown, NoRoot: rbe.NoRoot}).summary()
-	dir := b.cfg.LossDir
+	dir := g.cfg.LossDir
 	if dir == "" {
 		dir = os.TempDir()
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		// Better a file in the temporary directory than none.
-		b.log.WithError(err).WithField("dir", dir).Error("loss directory unusable: writing the loss file to the temporary directory")
+		g.log.WithError(err).WithField("dir", dir).Error("loss directory unusable: writing the loss file to the temporary directory")
 		dir = os.TempDir()
 	}
-	name := fmt.Sprintf("zketcd-lost-%016x-%s-rev%d-%d-%s.jsonl", b.store.Meta().ClusterID, sanitize(b.cfg.Name),
+	name := fmt.Sprintf("zketcd-lost-%016x-%s-rev%d-%d-%s.jsonl", g.store.Meta().ClusterID, sanitize(g.cfg.Name),
 		from, v.Rev, time.Now().UTC().Format("20060102T150405Z"))
 	path, err := filepath.Abs(filepath.Join(dir, name))
 	if err != nil {
@@ -473,16 +470,16 @@ func (b *Engine) writeLoss(rbe *RollbackError, st Log) (string, error) {
 
 // keysAtFork returns a delete record (revision 0: not known) for every key
 // ZooKeeper's log holds at the fork revision that is not in live.
-func (b *Engine) keysAtFork(st Log, rbe *RollbackError, live map[string]bool) ([]lossfile.Record, error) {
+func (g *rollbackGuard) keysAtFork(st Log, rbe *RollbackError, live map[string]bool) ([]lossfile.Record, error) {
 	if rbe.NoRoot || rbe.Fork.Rev <= 1 {
 		return nil, nil // nothing existed at the fork
 	}
 	if st == nil {
 		return nil, errors.New("no zookeeper session to read the fork's state")
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(g.ctx, time.Minute)
 	defer cancel()
-	zv, _, _, err := Replay(ctx, st, b.cfg.ReadWindow, nil)
+	zv, _, _, err := Replay(ctx, st, g.cfg.ReadWindow, nil)
 	if err != nil {
 		return nil, fmt.Errorf("replay zookeeper's log: %w", err)
 	}
@@ -519,15 +516,14 @@ func sanitize(name string) string {
 	}, name)
 }
 
-// watchRollback checks ZooKeeper's history through a fresh session while
+// watch checks ZooKeeper's history through a fresh session while
 // the instance's own has been down for RollbackCheckAfter (ZooKeeper
 // refuses it for good if its data went back), every RollbackCheckAfter.
-// It needs an inspector (b.inspect: Open sets ZooKeeper's); without one
+// It needs an inspector (g.inspect: Open sets ZooKeeper's); without one
 // the history is checked on the instance's own sessions only.
-func (b *Engine) watchRollback() {
-	defer b.wg.Done()
-	after := b.cfg.RollbackCheckAfter
-	if after < 0 || b.inspect == nil {
+func (g *rollbackGuard) watch() {
+	after := g.cfg.RollbackCheckAfter
+	if after < 0 || g.inspect == nil {
 		return
 	}
 	t := time.NewTicker(min(after/4, time.Second))
@@ -535,13 +531,13 @@ func (b *Engine) watchRollback() {
 	var lostAt, probed time.Time
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-g.ctx.Done():
 			return
-		case <-b.rb.halted:
+		case <-g.halted:
 			return
 		case <-t.C:
 		}
-		if _, ok := b.store.Session(); ok {
+		if _, ok := g.store.Session(); ok {
 			lostAt = time.Time{}
 			continue
 		}
@@ -553,33 +549,33 @@ func (b *Engine) watchRollback() {
 			continue
 		}
 		probed = now
-		b.probeHistory()
+		g.probe()
 	}
 }
 
-// probeHistory compares the view with ZooKeeper through a fresh session.
-func (b *Engine) probeHistory() {
-	ctx, cancel := context.WithTimeout(b.ctx, max(b.cfg.RollbackCheckAfter, 5*time.Second))
+// probe compares the view with ZooKeeper through a fresh session.
+func (g *rollbackGuard) probe() {
+	ctx, cancel := context.WithTimeout(g.ctx, max(g.cfg.RollbackCheckAfter, 5*time.Second))
 	defer cancel()
-	v := b.view.State()
-	st, err := b.inspect(ctx)
+	v := g.view.State()
+	st, err := g.inspect(ctx)
 	if errors.Is(err, zkstore.ErrNoRoot) {
-		b.declareRollback(&RollbackError{Applied: Position{LSN: v.LSN, Rev: v.Rev, Zxid: v.Zxid}, Fork: Position{LSN: 1, Rev: 1}, NoRoot: true}, nil)
+		g.declare(&RollbackError{Applied: Position{LSN: v.LSN, Rev: v.Rev, Zxid: v.Zxid}, Fork: Position{LSN: 1, Rev: 1}, NoRoot: true}, nil)
 		return
 	}
 	if err != nil {
-		b.log.WithError(err).Debug("rollback check: zookeeper not reachable on a fresh session either")
+		g.log.WithError(err).Debug("rollback check: zookeeper not reachable on a fresh session either")
 		return
 	}
 	defer st.Close()
-	rbe, err := b.compareHistory(st)
+	rbe, err := g.compare(st)
 	if err != nil {
-		b.log.WithError(err).Debug("rollback check")
+		g.log.WithError(err).Debug("rollback check")
 		return
 	}
 	if rbe == nil {
 		return
 	}
 	rbe.Refused = rbe.ZooKeeper.Zxid < rbe.Applied.Zxid
-	b.declareRollback(rbe, st)
+	g.declare(rbe, st)
 }

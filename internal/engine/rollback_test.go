@@ -141,7 +141,7 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 	for i := 20; i < 39; i++ {
 		putRetry(t, c, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%d", i))
 	}
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	del, err := c.Delete(ctx, "k05")
 	if err != nil || del.Header.Revision != 41 {
 		t.Fatalf("delete: %v %v, want revision 41", del, err)
@@ -180,21 +180,7 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 	if !strings.Contains(strings.Join(st.Errors, "\n"), want) {
 		t.Fatalf("Status.Errors %q", st.Errors)
 	}
-	for name, read := range map[string]func() error{
-		"serializable get": func() error { _, err := c.Get(ctx, "k00", clientv3.WithSerializable()); return err },
-		"linearizable get": func() error { _, err := c.Get(ctx, "k00"); return err },
-		"put":              func() error { _, err := c.Put(ctx, "k00", "x"); return err },
-		"txn": func() error {
-			_, err := c.Txn(ctx).Then(clientv3.OpGet("k00", clientv3.WithSerializable())).Commit()
-			return err
-		},
-		"serializable range stream": func() error { return rangeStream(ctx, c, "k", true) },
-		"linearizable range stream": func() error { return rangeStream(ctx, c, "k", false) },
-	} {
-		if err := read(); !errors.Is(err, rpctypes.ErrCorrupt) {
-			t.Errorf("%s after the rollback: %v, want %v", name, err, rpctypes.ErrCorrupt)
-		}
-	}
+	checkEveryRequestFails(t, ctx, c)
 	// The watch saw revisions 22–41, then its stream ended with the error.
 	select {
 	case end := <-watchDone:
@@ -222,11 +208,24 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 		t.Errorf("the rollback was logged %d times, want once; logs:\n%s", n, logs.String())
 	}
 
+	hdr, recs := checkRestoredLossFile(t, lossDir, in.Engine().Health())
+
+	// Recovery: a restart adopts ZooKeeper's state; replay-loss re-applies.
+	in.Restart()
+	replayRestoredLoss(t, ctx, in.Client(t), hdr, recs)
+}
+
+// checkRestoredLossFile checks the loss file in lossDir of the instance
+// whose health is health after the restore: named in the error, revisions
+// 22–41 of 41 lost past the fork at 21 (puts of k20–k38, the delete of
+// k05); it returns its header and records.
+func checkRestoredLossFile(t *testing.T, lossDir string, health error) (lossfile.Header, []lossfile.Record) {
+	t.Helper()
 	path, hdr, recs, err := readLossFile(t, lossDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(in.Engine().Health().Error(), path) {
+	if !strings.Contains(health.Error(), path) {
 		t.Errorf("the error does not name the loss file %s", path)
 	}
 	if hdr.AppliedRev != 41 || hdr.ZooKeeperRev != 21 || hdr.ForkRev != 21 || hdr.Diverged || hdr.Compacted {
@@ -247,10 +246,37 @@ func TestZooKeeperRestoredFromAnOlderBackupHaltsTheInstanceAndRecordsTheLoss(t *
 	if last := recs[19]; last.Op != lossfile.OpDelete || last.KeyText != "k05" {
 		t.Fatalf("last record %+v, want the delete of k05", last)
 	}
+	return hdr, recs
+}
 
-	// Recovery: a restart adopts ZooKeeper's state; replay-loss re-applies.
-	in.Restart()
-	c2 := in.Client(t)
+// checkEveryRequestFails checks that every read and write through c fails
+// with etcd's corrupt-cluster error, serializable reads included.
+func checkEveryRequestFails(t *testing.T, ctx context.Context, c *clientv3.Client) {
+	t.Helper()
+	for name, read := range map[string]func() error{
+		"serializable get": func() error { _, err := c.Get(ctx, "k00", clientv3.WithSerializable()); return err },
+		"linearizable get": func() error { _, err := c.Get(ctx, "k00"); return err },
+		"put":              func() error { _, err := c.Put(ctx, "k00", "x"); return err },
+		"txn": func() error {
+			_, err := c.Txn(ctx).Then(clientv3.OpGet("k00", clientv3.WithSerializable())).Commit()
+			return err
+		},
+		"serializable range stream": func() error { return rangeStream(ctx, c, "k", true) },
+		"linearizable range stream": func() error { return rangeStream(ctx, c, "k", false) },
+	} {
+		if err := read(); !errors.Is(err, rpctypes.ErrCorrupt) {
+			t.Errorf("%s after the rollback: %v, want %v", name, err, rpctypes.ErrCorrupt)
+		}
+	}
+}
+
+// replayRestoredLoss checks, through c2 on an instance restarted after the
+// restore, that it adopted ZooKeeper's state (revision 21, 20 keys), that
+// the loss file's dry run writes nothing, that its replay writes every
+// lost change back (38 keys, k05 deleted), and that a second replay skips
+// them all.
+func replayRestoredLoss(t *testing.T, ctx context.Context, c2 *clientv3.Client, hdr lossfile.Header, recs []lossfile.Record) {
+	t.Helper()
 	get, err := c2.Get(ctx, "k", clientv3.WithPrefix())
 	if err != nil || get.Header.Revision != 21 || len(get.Kvs) != 20 {
 		t.Fatalf("after restart: %v %v, want ZooKeeper's revision 21 with 20 keys", get, err)
@@ -377,7 +403,7 @@ func TestInstanceRefusesToContinueOnAHistoryWrittenAfterARestore(t *testing.T) {
 	if err != nil || !hdr.Diverged || hdr.ForkRev != 21 || len(recs) != 20 || recs[0].Rev != 22 || recs[19].Rev != 41 {
 		t.Fatalf("loss file %+v, %d records, %v", hdr, len(recs), err)
 	}
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := ca.Put(ctx, "k00", "late"); !errors.Is(err, rpctypes.ErrCorrupt) {
 		t.Fatalf("a put on A: %v", err)
 	}
@@ -444,7 +470,7 @@ func TestLossFileOfACompactedHistoryListsFinalValuesAndDeletes(t *testing.T) {
 	for i := 20; i < 30; i++ {
 		putRetry(t, c, fmt.Sprintf("k%02d", i), "v")
 	}
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	putRetry(t, c, "k20", "x")
 	for _, k := range []string{"k05", "k21"} {
 		if _, err := c.Delete(ctx, k); err != nil {

@@ -23,7 +23,7 @@ func TestRollbackGuardCostsLittleUntilTheLogGrows(t *testing.T) {
 	}
 	const small = 64 << 10
 	var g *rollbackGuard
-	if n := allocated(func() { g = newRollbackGuard(nil) }); n > small {
+	if n := allocated(func() { g = newRollbackGuard(nil, nil, nil) }); n > small {
 		t.Fatalf("a new guard allocates %d bytes, want at most %d", n, small)
 	}
 	rec := func(lsn int64) {

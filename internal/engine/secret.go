@@ -53,7 +53,7 @@ func (b *Engine) rekey(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("zketcd: token secret entropy: %w", err)
 	}
 	rotate := auth.Rotate(entropy) // the same bytes on every evaluation
-	rotated, err := propose(ctx, b, authEntropyBytes, func(bt *revision.Batch) (bool, error) {
+	rotated, err := propose(ctx, b.commit, authEntropyBytes, func(bt *revision.Batch) (bool, error) {
 		next, _, err := rotate(bt.AuthState())
 		if err != nil || next == nil {
 			return false, err
@@ -85,7 +85,6 @@ func (b *Engine) rekeyAtStart(ctx context.Context) {
 // rekeyLoop lets the leader rotate the token secret when a re-ACL asks
 // for it, until the engine stops.
 func (b *Engine) rekeyLoop() {
-	defer b.wg.Done()
 	if _, ok := b.store.(rekeyer); !ok {
 		return
 	}

@@ -15,7 +15,7 @@ import (
 // the JVM's maximum), so the operator gives it (Config.ZooKeeperHeapBytes,
 // --zk-heap-bytes: each server's -Xmx). From it:
 //
-//   - the ZooKeeper heap check (checkQuota), while --quota-backend-bytes
+//   - the ZooKeeper heap check (Engine.checkQuota), while --quota-backend-bytes
 //     is left at its default: a write that would take the root's bytes as
 //     stored (ZooKeeperBytes: compressed, a compaction's previous
 //     generation counted too) past ZKHeapDataShare of the heap is refused
@@ -41,27 +41,27 @@ const (
 	warnEvery = 10 * time.Minute
 )
 
-// QuotaBytes returns the quota in force over DBSize: --quota-backend-bytes
+// quotaBytes returns the quota in force over DBSize: --quota-backend-bytes
 // resolved as etcd does (0: etcd's default of 2 GiB; negative: none).
-func (b *Engine) QuotaBytes() int64 {
-	return translate.QuotaBytes(b.cfg.QuotaBackendBytes)
+func (c *Config) quotaBytes() int64 {
+	return translate.QuotaBytes(c.QuotaBackendBytes)
 }
 
 // zkHeapLimit returns the most bytes the root may hold in ZooKeeper as
 // stored (ZooKeeperBytes): ZKHeapDataShare of --zk-heap-bytes while
 // --quota-backend-bytes is left at its default, else -1 (no check beyond
 // the quota).
-func (b *Engine) zkHeapLimit() int64 {
-	if b.cfg.ZooKeeperHeapBytes <= 0 || b.cfg.QuotaBackendBytes != 0 {
+func (c *Config) zkHeapLimit() int64 {
+	if c.ZooKeeperHeapBytes <= 0 || c.QuotaBackendBytes != 0 {
 		return -1
 	}
-	return b.zkHeapHolds()
+	return c.zkHeapHolds()
 }
 
 // zkHeapHolds returns what --zk-heap-bytes holds of data:
 // ZKHeapDataShare of it (the heap warning's reference).
-func (b *Engine) zkHeapHolds() int64 {
-	return int64(float64(b.cfg.ZooKeeperHeapBytes) * ZKHeapDataShare)
+func (c *Config) zkHeapHolds() int64 {
+	return int64(float64(c.ZooKeeperHeapBytes) * ZKHeapDataShare)
 }
 
 // sizing is the state of the heap warning. Used by the compaction loop's
@@ -101,17 +101,18 @@ type dataSizer interface {
 	ApproximateDataSize(ctx context.Context, timeout time.Duration) (int64, bool)
 }
 
-// checkSizing updates the sizing metrics and warns when ZooKeeper's data
-// nears what its heap holds. Called from the compaction loop.
-func (b *Engine) checkSizing(lg *logrus.Entry) {
-	s := b.sizing
-	heap := b.cfg.ZooKeeperHeapBytes
+// check updates the sizing metrics and warns when ZooKeeper's data nears
+// what its heap holds (cfg's --zk-heap-bytes): its data as the servers'
+// mntr tells it, asked of store every mntrEvery, else stored, the root's
+// bytes as stored. Called from the compaction loop.
+func (s *sizing) check(ctx context.Context, store Log, cfg Config, stored int64, lg *logrus.Entry) {
+	heap := cfg.ZooKeeperHeapBytes
 	s.heapBytes.Set(float64(heap))
-	if ds, ok := b.store.(dataSizer); ok && time.Since(s.lastMntr) >= mntrEvery {
+	if ds, ok := store.(dataSizer); ok && time.Since(s.lastMntr) >= mntrEvery {
 		s.lastMntr = time.Now()
-		s.mntrSize, s.mntrOK = ds.ApproximateDataSize(b.ctx, 2*time.Second)
+		s.mntrSize, s.mntrOK = ds.ApproximateDataSize(ctx, 2*time.Second)
 	}
-	data, source := b.ZooKeeperBytes(), "root"
+	data, source := stored, "root"
 	if s.mntrOK {
 		data, source = s.mntrSize, "mntr zk_approximate_data_size"
 	}
@@ -119,7 +120,7 @@ func (b *Engine) checkSizing(lg *logrus.Entry) {
 	if heap <= 0 {
 		return
 	}
-	holds := b.zkHeapHolds()
+	holds := cfg.zkHeapHolds()
 	if float64(data) < zkHeapWarnShare*float64(holds) {
 		s.warning.Set(0)
 		return
@@ -128,7 +129,7 @@ func (b *Engine) checkSizing(lg *logrus.Entry) {
 	if time.Since(s.lastWarn) >= warnEvery {
 		s.lastWarn = time.Now()
 		lg.WithFields(logrus.Fields{"zookeeper_data_bytes": data, "source": source, "zookeeper_heap_bytes": heap,
-			"heap_holds_bytes": holds, "quota_bytes": b.QuotaBytes()}).
+			"heap_holds_bytes": holds, "quota_bytes": cfg.quotaBytes()}).
 			Warn("ZooKeeper's data nears what its heap holds: compact and defragment, or give the ZooKeeper servers more heap (and --zk-heap-bytes)")
 	}
 }

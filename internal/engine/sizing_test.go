@@ -27,8 +27,8 @@ func TestTheZooKeeperHeapSetsItsOwnLimitAndTheWarning(t *testing.T) {
 		{1 << 30, 8 << 30, 1 << 30, -1},
 		{-1, 8 << 30, -1, -1},
 	} {
-		b := &Engine{cfg: Config{QuotaBackendBytes: tc.quota, ZooKeeperHeapBytes: tc.heap}}
-		if got, limit := b.QuotaBytes(), b.zkHeapLimit(); got != tc.want || limit != tc.heapLimit {
+		cfg := Config{QuotaBackendBytes: tc.quota, ZooKeeperHeapBytes: tc.heap}
+		if got, limit := cfg.quotaBytes(), cfg.zkHeapLimit(); got != tc.want || limit != tc.heapLimit {
 			t.Errorf("quota %d, heap %d: quota %d, heap limit %d; want %d, %d", tc.quota, tc.heap, got, limit, tc.want, tc.heapLimit)
 		}
 	}
@@ -37,19 +37,19 @@ func TestTheZooKeeperHeapSetsItsOwnLimitAndTheWarning(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b, _ := engine(t, st, "a", func(c *Config) { c.ZooKeeperHeapBytes = 256 << 10; c.Registerer = reg })
 	lg := logrus.NewEntry(logrus.New())
-	b.checkSizing(lg)
-	if v := testutil.ToFloat64(b.sizing.warning); v != 0 {
+	b.compaction.checkSizing(lg)
+	if v := testutil.ToFloat64(b.compaction.sizing.warning); v != 0 {
 		t.Fatalf("warning %v on an empty root", v)
 	}
 	// 128 KiB hold 102 KiB before the warning.
 	for i := 0; i < 30; i++ {
 		put(t, b, "k"+strings.Repeat("x", i), strings.Repeat("v", 4<<10))
 	}
-	b.checkSizing(lg)
-	if v := testutil.ToFloat64(b.sizing.warning); v != 1 {
+	b.compaction.checkSizing(lg)
+	if v := testutil.ToFloat64(b.compaction.sizing.warning); v != 1 {
 		t.Fatalf("warning %v with %d bytes of a 256 KiB heap", v, b.DBSize())
 	}
-	if v := testutil.ToFloat64(b.sizing.heapBytes); v != 256<<10 {
+	if v := testutil.ToFloat64(b.compaction.sizing.heapBytes); v != 256<<10 {
 		t.Fatalf("zketcd_zookeeper_heap_bytes %v", v)
 	}
 }

@@ -1,13 +1,7 @@
 package engine
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"sync"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -191,77 +185,4 @@ func (s *space) keptLog(cur zkstore.Base, gen int64) (logical, stored int64) {
 	logical, _ = s.rangeLocked(s.logical, cur.Gen, gen)
 	stored, _ = s.rangeLocked(s.stored, cur.Gen, gen)
 	return logical, stored
-}
-
-// DBSize returns the bytes the root holds before compression as this
-// instance accounts them (see space): etcd's DB size, against which the
-// quota is checked.
-func (b *Engine) DBSize() int64 {
-	logical, _ := b.space.sizes(b.view.State().LSN)
-	return logical.total
-}
-
-// DBSizeInUse returns the bytes before compression of the current base
-// generation and the log after it: what a defragment would leave (etcd's
-// DB size in use).
-func (b *Engine) DBSizeInUse() int64 {
-	logical, _ := b.space.sizes(b.view.State().LSN)
-	return logical.inUse
-}
-
-// ZooKeeperBytes returns the bytes the root holds in ZooKeeper as stored
-// (compressed), counted as DBSize is: what ZooKeeper's heap holds of it.
-func (b *Engine) ZooKeeperBytes() int64 {
-	_, stored := b.space.sizes(b.view.State().LSN)
-	return stored.total
-}
-
-// refreshBase reads the base description into the space accounting.
-func (b *Engine) refreshBase() error {
-	base, err := b.store.ReadBase()
-	if err != nil {
-		return err
-	}
-	b.space.setBase(base)
-	b.view.PruneRemoved(base.Rev) // the generation holds those removals
-	return nil
-}
-
-// Defragment frees at once the space the last compaction made obsolete
-// (etcd's defragment): it waits until a base generation holds the view's
-// compaction (the leader writes it within a few seconds), then deletes the
-// log below that generation and the generation before it
-// (Log.FreeCompacted). Instances tailing behind that generation reload
-// from it. Errors: the log's, or ctx's.
-func (b *Engine) Defragment(ctx context.Context) error {
-	if err := b.servable(); err != nil {
-		return err
-	}
-	start := time.Now()
-	if rev := b.view.State().CompactRev; rev > 0 {
-		if err := b.waitPhysical(ctx, rev); err != nil {
-			return b.stopped(fmt.Errorf("defragment: wait for the compaction to %d: %w", rev, err))
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		cur, err := b.store.ReadBase()
-		if err != nil {
-			return err
-		}
-		nb, deleted, err := b.store.FreeCompacted(ctx, cur)
-		if errors.Is(err, zkstore.ErrBaseChanged) && attempt < 3 {
-			continue // a new generation was published meanwhile: free below it
-		}
-		if err != nil {
-			return b.stopped(fmt.Errorf("defragment: %w", err))
-		}
-		b.space.setBase(nb)
-		logical, stored := b.space.sizes(b.view.State().LSN)
-		b.log.WithFields(logrus.Fields{
-			"generation": nb.Gen, "log_entries_deleted": deleted, "previous_generation": cur.PrevPath != "",
-			"db_size": logical.total, "db_size_in_use": logical.inUse, "zookeeper_bytes": stored.total,
-			"took": time.Since(start).Round(time.Millisecond),
-		}).Info("defragmented: compacted history freed")
-		return nil
-	}
 }

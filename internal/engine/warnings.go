@@ -30,7 +30,7 @@ func (b *Engine) worldReadable() (bool, string) {
 // instance from serving, for Status.Errors and /health: a --read-lease
 // refused (readlease.go), a root whose ZooKeeper data is world-readable.
 func (b *Engine) Warnings() []string {
-	out := b.readLeaseWarnings()
+	out := b.reads.warnings()
 	if open, acl := b.worldReadable(); open {
 		out = append(out, fmt.Sprintf("zketcd: ZooKeeper's data under %s is world-readable (%s): whoever reaches ZooKeeper reads every key and value, "+
 			"and could mint auth tokens from the auth state; give every instance a ZooKeeper identity with --zk-auth (digest, x509 or sasl)", b.store.Root(), acl))

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,8 +18,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
@@ -213,81 +210,38 @@ func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.Forwar
 	return reply, nil
 }
 
-// ReadIndex implements engine.Forwarder.
-func (c *Client) ReadIndex(ctx context.Context, to engine.Peer) (int64, error) {
+// Call implements engine.Forwarder. A call for a client (k.RPC) carries
+// the client's credential and is bounded by CallTimeout; ReadIndex
+// carries only the peer's token.
+func (c *Client) Call(ctx context.Context, to engine.Peer, k engine.CallKind, req, resp proto.Message) (int64, error) {
 	cc, err := c.conn(to.URL)
 	if err != nil {
 		return 0, err
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
-	out := &wrapperspb.Int64Value{}
-	if err := cc.Invoke(ctx, "/"+serviceName+"/"+methodReadIndex, &emptypb.Empty{}, out); err != nil {
-		return 0, fmt.Errorf("read index from %s: %w", to.URL, err)
+	if k.RPC != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.CallTimeout)
+		defer cancel()
+		ctx = withCaller(ctx, to)
+	} else {
+		ctx = metadata.AppendToOutgoingContext(ctx, mdToken, to.Token)
 	}
-	return out.Value, nil
-}
-
-// KeepAlive implements engine.Forwarder.
-func (c *Client) KeepAlive(ctx context.Context, to engine.Peer, id int64) (int64, error) {
-	cc, err := c.conn(to.URL)
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
-	defer cancel()
-	ctx = withCaller(ctx, to)
-	out := &pb.LeaseKeepAliveResponse{}
-	if err := cc.Invoke(ctx, "/"+serviceName+"/"+methodKeepAlive, &pb.LeaseKeepAliveRequest{ID: id}, out); err != nil {
-		return 0, fmt.Errorf("keepalive at %s: %w", to.URL, err)
-	}
-	return out.TTL, nil
-}
-
-// LeaseTimeToLive implements engine.Forwarder.
-func (c *Client) LeaseTimeToLive(ctx context.Context, to engine.Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-	out := &pb.LeaseTimeToLiveResponse{}
-	lsn, err := c.read(ctx, to, methodLeaseTimeToLive, req, out)
-	if err != nil {
-		return nil, 0, err
-	}
-	return out, lsn, nil
-}
-
-// Leases implements engine.Forwarder.
-func (c *Client) Leases(ctx context.Context, to engine.Peer) (*pb.LeaseLeasesResponse, int64, error) {
-	out := &pb.LeaseLeasesResponse{}
-	lsn, err := c.read(ctx, to, methodLeaseLeases, &pb.LeaseLeasesRequest{}, out)
-	if err != nil {
-		return nil, 0, err
-	}
-	return out, lsn, nil
-}
-
-// read calls a read method of the leader, filling out, and returns the
-// position its answer carries. Errors: engine.ErrUnsupported for a peer
-// without the method (an older version), engine.ErrNotLeader, else the
-// call's.
-func (c *Client) read(ctx context.Context, to engine.Peer, method string, req, out proto.Message) (int64, error) {
-	cc, err := c.conn(to.URL)
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
-	defer cancel()
-	ctx = withCaller(ctx, to)
 	var header, trailer metadata.MD
-	if err := cc.Invoke(ctx, "/"+serviceName+"/"+method, req, out, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+	if err := cc.Invoke(ctx, "/"+serviceName+"/"+k.Method, req, resp, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
 		switch {
 		case status.Code(err) == codes.Unimplemented:
-			return 0, fmt.Errorf("%w: %s at %s: %w", engine.ErrUnsupported, method, to.URL, err)
+			return 0, fmt.Errorf("%w: %s at %s: %w", engine.ErrUnsupported, k.Method, to.URL, err)
 		case first(trailer, mdOutcome) == outcomeNotLeader:
 			return 0, engine.ErrNotLeader
 		}
-		return 0, fmt.Errorf("%s at %s: %w", method, to.URL, err)
+		return 0, fmt.Errorf("%s at %s: %w", k.Method, to.URL, err)
+	}
+	if !k.Positioned {
+		return 0, nil
 	}
 	lsn, err := strconv.ParseInt(first(header, mdLSN), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s at %s: answer without a log position", method, to.URL)
+		return 0, fmt.Errorf("%s at %s: answer without a log position", k.Method, to.URL)
 	}
 	return lsn, nil
 }
@@ -331,18 +285,6 @@ func (t tenantForwarder) Forward(ctx context.Context, to engine.Peer, call engin
 	return t.c.Forward(t.with(ctx), to, call)
 }
 
-func (t tenantForwarder) ReadIndex(ctx context.Context, to engine.Peer) (int64, error) {
-	return t.c.ReadIndex(t.with(ctx), to)
-}
-
-func (t tenantForwarder) KeepAlive(ctx context.Context, to engine.Peer, id int64) (int64, error) {
-	return t.c.KeepAlive(t.with(ctx), to, id)
-}
-
-func (t tenantForwarder) LeaseTimeToLive(ctx context.Context, to engine.Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-	return t.c.LeaseTimeToLive(t.with(ctx), to, req)
-}
-
-func (t tenantForwarder) Leases(ctx context.Context, to engine.Peer) (*pb.LeaseLeasesResponse, int64, error) {
-	return t.c.Leases(t.with(ctx), to)
+func (t tenantForwarder) Call(ctx context.Context, to engine.Peer, k engine.CallKind, req, resp proto.Message) (int64, error) {
+	return t.c.Call(t.with(ctx), to, k, req, resp)
 }

@@ -3,8 +3,8 @@
 // lease reads (LeaseTimeToLive, LeaseLeases) to the leader instance
 // (NewServer, on the leader's engine), and the client side the engine uses
 // for it (Client, an engine.Forwarder). Its methods are one per kind of
-// forwarded write of the engine's table (engine.WriteKinds) and the four
-// others.
+// forwarded write of the engine's table (engine.WriteKinds) and one per
+// call beside them of the engine's other table (engine.CallKinds).
 //
 // The messages are etcd's own (PutRequest, TxnResponse, ...); what the
 // forwarding protocol adds travels in gRPC metadata: the callee's token

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -12,9 +13,12 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // fakeLeader answers forwards with answer, recording what it was given.
@@ -27,22 +31,63 @@ func (f *fakeLeader) ServeForward(_ context.Context, call engine.ForwardCall) (p
 	f.got = append(f.got, call)
 	return f.answer(call)
 }
-func (f *fakeLeader) ReadIndex(context.Context) (int64, error)                  { return 77, nil }
-func (f *fakeLeader) ServeKeepAlive(_ context.Context, id int64) (int64, error) { return id * 10, nil }
-func (f *fakeLeader) ServeLeaseTimeToLive(_ context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-	if req.ID == 404 {
-		return nil, 0, engine.ErrNotLeader
+func (f *fakeLeader) ServeCall(_ context.Context, method string, req proto.Message) (proto.Message, int64, error) {
+	switch req := req.(type) {
+	case *emptypb.Empty:
+		return wrapperspb.Int64(77), 0, nil
+	case *pb.LeaseKeepAliveRequest:
+		return &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: req.ID * 10}, 0, nil
+	case *pb.LeaseTimeToLiveRequest:
+		if req.ID == 404 {
+			return nil, 0, engine.ErrNotLeader
+		}
+		resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{Revision: 5}, ID: req.ID, TTL: 8, GrantedTTL: 10}
+		if req.Keys {
+			resp.Keys = [][]byte{[]byte("a"), []byte("b")}
+		}
+		return resp, 21, nil
+	case *pb.LeaseLeasesRequest:
+		return &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: []*pb.LeaseStatus{{ID: 2}, {ID: 1}}}, 22, nil
 	}
-	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{Revision: 5}, ID: req.ID, TTL: 8, GrantedTTL: 10}
-	if req.Keys {
-		resp.Keys = [][]byte{[]byte("a"), []byte("b")}
-	}
-	return resp, 21, nil
-}
-func (f *fakeLeader) ServeLeases(context.Context) (*pb.LeaseLeasesResponse, int64, error) {
-	return &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{}, Leases: []*pb.LeaseStatus{{ID: 2}, {ID: 1}}}, 22, nil
+	return nil, 0, fmt.Errorf("no call %s", method)
 }
 func (f *fakeLeader) InternalToken() string { return "secret" }
+
+// callOf returns the engine's call of the internal endpoint named method.
+func callOf(method string) engine.CallKind {
+	for _, k := range engine.CallKinds() {
+		if k.Method == method {
+			return k
+		}
+	}
+	panic("no call " + method)
+}
+
+// The calls beside the forwarded writes, typed as the engine makes them.
+
+func readIndex(ctx context.Context, f engine.Forwarder, to engine.Peer) (int64, error) {
+	resp := &wrapperspb.Int64Value{}
+	_, err := f.Call(ctx, to, callOf("ReadIndex"), &emptypb.Empty{}, resp)
+	return resp.Value, err
+}
+
+func keepAlive(ctx context.Context, f engine.Forwarder, to engine.Peer, id int64) (int64, error) {
+	resp := &pb.LeaseKeepAliveResponse{}
+	_, err := f.Call(ctx, to, callOf("KeepAlive"), &pb.LeaseKeepAliveRequest{ID: id}, resp)
+	return resp.TTL, err
+}
+
+func leaseTimeToLive(ctx context.Context, f engine.Forwarder, to engine.Peer, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
+	resp := &pb.LeaseTimeToLiveResponse{}
+	lsn, err := f.Call(ctx, to, callOf("LeaseTimeToLive"), req, resp)
+	return resp, lsn, err
+}
+
+func leases(ctx context.Context, f engine.Forwarder, to engine.Peer) (*pb.LeaseLeasesResponse, int64, error) {
+	resp := &pb.LeaseLeasesResponse{}
+	lsn, err := f.Call(ctx, to, callOf("LeaseLeases"), &pb.LeaseLeasesRequest{}, resp)
+	return resp, lsn, err
+}
 
 func serve(t *testing.T, l Leader) engine.Peer {
 	t.Helper()
@@ -50,9 +95,8 @@ func serve(t *testing.T, l Leader) engine.Peer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	srv := NewServer(l, ServerConfig{Logger: logrus.NewEntry(lg)})
+	lg := testutil.Logger(logrus.WarnLevel)
+	srv := NewServer(l, ServerConfig{Logger: lg})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return engine.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}
@@ -115,10 +159,10 @@ func TestEndpointCarriesTagsPositionsAndOutcomes(t *testing.T) {
 		}
 	}
 
-	if lsn, err := c.ReadIndex(ctx, peer); err != nil || lsn != 77 {
+	if lsn, err := readIndex(ctx, c, peer); err != nil || lsn != 77 {
 		t.Fatalf("read index: %d %v", lsn, err)
 	}
-	if ttl, err := c.KeepAlive(ctx, peer, 3); err != nil || ttl != 30 {
+	if ttl, err := keepAlive(ctx, c, peer, 3); err != nil || ttl != 30 {
 		t.Fatalf("keepalive: %d %v", ttl, err)
 	}
 
@@ -159,24 +203,24 @@ func TestLeaseReadsCarryTheAnswerAndItsPosition(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ttl, lsn, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3, Keys: true})
+	ttl, lsn, err := leaseTimeToLive(ctx, c, peer, &pb.LeaseTimeToLiveRequest{ID: 3, Keys: true})
 	if err != nil || lsn != 21 || ttl.ID != 3 || ttl.TTL != 8 || ttl.GrantedTTL != 10 || len(ttl.Keys) != 2 ||
 		string(ttl.Keys[0]) != "a" || ttl.Header.GetRevision() != 5 {
 		t.Fatalf("time to live with keys: %v at %d, %v", ttl, lsn, err)
 	}
-	if ttl, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); err != nil || len(ttl.Keys) != 0 {
+	if ttl, _, err := leaseTimeToLive(ctx, c, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); err != nil || len(ttl.Keys) != 0 {
 		t.Fatalf("time to live without keys: %v %v", ttl, err)
 	}
-	if _, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 404}); !errors.Is(err, engine.ErrNotLeader) {
+	if _, _, err := leaseTimeToLive(ctx, c, peer, &pb.LeaseTimeToLiveRequest{ID: 404}); !errors.Is(err, engine.ErrNotLeader) {
 		t.Fatalf("time to live at a follower: %v, want ErrNotLeader", err)
 	}
-	leases, lsn, err := c.Leases(ctx, peer)
-	if err != nil || lsn != 22 || len(leases.Leases) != 2 || leases.Leases[0].ID != 2 || leases.Leases[1].ID != 1 {
-		t.Fatalf("leases: %v at %d, %v", leases, lsn, err)
+	ls, lsn, err := leases(ctx, c, peer)
+	if err != nil || lsn != 22 || len(ls.Leases) != 2 || ls.Leases[0].ID != 2 || ls.Leases[1].ID != 1 {
+		t.Fatalf("leases: %v at %d, %v", ls, lsn, err)
 	}
 	bad := peer
 	bad.Token = "wrong"
-	if _, _, err := c.Leases(ctx, bad); err == nil || errors.Is(err, engine.ErrUnsupported) {
+	if _, _, err := leases(ctx, c, bad); err == nil || errors.Is(err, engine.ErrUnsupported) {
 		t.Fatalf("leases with a bad token: %v", err)
 	}
 }
@@ -194,8 +238,8 @@ func TestLeaseReadsAtAnOlderPeerAreUnsupported(t *testing.T) {
 	s := &server{l: &fakeLeader{}, lg: logrus.NewEntry(lg)}
 	srv := grpc.NewServer()
 	srv.RegisterService(&grpc.ServiceDesc{ServiceName: serviceName, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
-		{MethodName: "ReadIndex", Handler: s.readIndex},
-		{MethodName: "KeepAlive", Handler: s.keepAlive},
+		call(callOf("ReadIndex")),
+		call(callOf("KeepAlive")),
 	}}, s)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -204,13 +248,13 @@ func TestLeaseReadsAtAnOlderPeerAreUnsupported(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, _, err := c.LeaseTimeToLive(ctx, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); !errors.Is(err, engine.ErrUnsupported) {
+	if _, _, err := leaseTimeToLive(ctx, c, peer, &pb.LeaseTimeToLiveRequest{ID: 3}); !errors.Is(err, engine.ErrUnsupported) {
 		t.Fatalf("time to live at an older peer: %v, want ErrUnsupported", err)
 	}
-	if _, _, err := c.Leases(ctx, peer); !errors.Is(err, engine.ErrUnsupported) {
+	if _, _, err := leases(ctx, c, peer); !errors.Is(err, engine.ErrUnsupported) {
 		t.Fatalf("leases at an older peer: %v, want ErrUnsupported", err)
 	}
-	if lsn, err := c.ReadIndex(ctx, peer); err != nil || lsn != 77 {
+	if lsn, err := readIndex(ctx, c, peer); err != nil || lsn != 77 {
 		t.Fatalf("read index at an older peer: %d %v", lsn, err)
 	}
 	// An auth or alarm change sent first to a leader that does not serve
@@ -250,5 +294,27 @@ func TestEveryForwardedWriteKindIsServedWithItsTypes(t *testing.T) {
 	}
 	if _, err := c.Forward(ctx, peer, engine.ForwardCall{Req: &pb.RangeRequest{}, Resp: &pb.RangeResponse{}, Fresh: true}); err == nil {
 		t.Error("a Range was forwarded")
+	}
+}
+
+// TestEveryCallIsServedWithItsTypes: the endpoint serves one method per
+// call of the engine's table beside the writes, decoding the request as
+// its type and answering with its response type (and a Positioned call's
+// position).
+func TestEveryCallIsServedWithItsTypes(t *testing.T) {
+	peer := serve(t, &fakeLeader{})
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, k := range engine.CallKinds() {
+		lsn, err := c.Call(ctx, peer, k, k.NewRequest(), k.NewResponse())
+		if err != nil {
+			t.Errorf("%s: %v", k.Method, err)
+			continue
+		}
+		if k.Positioned != (lsn != 0) {
+			t.Errorf("%s (positioned %v): position %d", k.Method, k.Positioned, lsn)
+		}
 	}
 }

@@ -81,9 +81,8 @@ func logOf(t *testing.T, root string) []*revision.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: root, Logger: logrus.NewEntry(lg)})
+	lg := testutil.Logger(logrus.WarnLevel)
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: root, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/zketcd/zketcd/internal/engine"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // rawCodec sends a []byte as it is: the test's client allocates nothing
@@ -52,12 +53,11 @@ func TestOversizedMessagesAreRefusedBeforeTheyAreRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
+	lg := testutil.Logger(logrus.WarnLevel)
 	fl := &fakeLeader{answer: func(engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
 		return &pb.PutResponse{}, engine.ForwardReply{LSN: 1}, nil
 	}}
-	srv := NewServer(fl, ServerConfig{Logger: logrus.NewEntry(lg), MaxMessageBytes: 2 << 20})
+	srv := NewServer(fl, ServerConfig{Logger: lg, MaxMessageBytes: 2 << 20})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),

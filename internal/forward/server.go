@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -23,45 +22,35 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/translate"
 )
 
-// Leader is what the internal endpoint serves (a *engine.Engine).
+// Leader is what the internal endpoint serves (a *engine.Engine): the
+// forwarded writes (engine.WriteKinds), the calls beside them
+// (engine.CallKinds), and the token its callers present.
 type Leader interface {
 	ServeForward(ctx context.Context, call engine.ForwardCall) (proto.Message, engine.ForwardReply, error)
-	ReadIndex(ctx context.Context) (int64, error)
-	ServeKeepAlive(ctx context.Context, id int64) (int64, error)
-	ServeLeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error)
-	ServeLeases(ctx context.Context) (*pb.LeaseLeasesResponse, int64, error)
+	ServeCall(ctx context.Context, method string, req proto.Message) (proto.Message, int64, error)
 	InternalToken() string
 }
 
 var _ Leader = (*engine.Engine)(nil)
 
 // Authorizer checks a forwarded request against the serving instance's
-// own auth state (a *grpcsrv.ForwardAuthorizer): Authorize returns the
-// context to serve req with, or etcd's error refusing it: one of code
-// FailedPrecondition when the request cannot run here whoever its caller
-// (AuthEnable on a world-readable root), any other a refusal of the
-// caller's credential. rpc is the etcd client API method of the request
-// (engine.WriteKind.RPC); caller is the credential the client presented
+// own auth state (an *auth.Rules): Authorize returns the context to serve
+// req with, or etcd's error refusing it: one of code FailedPrecondition
+// when the request cannot run here whoever its caller (AuthEnable on a
+// world-readable root), any other a refusal of the caller's credential.
+// rpc is the etcd client API method of the request (engine.WriteKind.RPC,
+// engine.CallKind.RPC); caller is the credential the client presented
 // where the request entered, a CertCN only if the forwarding peer proved
 // its own identity with a verified certificate.
 type Authorizer interface {
 	Authorize(ctx context.Context, rpc string, req proto.Message, caller auth.Caller) (context.Context, error)
 }
-
-// The etcd client API methods of the requests beside the forwarded writes,
-// whose checks the Authorizer applies.
-const (
-	rpcLeaseKeepAlive  = "/etcdserverpb.Lease/LeaseKeepAlive"
-	rpcLeaseTimeToLive = "/etcdserverpb.Lease/LeaseTimeToLive"
-	rpcLeaseLeases     = "/etcdserverpb.Lease/LeaseLeases"
-)
 
 // ServerConfig configures the internal endpoint's server.
 type ServerConfig struct {
@@ -112,18 +101,12 @@ func NewServer(l Leader, cfg ServerConfig) *grpc.Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	srv := grpc.NewServer(opts...)
-	methods := []grpc.MethodDesc{
-		{MethodName: methodReadIndex, Handler: s.readIndex},
-		{MethodName: methodKeepAlive, Handler: s.keepAlive},
-		read(methodLeaseTimeToLive, rpcLeaseTimeToLive, func(ctx context.Context, l Leader, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, int64, error) {
-			return l.ServeLeaseTimeToLive(ctx, req)
-		}),
-		read(methodLeaseLeases, rpcLeaseLeases, func(ctx context.Context, l Leader, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, int64, error) {
-			return l.ServeLeases(ctx)
-		}),
-	}
+	var methods []grpc.MethodDesc
 	for _, k := range engine.WriteKinds() {
 		methods = append(methods, write(k))
+	}
+	for _, k := range engine.CallKinds() {
+		methods = append(methods, call(k))
 	}
 	sort.Slice(methods, func(i, j int) bool { return methods[i].MethodName < methods[j].MethodName })
 	srv.RegisterService(&grpc.ServiceDesc{
@@ -236,12 +219,6 @@ func peerVerified(ctx context.Context) bool {
 	return ok && len(ti.State.VerifiedChains) > 0
 }
 
-// newMessage returns a new empty message of M's type.
-func newMessage[M proto.Message]() M {
-	var zero M
-	return zero.ProtoReflect().New().Interface().(M)
-}
-
 // write is the method desc of a forwarded write of kind k.
 func write(k engine.WriteKind) grpc.MethodDesc {
 	return grpc.MethodDesc{MethodName: k.Method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
@@ -254,29 +231,34 @@ func write(k engine.WriteKind) grpc.MethodDesc {
 	}}
 }
 
-// read is the method desc of a lease read served at the leader (rpc: its
-// client API method): the response, with the position the caller waits
-// for in the mdLSN header, or the not-leader outcome.
-func read[R, T proto.Message](name, rpc string, serve func(context.Context, Leader, R) (T, int64, error)) grpc.MethodDesc {
-	return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+// call is the method desc of a call beside the forwarded writes, of kind
+// k: its request checked for its client (k.RPC, if any), and the
+// response, with the position the caller waits for in the mdLSN header (a
+// Positioned call), or the not-leader outcome.
+func call(k engine.CallKind) grpc.MethodDesc {
+	return grpc.MethodDesc{MethodName: k.Method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*server)
-		req := newMessage[R]()
+		req := k.NewRequest()
 		if err := dec(req); err != nil {
 			return nil, err
 		}
-		ctx, err := s.authorize(ctx, rpc, req)
-		if err != nil {
-			return nil, err
+		if k.RPC != "" {
+			var err error
+			if ctx, err = s.authorize(ctx, k.RPC, req); err != nil {
+				return nil, err
+			}
 		}
-		resp, lsn, err := serve(ctx, s.target(ctx).l, req)
+		resp, lsn, err := s.target(ctx).l.ServeCall(ctx, k.Method, req)
 		switch {
 		case errors.Is(err, engine.ErrNotLeader):
 			return nil, s.fail(ctx, outcomeNotLeader, status.Error(codes.Unavailable, err.Error()))
 		case err != nil:
 			return nil, statusOf(err)
 		}
-		if err := grpc.SetHeader(ctx, metadata.Pairs(mdLSN, strconv.FormatInt(lsn, 10))); err != nil {
-			return nil, err
+		if k.Positioned {
+			if err := grpc.SetHeader(ctx, metadata.Pairs(mdLSN, strconv.FormatInt(lsn, 10))); err != nil {
+				return nil, err
+			}
 		}
 		return resp, nil
 	}}
@@ -351,31 +333,4 @@ func statusOf(err error) error {
 		return s
 	}
 	return status.Error(codes.Unknown, err.Error())
-}
-
-func (s *server) readIndex(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-	if err := dec(&emptypb.Empty{}); err != nil {
-		return nil, err
-	}
-	lsn, err := s.target(ctx).l.ReadIndex(ctx)
-	if err != nil {
-		return nil, statusOf(err)
-	}
-	return wrapperspb.Int64(lsn), nil
-}
-
-func (s *server) keepAlive(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-	req := &pb.LeaseKeepAliveRequest{}
-	if err := dec(req); err != nil {
-		return nil, err
-	}
-	ctx, err := s.authorize(ctx, rpcLeaseKeepAlive, req)
-	if err != nil {
-		return nil, err
-	}
-	ttl, err := s.target(ctx).l.ServeKeepAlive(ctx, req.ID)
-	if err != nil {
-		return nil, statusOf(err)
-	}
-	return &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}, nil
 }

@@ -17,21 +17,11 @@ import (
 // codes.Unimplemented, which the client reports as engine.ErrNotSent for a
 // write sent first and engine.ErrUnsupported for a read (the caller
 // answers locally). Methods: one per kind of forwarded write
-// (engine.WriteKinds: Put, DeleteRange, Txn, Compact, LeaseGrant,
-// LeaseRevoke, Alarm and the auth changes; tag, auth fingerprint and
-// entropy in the request's metadata, position and duplicate revision in
-// the response's), ReadIndex, KeepAlive, and the lease reads
-// LeaseTimeToLive and LeaseLeases (the answer, with the position it
-// reflects in mdLSN).
+// (engine.WriteKinds; tag, auth fingerprint and entropy in the request's
+// metadata, position and duplicate revision in the response's), and one
+// per call beside them (engine.CallKinds; a Positioned call's answer with
+// the position it reflects in mdLSN).
 const serviceName = "zketcd.internal.Forward"
-
-// The methods beside the forwarded writes.
-const (
-	methodReadIndex       = "ReadIndex"
-	methodKeepAlive       = "KeepAlive"
-	methodLeaseTimeToLive = "LeaseTimeToLive"
-	methodLeaseLeases     = "LeaseLeases"
-)
 
 // Metadata keys of the protocol.
 const (

@@ -15,7 +15,7 @@
 //
 // A bulk load that keeps what it allocates (an instance recovering its
 // view) is better served otherwise, and Tuner.Load switches to that for
-// its duration: see load.go.
+// its duration (collection deferred, huge pages asked for).
 //
 // It changes process-wide settings: run one per process (the zketcd
 // command does; embedded instances leave it to their host), and not at all

@@ -45,7 +45,8 @@ type Auth interface {
 // through the revision log (Auth.AuthWrite) so that every instance
 // applies them at the same position; reads and Authenticate first catch
 // up with the log, as etcd's go through raft. Permission checks are the
-// authorizer's (see authz.go), done before a request reaches here.
+// authorizer's (auth.Rules, in the interceptor), done before a request
+// reaches here.
 type authServer struct {
 	pb.UnsafeAuthServer
 	st        *auth.Store

@@ -3,9 +3,7 @@ package grpcsrv
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"runtime"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
@@ -19,70 +17,18 @@ import (
 	"github.com/zketcd/zketcd/internal/auth"
 )
 
-// authorizer checks every request against the auth store as etcd 3.7 does
-// (etcd's apply-time and API-layer checks, done here before the request
-// reaches the engine). With authentication off every check passes.
+// authorizer is the interceptor of etcd's permission checks: every RPC is
+// checked by the auth store's rules (auth.Rules) before it reaches the
+// engine, and a write again in its commit batch if the auth state changed
+// meanwhile; the credential it presents travels with it when the engine
+// forwards it. With authentication off every check passes.
 type authorizer struct {
-	st *auth.Store
+	rules *auth.Rules
+	st    *auth.Store
 	// localSecret: tokens are signed with a secret outside ZooKeeper.
 	localSecret bool
 	// canEnable is Auth.CanEnableAuth: nil, or why AuthEnable is refused.
 	canEnable func() error
-	// linearize waits until the view has applied every committed entry.
-	linearize func(ctx context.Context) error
-	// leaseKeys returns the keys attached to a lease, and whether it exists.
-	leaseKeys func(id int64) ([][]byte, bool)
-	// leaseIDs lists the leases.
-	leaseIDs func() []int64
-}
-
-// recheckKey marks the context of a check made inside the committer's
-// batch (see unary): it must not wait for the log or read the view, whose
-// read lock the committer holds.
-type recheckKey struct{}
-
-// info returns who the request comes from, by the state of c. When its
-// token was issued at a newer auth revision than this instance has applied
-// (it logged in through another instance), the view catches up first, so
-// that a user created elsewhere is known here.
-func (a *authorizer) info(ctx context.Context, c auth.Checker) (*auth.Info, error) {
-	ai, err := a.st.AuthInfoAt(ctx, c)
-	if err != nil || ai == nil || ctx.Value(recheckKey{}) != nil {
-		return ai, err
-	}
-	if ai.Revision > c.Revision() {
-		if err := a.linearize(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return ai, nil
-}
-
-// admin is etcd's check for root-only RPCs.
-func (a *authorizer) admin(ctx context.Context, c auth.Checker) error {
-	ai, err := a.info(ctx, c)
-	if err != nil {
-		return err
-	}
-	return c.CheckAdmin(ai)
-}
-
-// requireInfo is etcd's check for RPCs any authenticated user may call.
-func (a *authorizer) requireInfo(ctx context.Context, c auth.Checker) error {
-	ai, err := a.info(ctx, c)
-	if err != nil {
-		return err
-	}
-	if ai == nil {
-		return rpctypes.ErrGRPCUserEmpty
-	}
-	return nil
-}
-
-// recipeService reports the services built as clients of the others
-// (lockelect): etcd's v3lock and v3election.
-func recipeService(method string) bool {
-	return strings.HasPrefix(method, "/v3lockpb.Lock/") || strings.HasPrefix(method, "/v3electionpb.Election/")
 }
 
 // recipeIdentity gives a recipe call a token for its inner calls when its
@@ -95,7 +41,7 @@ func (a *authorizer) recipeIdentity(ctx context.Context, c auth.Checker) (contex
 	if len(md[rpctypes.TokenFieldNameGRPC]) > 0 || len(md[rpctypes.TokenFieldNameSwagger]) > 0 {
 		return ctx, nil
 	}
-	ai, err := a.info(ctx, c)
+	ai, err := a.rules.Info(ctx, c)
 	if err != nil || ai == nil {
 		return ctx, err
 	}
@@ -112,10 +58,10 @@ func (a *authorizer) recipeIdentity(ctx context.Context, c auth.Checker) (contex
 func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	c := a.st.Checker()
 	if c.Enabled() {
-		if err := a.check(ctx, info.FullMethod, req, c); err != nil {
+		if err := a.rules.Check(ctx, info.FullMethod, req, c); err != nil {
 			return nil, err
 		}
-		if recipeService(info.FullMethod) {
+		if auth.RecipeService(info.FullMethod) {
 			var err error
 			if ctx, err = a.recipeIdentity(ctx, c); err != nil {
 				return nil, err
@@ -124,19 +70,10 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	// A write is checked again inside its batch if the auth state changed
 	// since (a revocation, or auth enabled, committed in between), as etcd
-	// checks writes when it applies them.
-	recheck := auth.Check(func(state []byte) error {
-		if c.Same(state) {
-			return nil
-		}
-		at, err := a.st.CheckerFor(state)
-		if err != nil || !at.Enabled() {
-			return err
-		}
-		return a.check(context.WithValue(ctx, recheckKey{}, true), info.FullMethod, req, at)
-	})
-	// The caller's credential travels with a request the engine forwards
-	// to the leader instance, which checks it again (ForwardAuthorizer).
+	// checks writes when it applies them. The caller's credential travels
+	// with a request the engine forwards to the leader instance, which
+	// checks it again (auth.Rules.Authorize).
+	recheck := a.rules.Recheck(ctx, info.FullMethod, req, c)
 	return handler(auth.WithCheck(a.withCaller(ctx), recheck), req)
 }
 
@@ -164,13 +101,13 @@ func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	}
 	switch info.FullMethod {
 	case "/etcdserverpb.Maintenance/Snapshot":
-		if err := a.admin(ss.Context(), c); err != nil {
+		if err := a.rules.Admin(ss.Context(), c); err != nil {
 			return err
 		}
 	case "/etcdserverpb.KV/RangeStream":
 		return handler(srv, &checkedStream{ServerStream: ss, a: a, method: info.FullMethod})
 	}
-	if recipeService(info.FullMethod) { // Observe
+	if auth.RecipeService(info.FullMethod) { // Observe
 		ctx, err := a.recipeIdentity(ss.Context(), c)
 		if err != nil {
 			return err
@@ -200,267 +137,26 @@ func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.a.check(s.Context(), s.method, m, s.a.st.Checker())
+	return s.a.rules.Check(s.Context(), s.method, m, s.a.st.Checker())
 }
 
-func (a *authorizer) check(ctx context.Context, method string, req any, c auth.Checker) error {
-	if strings.HasPrefix(method, "/grpc.health.v1.") {
-		return nil // probes never carry credentials
-	}
-	if recipeService(method) {
-		// v3lock and v3election are clientv3 recipes over KV, Lease and
-		// Watch: as etcd, zketcd checks only their inner calls, which
-		// carry the caller's identity (see recipeIdentity).
-		return nil
-	}
-	switch method {
-	case "/etcdserverpb.Auth/Authenticate":
-		return nil // no credentials needed
-	case "/etcdserverpb.Auth/AuthStatus":
-		_, err := a.info(ctx, c) // only a bad token is refused
-		return err
-	case "/etcdserverpb.Cluster/MemberList", "/etcdserverpb.Lease/LeaseGrant":
-		return a.requireInfo(ctx, c)
-	case "/etcdserverpb.Auth/UserGet":
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		if err := c.CheckAdmin(ai); err != nil && (ai == nil || ai.Username != req.(*pb.AuthUserGetRequest).Name) {
-			return err
-		}
-		return nil
-	case "/etcdserverpb.Auth/RoleGet":
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		if err := c.CheckAdmin(ai); err != nil && (ai == nil || !c.HasRole(ai.Username, req.(*pb.AuthRoleGetRequest).Role)) {
-			return err
-		}
-		return nil
-	case "/etcdserverpb.Maintenance/Status":
-		return a.requireInfo(ctx, c)
-	case "/etcdserverpb.Maintenance/Alarm":
-		if req.(*pb.AlarmRequest).Action == pb.AlarmRequest_GET {
-			return a.requireInfo(ctx, c)
-		}
-		return a.admin(ctx, c)
-	}
-	switch r := req.(type) {
-	case *pb.RangeRequest:
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		return c.CheckRange(ai, r.Key, r.RangeEnd)
-	case *pb.PutRequest:
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		return a.checkPut(ctx, c, ai, r)
-	case *pb.DeleteRangeRequest:
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		return a.checkDelete(c, ai, r)
-	case *pb.TxnRequest:
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		return a.checkTxn(ctx, c, ai, r)
-	case *pb.LeaseRevokeRequest:
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		if ai == nil {
-			return rpctypes.ErrGRPCUserEmpty
-		}
-		return a.checkLeaseKeys(ctx, c, ai, r.ID, false)
-	case *pb.LeaseTimeToLiveRequest:
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		if ai == nil {
-			return rpctypes.ErrGRPCUserEmpty
-		}
-		if !r.Keys {
-			return nil // as etcd: attached keys are checked only when listed
-		}
-		return a.checkLeaseKeys(ctx, c, ai, r.ID, true)
-	case *pb.LeaseLeasesRequest:
-		ai, err := a.info(ctx, c)
-		if err != nil {
-			return err
-		}
-		if ai == nil {
-			return rpctypes.ErrGRPCUserEmpty
-		}
-		if c.CheckAdmin(ai) == nil {
-			return nil
-		}
-		if ctx.Value(recheckKey{}) != nil {
-			return nil // never inside a batch (LeaseLeases writes nothing)
-		}
-		for _, id := range a.leaseIDs() {
-			if err := a.checkLeaseKeys(ctx, c, ai, id, true); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// Everything else (Compact, the Auth admin RPCs, Maintenance and
-	// membership changes) is root-only, as in etcd; so is any service
-	// without checks of its own here.
-	return a.admin(ctx, c)
-}
-
-func (a *authorizer) checkPut(ctx context.Context, c auth.Checker, ai *auth.Info, r *pb.PutRequest) error {
-	if err := c.CheckPut(ai, r.Key); err != nil {
-		return err
-	}
-	if err := a.checkLeaseKeys(ctx, c, ai, r.Lease, false); err != nil {
-		return err
-	}
-	if r.PrevKv {
-		return c.CheckRange(ai, r.Key, nil)
-	}
-	return nil
-}
-
-func (a *authorizer) checkDelete(c auth.Checker, ai *auth.Info, r *pb.DeleteRangeRequest) error {
-	if err := c.CheckDelete(ai, r.Key, r.RangeEnd); err != nil {
-		return err
-	}
-	if r.PrevKv {
-		return c.CheckRange(ai, r.Key, r.RangeEnd)
-	}
-	return nil
-}
-
-// checkTxn checks the compares, then every op of both branches, nested
-// transactions included, as etcd does.
-func (a *authorizer) checkTxn(ctx context.Context, c auth.Checker, ai *auth.Info, r *pb.TxnRequest) error {
-	for _, cmp := range r.Compare {
-		if err := c.CheckRange(ai, cmp.Key, cmp.RangeEnd); err != nil {
-			return err
-		}
-	}
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			var err error
-			switch v := op.Request.(type) {
-			case *pb.RequestOp_RequestRange:
-				if v.RequestRange != nil {
-					err = c.CheckRange(ai, v.RequestRange.Key, v.RequestRange.RangeEnd)
-				}
-			case *pb.RequestOp_RequestPut:
-				if v.RequestPut != nil {
-					err = a.checkPut(ctx, c, ai, v.RequestPut)
-				}
-			case *pb.RequestOp_RequestDeleteRange:
-				if d := v.RequestDeleteRange; d != nil {
-					if d.PrevKv {
-						err = c.CheckRange(ai, d.Key, d.RangeEnd)
-					}
-					if err == nil {
-						err = c.CheckDelete(ai, d.Key, d.RangeEnd)
-					}
-				}
-			case *pb.RequestOp_RequestTxn:
-				if v.RequestTxn != nil {
-					err = a.checkTxn(ctx, c, ai, v.RequestTxn)
-				}
-			}
-			if err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// checkLeaseKeys is etcd's check of a lease's attached keys: root passes;
-// anyone else needs WRITE (read: READ) permission on each key attached to
-// lease id. A lease that does not exist (or 0) has no keys.
-func (a *authorizer) checkLeaseKeys(ctx context.Context, c auth.Checker, ai *auth.Info, id int64, read bool) error {
-	if id == 0 || ctx.Value(recheckKey{}) != nil {
-		// Inside the batch the view cannot be read: the lease's keys were
-		// checked before.
-		return nil
-	}
-	keys, ok := a.leaseKeys(id)
-	if !ok {
-		return nil
-	}
-	if c.CheckAdmin(ai) == nil {
-		return nil
-	}
-	for _, k := range keys {
-		var err error
-		if read {
-			err = c.CheckRange(ai, k, nil)
-		} else {
-			err = c.CheckPut(ai, k)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// leaseRenew is etcd's check of one keepalive: an authenticated user, root
-// or with WRITE permission on every key attached to the lease.
+// leaseRenew is etcd's check of one keepalive (auth.Rules.LeaseRenew); a
+// nil authorizer checks nothing.
 func (a *authorizer) leaseRenew(ctx context.Context, id int64) error {
 	if a == nil {
 		return nil
 	}
-	return a.leaseRenewAt(ctx, a.st.Checker(), id)
-}
-
-// leaseRenewAt is leaseRenew against the state of c.
-func (a *authorizer) leaseRenewAt(ctx context.Context, c auth.Checker, id int64) error {
-	if !c.Enabled() {
-		return nil
-	}
-	ai, err := a.info(ctx, c)
-	if err != nil {
-		return err
-	}
-	if ai == nil {
-		return rpctypes.ErrGRPCUserEmpty
-	}
-	return a.checkLeaseKeys(ctx, c, ai, id, false)
+	return a.rules.LeaseRenew(ctx, id)
 }
 
 // watchCreate checks READ permission on a watch's range; it returns the
-// cancel reason etcd sends, or "".
+// cancel reason etcd sends, or "" (auth.Rules.WatchCreate); a nil
+// authorizer checks nothing.
 func (a *authorizer) watchCreate(ctx context.Context, creq *pb.WatchCreateRequest) string {
 	if a == nil {
 		return ""
 	}
-	c := a.st.Checker()
-	if !c.Enabled() {
-		return ""
-	}
-	ai, err := a.info(ctx, c)
-	if err == nil {
-		err = c.CheckRange(ai, creq.Key, creq.RangeEnd)
-	}
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken), errors.Is(err, rpctypes.ErrGRPCAuthOldRevision),
-		errors.Is(err, rpctypes.ErrGRPCUserEmpty):
-		return err.Error()
-	}
-	return rpctypes.ErrGRPCPermissionDenied.Error()
+	return a.rules.WatchCreate(ctx, creq.Key, creq.RangeEnd)
 }
 
 // AuthConfig configures authentication.
@@ -499,12 +195,10 @@ func newAuthorizer(ctx context.Context, cfg Config, be Auth) *authorizer {
 		cfg.Logger.Warn(simpleSecretWarning)
 	}
 	return &authorizer{
+		rules:       auth.NewRules(st, be, be.CanEnableAuth),
 		st:          st,
 		localSecret: localSecret,
 		canEnable:   be.CanEnableAuth,
-		linearize:   be.Linearize,
-		leaseKeys:   be.LeaseKeys,
-		leaseIDs:    be.LeaseIDs,
 	}
 }
 

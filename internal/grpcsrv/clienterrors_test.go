@@ -24,12 +24,6 @@ import (
 // client's own deadline.
 var errNoLeaderOrDeadline = errors.New("no leader, or the deadline")
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestClientsSeeEtcdsErrorsWhenTheLogFails: through a real gRPC server of
 // an engine on memlog, what the log's failures become for an etcd client:
 // etcd's errors, never the log's text.
@@ -92,7 +86,7 @@ func TestClientsSeeEtcdsErrorsWhenTheLogFails(t *testing.T) {
 			if tc.fault != nil {
 				tc.fault(s.Store)
 			}
-			err := tc.call(ctxT(t, 20*time.Second), c)
+			err := tc.call(testutil.Context(t, 20*time.Second), c)
 			switch {
 			case tc.want == errNoLeaderOrDeadline && (errors.Is(err, rpctypes.ErrNoLeader) || status.Code(err) == codes.DeadlineExceeded ||
 				errors.Is(err, context.DeadlineExceeded)): // the client's retry ends with its context's own error
@@ -114,7 +108,7 @@ func TestClientsSeeEtcdsErrorsWhenTheLogFails(t *testing.T) {
 func TestAHaltedInstanceRefusesRequestsAsCorruptAndStatusSaysWhy(t *testing.T) {
 	s := memserver.Start(t, memserver.Options{})
 	c := s.Client(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	fork := s.Store.HeadNow()
 	for range 2 {
 		if _, err := c.Put(ctx, "k", "v"); err != nil {

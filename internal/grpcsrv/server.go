@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/translate"
 )
 
@@ -188,9 +189,10 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 // stream.
 const DefaultStreamWorkers = 64
 
-// NewWithForwardAuthorizer is New, and the ForwardAuthorizer of the
-// requests other instances forward to this one, on the same auth store.
-func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc.Server, *ForwardAuthorizer, error) {
+// NewWithForwardAuthorizer is New, and the rules that check the requests
+// other instances forward to this one (auth.Rules.Authorize, package
+// forward's Authorizer), on the same auth store.
+func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc.Server, *auth.Rules, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
@@ -247,7 +249,7 @@ func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	go followHealth(ctx, be, hs, lg)
-	return srv, &ForwardAuthorizer{a: az}, nil
+	return srv, az.rules, nil
 }
 
 // followHealth keeps the gRPC health status in step with the engine:

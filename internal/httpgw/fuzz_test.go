@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/zketcd/zketcd/internal/httpgw"
+	"github.com/zketcd/zketcd/internal/testutil"
 )
 
 // echoKV answers every KV request with what it was asked: the fuzz target
@@ -59,13 +60,12 @@ func FuzzGatewayJSON(f *testing.F) {
 	}
 	srv := grpc.NewServer()
 	pb.RegisterKVServer(srv, echoKV{})
-	lg := logrus.New()
-	lg.SetLevel(logrus.PanicLevel)
+	lg := testutil.Logger(logrus.PanicLevel)
 	gw, err := httpgw.New(httpgw.Config{
 		GRPC: srv, MaxRequestBytes: 4096,
 		Leader: func() error { return nil },
 		Read:   func(context.Context, bool) error { return nil },
-		Logger: logrus.NewEntry(lg),
+		Logger: lg,
 	})
 	if err != nil {
 		f.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/grpcsrv"
 	"github.com/zketcd/zketcd/internal/lockelect"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/memserver"
 
 	"golang.org/x/crypto/bcrypt"
@@ -29,12 +30,6 @@ func serve(t *testing.T) (*memserver.Server, lpb.LockClient, epb.ElectionClient)
 		},
 	})
 	return s, lpb.NewLockClient(s.Conn), epb.NewElectionClient(s.Conn)
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // blocked reports whether call has not returned within a short while (a
@@ -54,7 +49,7 @@ func blocked[T any](done <-chan T) bool {
 func TestLockIsHeldByOneCallerAtATimeUnderItsName(t *testing.T) {
 	s, locks, _ := serve(t)
 	c := s.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	l1, err := c.Grant(ctx, 60)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +100,7 @@ func TestLockIsHeldByOneCallerAtATimeUnderItsName(t *testing.T) {
 func TestElectionCampaignProclaimObserveResign(t *testing.T) {
 	s, _, el := serve(t)
 	c := s.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := el.Leader(ctx, &epb.LeaderRequest{Name: []byte("e")}); err == nil || !strings.Contains(err.Error(), "election: no leader") {
 		t.Fatalf("leader of an empty election: %v, want etcd's \"election: no leader\"", err)
 	}
@@ -185,7 +180,7 @@ func TestElectionCampaignProclaimObserveResign(t *testing.T) {
 // TestElectionRequestsWithoutALeaderKeyAreRefusedAsEtcdRefusesThem.
 func TestElectionRequestsWithoutALeaderKeyAreRefusedAsEtcdRefusesThem(t *testing.T) {
 	_, _, el := serve(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	for name, call := range map[string]func() error{
 		"proclaim": func() error { _, err := el.Proclaim(ctx, &epb.ProclaimRequest{Value: []byte("v")}); return err },
 		"resign":   func() error { _, err := el.Resign(ctx, &epb.ResignRequest{}); return err },
@@ -203,7 +198,7 @@ func TestElectionRequestsWithoutALeaderKeyAreRefusedAsEtcdRefusesThem(t *testing
 func TestLockCallsCarryTheCallersToken(t *testing.T) {
 	s, locks, _ := serve(t)
 	c := s.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	if _, err := c.UserAdd(ctx, "root", "pw"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zketcd/zketcd/internal/mirror"
@@ -29,19 +28,6 @@ import (
 var sharedZK = zkservertest.NewShared("mirror", zkserver.Options{})
 
 func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
-
-func storeConfig(t *testing.T) zkstore.Config {
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: sharedZK.FreshRoot(),
-		Logger: logrus.NewEntry(lg)}
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // mirroring runs a mirror of src into cfg's root until the returned stop
 // is called; status is its last reported position.
@@ -99,7 +85,7 @@ func (m *mirroring) result(t *testing.T) error {
 func TestTheMirrorCopiesEveryRevisionWithItsNumbers(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, time.Minute)
 	must := func(_ any, err error) {
 		t.Helper()
 		if err != nil {
@@ -113,7 +99,7 @@ func TestTheMirrorCopiesEveryRevisionWithItsNumbers(t *testing.T) {
 	must(c.Txn(ctx).Then(clientv3.OpPut("t1", "1"), clientv3.OpPut("t2", "2")).Commit())
 	must(c.Delete(ctx, "a"))
 
-	cfg := storeConfig(t)
+	cfg := rootview.StoreConfig(t, sharedZK, "")
 	m := start(t, c, cfg, false, nil)
 	testutil.Eventually(t, 30*time.Second, "the mirror follows the source", func() bool { return m.status().SourceRev > 0 })
 
@@ -147,11 +133,11 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
 	for i := range 5 {
-		if _, err := c.Put(ctxT(t), fmt.Sprint("k", i), "v"); err != nil {
+		if _, err := c.Put(testutil.Context(t, time.Minute), fmt.Sprint("k", i), "v"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg := storeConfig(t)
+	cfg := rootview.StoreConfig(t, sharedZK, "")
 	if err := start(t, c, cfg, true, nil).result(t); err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +155,12 @@ func TestUntilCaughtUpStopsOnceCopiedAndAUsedRootIsRefused(t *testing.T) {
 func TestASourceCompactedPastTheMirrorStopsIt(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, time.Minute)
 	if _, err := c.Put(ctx, "k", "0"); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	m := start(t, c, storeConfig(t), false, func(mirror.Status) {
+	m := start(t, c, rootview.StoreConfig(t, sharedZK, ""), false, func(mirror.Status) {
 		once.Do(func() {
 			var rev int64
 			for i := range 3 {
@@ -201,8 +187,8 @@ func TestASourceCompactedPastTheMirrorStopsIt(t *testing.T) {
 func TestAnotherWriterOnTheRootStopsTheMirror(t *testing.T) {
 	src := memserver.Start(t, memserver.Options{})
 	c := src.Client(t)
-	ctx := ctxT(t)
-	cfg := storeConfig(t)
+	ctx := testutil.Context(t, time.Minute)
+	cfg := rootview.StoreConfig(t, sharedZK, "")
 	m := start(t, c, cfg, false, nil)
 	testutil.Eventually(t, 30*time.Second, "the mirror follows the source", func() bool { return m.status().SourceRev > 0 })
 	st, err := zkstore.Open(ctx, cfg)

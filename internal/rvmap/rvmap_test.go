@@ -32,9 +32,8 @@ func TestIndexMapsRevisionsToZxids(t *testing.T) {
 		}
 		revs = append(revs, r.Header.Revision)
 	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zk.Addr()}, Root: in.Root(), Logger: logrus.NewEntry(lg)})
+	lg := testutil.Logger(logrus.WarnLevel)
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{zk.Addr()}, Root: in.Root(), Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +101,8 @@ func TestIndexSaysWhenARevisionWasCompactedAway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	cfg := zkstore.Config{Servers: []string{zk.Addr()}, Root: in.Root(), Logger: logrus.NewEntry(lg)}
+	lg := testutil.Logger(logrus.WarnLevel)
+	cfg := zkstore.Config{Servers: []string{zk.Addr()}, Root: in.Root(), Logger: lg}
 	var ix *rvmap.Index
 	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("revision %d compacted away after two physical compactions", old), func() bool {
 		var err error

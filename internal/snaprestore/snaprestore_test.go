@@ -2,7 +2,6 @@ package snaprestore_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/zketcd/zketcd/internal/etcdformat"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/snaprestore"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/rootview"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
@@ -29,19 +29,6 @@ var sharedZK = zkservertest.NewShared("snaprestore", zkserver.Options{})
 func TestMain(m *testing.M) { os.Exit(sharedZK.Run(m)) }
 
 // storeConfig names a root nothing uses yet.
-func storeConfig(t *testing.T) zkstore.Config {
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: sharedZK.FreshRoot(),
-		Logger: logrus.NewEntry(lg)}
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // history is an etcd key space with overwrites, a multi-key revision,
 // deletions, leases (one with a remaining TTL) and a compaction.
 func history(t *testing.T) *revision.Snapshot {
@@ -102,8 +89,8 @@ func snapshotFile(t *testing.T, s *revision.Snapshot) (file, db string) {
 func TestARestoredRootServesTheSnapshotsRevisionsAndContinues(t *testing.T) {
 	want := history(t)
 	file, _ := snapshotFile(t, want)
-	cfg := storeConfig(t)
-	res, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: file, TempDir: t.TempDir(), Store: cfg})
+	cfg := rootview.StoreConfig(t, sharedZK, "")
+	res, err := snaprestore.Restore(testutil.Context(t, time.Minute), snaprestore.Config{File: file, TempDir: t.TempDir(), Store: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,21 +102,20 @@ func TestARestoredRootServesTheSnapshotsRevisionsAndContinues(t *testing.T) {
 		t.Fatalf("recovered (compacted at %d):\n%s\nsnapshot (compacted at %d):\n%s", got.State.CompactRev, rootview.Dump(got), want.State.CompactRev, rootview.Dump(want))
 	}
 
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	e, err := engine.Open(ctxT(t), engine.Config{Store: cfg, Name: "restored", Logger: logrus.NewEntry(lg)})
+	lg := testutil.Logger(logrus.WarnLevel)
+	e, err := engine.Open(testutil.Context(t, time.Minute), engine.Config{Store: cfg, Name: "restored", Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	put, err := e.Put(ctxT(t), &pb.PutRequest{Key: []byte("e"), Value: []byte("new")})
+	put, err := e.Put(testutil.Context(t, time.Minute), &pb.PutRequest{Key: []byte("e"), Value: []byte("new")})
 	if err != nil || put.Header.Revision != 7 {
 		t.Fatalf("put after the restore: %v %v, want revision 7", put, err)
 	}
-	if _, err := e.Range(ctxT(t), &pb.RangeRequest{Key: []byte("a"), Revision: 3}); !errors.Is(err, revision.ErrCompacted) {
+	if _, err := e.Range(testutil.Context(t, time.Minute), &pb.RangeRequest{Key: []byte("a"), Revision: 3}); !errors.Is(err, revision.ErrCompacted) {
 		t.Fatalf("read below the compaction: %v, want %v", err, revision.ErrCompacted)
 	}
-	b, err := e.Range(ctxT(t), &pb.RangeRequest{Key: []byte("b")})
+	b, err := e.Range(testutil.Context(t, time.Minute), &pb.RangeRequest{Key: []byte("b")})
 	if err != nil || len(b.Kvs) != 1 || b.Kvs[0].Lease != 0x10 || b.Kvs[0].ModRevision != 3 {
 		t.Fatalf("b after the restore: %v %v", b, err)
 	}
@@ -140,11 +126,11 @@ func TestARestoredRootServesTheSnapshotsRevisionsAndContinues(t *testing.T) {
 func TestRestoreRefusesARootInUseAndLeavesIt(t *testing.T) {
 	snap := history(t)
 	file, _ := snapshotFile(t, snap)
-	cfg := storeConfig(t)
-	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: file, Store: cfg}); err != nil {
+	cfg := rootview.StoreConfig(t, sharedZK, "")
+	if _, err := snaprestore.Restore(testutil.Context(t, time.Minute), snaprestore.Config{File: file, Store: cfg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: file, Store: cfg}); !errors.Is(err, snaprestore.ErrRootInUse) {
+	if _, err := snaprestore.Restore(testutil.Context(t, time.Minute), snaprestore.Config{File: file, Store: cfg}); !errors.Is(err, snaprestore.ErrRootInUse) {
 		t.Fatalf("restore into a root in use: %v, want %v", err, snaprestore.ErrRootInUse)
 	}
 	if got := rootview.Dump(rootview.Recovered(t, cfg)); got != rootview.Dump(snap) {
@@ -180,19 +166,19 @@ func TestABadSnapshotIsRefusedAndTheRootLeftAsFound(t *testing.T) {
 		{"a key on a missing lease", snaprestore.Config{File: orphanFile}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Store = storeConfig(t)
-			_, err := snaprestore.Restore(ctxT(t), tc.cfg)
+			tc.cfg.Store = rootview.StoreConfig(t, sharedZK, "")
+			_, err := snaprestore.Restore(testutil.Context(t, time.Minute), tc.cfg)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
 				t.Fatalf("restore: %v, want %v", err, tc.want)
 			}
 			t.Logf("refused: %v", err)
-			if exists, _, err := zkstore.RootExists(ctxT(t), tc.cfg.Store); err != nil || exists {
+			if exists, _, err := zkstore.RootExists(testutil.Context(t, time.Minute), tc.cfg.Store); err != nil || exists {
 				t.Fatalf("root exists %v (%v) after a refused restore", exists, err)
 			}
 		})
 	}
-	cfg := storeConfig(t)
-	if _, err := snaprestore.Restore(ctxT(t), snaprestore.Config{File: bare, SkipHashCheck: true, Store: cfg}); err != nil {
+	cfg := rootview.StoreConfig(t, sharedZK, "")
+	if _, err := snaprestore.Restore(testutil.Context(t, time.Minute), snaprestore.Config{File: bare, SkipHashCheck: true, Store: cfg}); err != nil {
 		t.Fatalf("a bare database with SkipHashCheck: %v", err)
 	}
 	if got := rootview.Dump(rootview.Recovered(t, cfg)); got != rootview.Dump(history(t)) {

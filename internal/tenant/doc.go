@@ -4,7 +4,7 @@
 // space quota) with the fleet's defaults under them, and the admission
 // that enforces the rate limits in front of its engine.
 //
-// It does no I/O: the registry in ZooKeeper is zkstore's (registry.go),
-// serving tenants is embed's (fleet.go). A Limits value decodes from and
-// encodes to the JSON the registry keeps for a tenant.
+// It does no I/O: the registry in ZooKeeper is zkstore's, serving tenants
+// is embed's fleet. A Limits value decodes from and encodes to the JSON
+// the registry keeps for a tenant.
 package tenant

@@ -1,7 +1,9 @@
 // Package testutil holds small helpers the project's tests share: waiting
-// for a condition ([Eventually]) and a clock the test moves by hand
-// ([Clock]). Its subpackages hold the larger harness pieces (testcerts,
-// wallstep).
+// for a condition ([Eventually]), a clock the test moves by hand
+// ([Clock]), a context bounded by the test ([Context]) and a logger of
+// warnings and errors ([Logger]). Its subpackages hold the larger harness
+// pieces (an engine's gRPC services on memlog, a root read back, throw-away
+// certificates, a clock whose wall reading steps).
 package testutil
 
 import (

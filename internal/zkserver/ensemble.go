@@ -46,7 +46,7 @@ func StartEnsemble(ctx context.Context, n int, opts Options) (*Ensemble, error) 
 	if n < 1 {
 		return nil, fmt.Errorf("zkserver: ensemble of %d members", n)
 	}
-	o, err := opts.withDefaults()
+	o, err := prepared(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ func TestParseMode(t *testing.T) {
 
 func TestConfigHasLoopbackAndExtras(t *testing.T) {
 	t.Parallel()
-	o, err := Options{Dir: t.TempDir(), ExtraConfig: map[string]string{"forceSync": "no"}}.withDefaults()
+	o, err := prepared(Options{Dir: t.TempDir(), ExtraConfig: map[string]string{"forceSync": "no"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestConfigHasLoopbackAndExtras(t *testing.T) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}
 	}
-	if _, err := (Options{Dir: "x", ExtraConfig: map[string]string{"a": "b\nc=d"}}).withDefaults(); err == nil {
+	if _, err := prepared(Options{Dir: "x", ExtraConfig: map[string]string{"a": "b\nc=d"}}); err == nil {
 		t.Error("newline in ExtraConfig value accepted")
 	}
 }

@@ -194,25 +194,16 @@ type PeerLink struct {
 	Addr     string
 }
 
-// withDefaults returns a copy of o with defaults filled in and Dir made
-// absolute.
-func (o Options) withDefaults() (Options, error) {
-	if o.Dir == "" {
-		return o, errors.New("zkserver: Options.Dir is empty")
-	}
-	dir, err := filepath.Abs(o.Dir)
-	if err != nil {
-		return o, fmt.Errorf("zkserver: resolve dir %q: %w", o.Dir, err)
-	}
-	o.Dir = dir
-	if o.ClientPort < 0 || o.ClientPort > 65535 {
-		return o, fmt.Errorf("zkserver: invalid client port %d", o.ClientPort)
+// setDefaults fills o's unset options with their defaults and makes Dir
+// absolute; the logger gets the component's field.
+func (o *Options) setDefaults() {
+	if o.Dir != "" {
+		if dir, err := filepath.Abs(o.Dir); err == nil {
+			o.Dir = dir
+		}
 	}
 	if o.TickTime == 0 {
 		o.TickTime = DefaultTickTime
-	}
-	if o.TickTime < time.Millisecond {
-		return o, fmt.Errorf("zkserver: TickTime %s is below 1ms", o.TickTime)
 	}
 	if o.InitLimit == 0 {
 		o.InitLimit = DefaultInitLimit
@@ -248,17 +239,38 @@ func (o Options) withDefaults() (Options, error) {
 			}
 		}
 	}
+}
+
+// Validate reports the first invalid option (after the defaults: the
+// server's constructors fill them first).
+func (o *Options) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("zkserver: Options.Dir is empty")
+	case !filepath.IsAbs(o.Dir):
+		return fmt.Errorf("zkserver: resolve dir %q: not an absolute path", o.Dir)
+	case o.ClientPort < 0 || o.ClientPort > 65535:
+		return fmt.Errorf("zkserver: invalid client port %d", o.ClientPort)
+	case o.TickTime < time.Millisecond:
+		return fmt.Errorf("zkserver: TickTime %s is below 1ms", o.TickTime)
+	}
 	for k, v := range o.ExtraConfig {
 		if k == "" || strings.ContainsAny(k, "=\r\n") || strings.ContainsAny(v, "\r\n") {
-			return o, fmt.Errorf("zkserver: invalid ExtraConfig entry %q=%q", k, v)
+			return fmt.Errorf("zkserver: invalid ExtraConfig entry %q=%q", k, v)
 		}
 	}
 	for k := range o.SystemProps {
 		if k == "" || strings.ContainsAny(k, "= \t\r\n") {
-			return o, fmt.Errorf("zkserver: invalid SystemProps key %q", k)
+			return fmt.Errorf("zkserver: invalid SystemProps key %q", k)
 		}
 	}
-	return o, nil
+	return nil
+}
+
+// prepared is opts with its defaults, validated.
+func prepared(opts Options) (Options, error) {
+	opts.setDefaults()
+	return opts, opts.Validate()
 }
 
 func isExecutable(path string) bool {
@@ -274,7 +286,7 @@ func Preflight(opts Options) error {
 	if opts.Dir == "" {
 		opts.Dir = os.TempDir()
 	}
-	o, err := opts.withDefaults()
+	o, err := prepared(opts)
 	if err != nil {
 		return err
 	}

@@ -132,7 +132,7 @@ func newServer(o Options, id, port int, peers []quorumPeer, mainClass string) *S
 // the server's log. A missing java or jar yields an error wrapping
 // [ErrPrerequisites].
 func StartStandalone(ctx context.Context, opts Options) (*Server, error) {
-	o, err := opts.withDefaults()
+	o, err := prepared(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -15,15 +15,15 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
 func quietLogger() *logrus.Entry {
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
-	return logrus.NewEntry(lg)
+	lg := testutil.Logger(logrus.ErrorLevel)
+	return lg
 }
 
 func openStore(t *testing.T, cfg Config) (*Store, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
@@ -139,14 +140,13 @@ func TestRetriesAfterALostConnectionKeepThePipelinesOrder(t *testing.T) {
 func retriesKeepOrder(t *testing.T, foreign bool) {
 	addr := sharedZK.Addr(t)
 	proxy := startHoldProxy(t, addr)
-	lg := logrus.New()
-	lg.SetLevel(logrus.ErrorLevel)
+	lg := testutil.Logger(logrus.ErrorLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	root := sharedZK.FreshRoot()
 	open := func(server string) *zkstore.Store {
 		st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{server}, Root: root,
-			SessionTimeout: 8 * time.Second, Logger: logrus.NewEntry(lg)})
+			SessionTimeout: 8 * time.Second, Logger: lg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -275,17 +275,15 @@ func failedOp(mr []zk.MultiResponse) int {
 }
 
 func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res *CommitResult) (Outcome, int64, error) {
-	e := req.Entry
 	lsn := req.Prev + 1
-	data, chunks, err := s.storedData(lsn, e.Writer, data)
+	data, chunks, err := s.storedData(lsn, req.Entry.Writer, data)
 	if err != nil {
 		return 0, 0, err
 	}
 	if err := s.ensureBucket(lsn); err != nil {
 		return 0, 0, err
 	}
-	m := multiOps(s.l, s.acl, req, data, chunks)
-	ops := m.ops
+	t := &commitTry{s: s, req: req, res: res, m: multiOps(s.l, s.acl, req, data, chunks), lsn: lsn, lg: s.log.WithField("lsn", lsn)}
 	var sending sync.Once
 	handOver := func() {
 		if req.Sending != nil {
@@ -302,123 +300,25 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 			return 0, 0, fmt.Errorf("entry %d: %w: store closed", lsn, ErrUnavailable)
 		}
 	}
-	lg := s.log.WithField("lsn", lsn)
-	unknown := false
 	backoff := 20 * time.Millisecond
 	pred := req.Predecessor
 	for {
-		if unknown && pred != nil {
+		if t.unknown && pred != nil {
 			// Sent again only behind the commit it is chained on.
-			select {
-			case <-pred.Done:
-			case <-ctx.Done():
-				return 0, 0, fmt.Errorf("entry %d: %w: %v", lsn, ErrUnknownOutcome, ctx.Err())
-			case <-s.closed:
-				return 0, 0, fmt.Errorf("entry %d: %w: store closed", lsn, ErrUnknownOutcome)
-			}
-			landed, known := pred.Landed()
-			chained := req.Pipelined && req.Marker != nil && !req.Marker.Create && req.Marker.Version != AnyVersion
-			if known && !landed && chained {
-				lg.Debug("the commit this one is chained on did not land: neither did this one")
-				res.PrevMissing = true
-				return Refused, 0, nil
+			if refused, err := t.behind(ctx, pred); refused || err != nil {
+				return Refused, 0, err
 			}
 			pred = nil
 		}
 		mr, err := bounded(s, func() ([]zk.MultiResponse, error) {
 			handOver()
-			return s.conn.Multi(ops...)
+			return s.conn.Multi(t.m.ops...)
 		})
-		opErr := func(i int) error {
-			if i < len(mr) {
-				return mr[i].Error
-			}
-			return nil
-		}
-		failed := failedOp(mr)
-		switch {
-		case err == nil:
-			if len(mr) < 3 || mr[2].Stat == nil {
-				return 0, 0, fmt.Errorf("commit entry %d: malformed multi response", lsn)
-			}
-			if m.marker >= 0 {
-				switch {
-				case req.Marker.Create:
-					res.MarkerVersion = 0
-				case m.marker < len(mr) && mr[m.marker].Stat != nil:
-					res.MarkerVersion = mr[m.marker].Stat.Version
-				default:
-					foundInLog(req, res) // no stat: what the op itself tells
-				}
-			}
-			return Committed, mr[2].Stat.Mzxid, nil
-		case errors.Is(opErr(1), zk.ErrNodeExists) || (errors.Is(err, zk.ErrNodeExists) && len(mr) == 0):
-			out, zxid, rerr := s.resolve(req, res)
-			if rerr == nil {
-				if unknown {
-					lg.WithField("outcome", out).Info("resolved commit of unknown outcome by its writer tag")
-				}
-				return out, zxid, nil
-			}
-			if !errors.Is(rerr, ErrUnavailable) {
-				return 0, 0, rerr
-			}
-			unknown = true // could not read it back yet
-		case failed > 2:
-			if unknown {
-				// Our earlier attempt may have landed (and deleted a
-				// revoked lease's token): look at entry lsn.
-				if out, zxid, rerr := s.resolve(req, res); rerr == nil {
-					return out, zxid, nil
-				}
-			}
-			if failed == m.marker {
-				res.MarkerGone = errors.Is(mr[failed].Error, zk.ErrNoNode)
-				res.MarkerMissed = !res.MarkerGone
-			}
-			lg.WithField("op", fmt.Sprintf("%T %v", ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
-			if m.absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
-				return Held, 0, nil
-			}
-			return Refused, 0, nil
-		case errors.Is(opErr(1), zk.ErrNoNode):
-			// The bucket is missing (a multi applies nothing when one op fails).
-			s.forgetBucket(lsn)
-			if err := s.ensureBucket(lsn); err != nil && !unknown {
-				return 0, 0, err
-			}
+		switch r, next := t.outcome(mr, err); next {
+		case settled:
+			return r.out, r.zxid, r.err
+		case retryNow:
 			continue
-		case errors.Is(opErr(0), zk.ErrNoNode) || (errors.Is(err, zk.ErrNoNode) && len(mr) == 0):
-			if !unknown && req.Pipelined {
-				res.PrevMissing = true
-				return Refused, 0, nil
-			}
-			if !unknown {
-				return Behind, 0, nil
-			}
-			// Our earlier attempt may have landed and been compacted since.
-			out, zxid, rerr := s.resolve(req, res)
-			if rerr == nil {
-				return out, zxid, nil
-			}
-			if errors.Is(rerr, ErrEntryMissing) {
-				return Behind, 0, fmt.Errorf("entry %d: %w", lsn, ErrUnknownOutcome)
-			}
-		case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrSessionExpired), isNoAnswer(err):
-			if !unknown {
-				lg.WithError(err).Warn("connection lost during commit; re-sending the same multi until ZooKeeper answers")
-			}
-			unknown = true
-		case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrClosing):
-			if !unknown {
-				return 0, 0, s.wrap("commit", err)
-			}
-		default:
-			// A definite failure: a failed multi changed nothing.
-			if !unknown {
-				return 0, 0, s.wrap("commit", err)
-			}
-			lg.WithError(err).Warn("commit retry failed")
 		}
 		select {
 		case <-ctx.Done():
@@ -429,6 +329,180 @@ func (s *Store) commit(ctx context.Context, req CommitRequest, data []byte, res 
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// commitTry is one commit across its sends (Store.commit): the multi, and
+// whether a send may have landed without its answer (unknown), after which
+// every answer is read in that light.
+type commitTry struct {
+	s       *Store
+	req     CommitRequest
+	res     *CommitResult
+	m       commitOps
+	lsn     int64
+	lg      *logrus.Entry
+	unknown bool
+}
+
+// settledAs is a commit's outcome as an answer settled it: its Outcome and
+// zxid, or its error.
+type settledAs struct {
+	out  Outcome
+	zxid int64
+	err  error
+}
+
+// next is what a commit does after an answer (commitTry.outcome).
+type next int
+
+const (
+	settled    next = iota // the outcome (or error) is known
+	retryNow               // send again at once
+	retryLater             // send again after a backoff
+)
+
+// behind waits, before a commit of unknown outcome is sent again, for the
+// commit it is chained on: if that one is known not to have landed,
+// neither did this one (refused, with res.PrevMissing). Errors: ctx's or
+// the store's closing, wrapping ErrUnknownOutcome.
+func (t *commitTry) behind(ctx context.Context, pred *Predecessor) (refused bool, err error) {
+	select {
+	case <-pred.Done:
+	case <-ctx.Done():
+		return false, fmt.Errorf("entry %d: %w: %v", t.lsn, ErrUnknownOutcome, ctx.Err())
+	case <-t.s.closed:
+		return false, fmt.Errorf("entry %d: %w: store closed", t.lsn, ErrUnknownOutcome)
+	}
+	landed, known := pred.Landed()
+	req := t.req
+	chained := req.Pipelined && req.Marker != nil && !req.Marker.Create && req.Marker.Version != AnyVersion
+	if known && !landed && chained {
+		t.lg.Debug("the commit this one is chained on did not land: neither did this one")
+		t.res.PrevMissing = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// outcome classifies ZooKeeper's answer to one send of the multi (mr,
+// err): the commit's outcome, or a send again.
+func (t *commitTry) outcome(mr []zk.MultiResponse, err error) (settledAs, next) {
+	opErr := func(i int) error {
+		if i < len(mr) {
+			return mr[i].Error
+		}
+		return nil
+	}
+	switch failed := failedOp(mr); {
+	case err == nil:
+		return t.committed(mr)
+	case errors.Is(opErr(opCreateEntry), zk.ErrNodeExists) || (errors.Is(err, zk.ErrNodeExists) && len(mr) == 0):
+		// The position is taken: by this commit (a send whose answer was
+		// lost) or by another writer.
+		out, zxid, rerr := t.s.resolve(t.req, t.res)
+		if rerr == nil {
+			if t.unknown {
+				t.lg.WithField("outcome", out).Info("resolved commit of unknown outcome by its writer tag")
+			}
+			return settledAs{out: out, zxid: zxid}, settled
+		}
+		if !errors.Is(rerr, ErrUnavailable) {
+			return settledAs{err: rerr}, settled
+		}
+		t.unknown = true // could not read it back yet
+	case failed >= opFirstGuard:
+		return t.refused(mr, failed)
+	case errors.Is(opErr(opCreateEntry), zk.ErrNoNode):
+		// The bucket is missing (a multi applies nothing when one op fails).
+		t.s.forgetBucket(t.lsn)
+		if err := t.s.ensureBucket(t.lsn); err != nil && !t.unknown {
+			return settledAs{err: err}, settled
+		}
+		return settledAs{}, retryNow
+	case errors.Is(opErr(opCheckPrev), zk.ErrNoNode) || (errors.Is(err, zk.ErrNoNode) && len(mr) == 0):
+		return t.prevGone()
+	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrSessionExpired), isNoAnswer(err):
+		if !t.unknown {
+			t.lg.WithError(err).Warn("connection lost during commit; re-sending the same multi until ZooKeeper answers")
+		}
+		t.unknown = true
+	case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrClosing):
+		if !t.unknown {
+			return settledAs{err: t.s.wrap("commit", err)}, settled
+		}
+	default:
+		// A definite failure: a failed multi changed nothing.
+		if !t.unknown {
+			return settledAs{err: t.s.wrap("commit", err)}, settled
+		}
+		t.lg.WithError(err).Warn("commit retry failed")
+	}
+	return settledAs{}, retryLater
+}
+
+// committed is the outcome of a multi that succeeded: the head's zxid, and
+// the marker's version it left.
+func (t *commitTry) committed(mr []zk.MultiResponse) (settledAs, next) {
+	if len(mr) <= opSetHead || mr[opSetHead].Stat == nil {
+		return settledAs{err: fmt.Errorf("commit entry %d: malformed multi response", t.lsn)}, settled
+	}
+	if mk := t.m.marker; mk >= 0 {
+		switch {
+		case t.req.Marker.Create:
+			t.res.MarkerVersion = 0
+		case mk < len(mr) && mr[mk].Stat != nil:
+			t.res.MarkerVersion = mr[mk].Stat.Version
+		default:
+			foundInLog(t.req, t.res) // no stat: what the op itself tells
+		}
+	}
+	return settledAs{out: Committed, zxid: mr[opSetHead].Stat.Mzxid}, settled
+}
+
+// refused is the outcome of a multi one of whose later ops (a chunk, a
+// guard, the marker, a lease op: index failed) failed: Refused, or Held
+// for an absent guard's znode that exists — unless a send whose answer was
+// lost landed before.
+func (t *commitTry) refused(mr []zk.MultiResponse, failed int) (settledAs, next) {
+	if t.unknown {
+		// Our earlier attempt may have landed (and deleted a revoked
+		// lease's token): look at entry lsn.
+		if out, zxid, rerr := t.s.resolve(t.req, t.res); rerr == nil {
+			return settledAs{out: out, zxid: zxid}, settled
+		}
+	}
+	if failed == t.m.marker {
+		t.res.MarkerGone = errors.Is(mr[failed].Error, zk.ErrNoNode)
+		t.res.MarkerMissed = !t.res.MarkerGone
+	}
+	t.lg.WithField("op", fmt.Sprintf("%T %v", t.m.ops[failed], mr[failed].Error)).Debug("commit refused by a guard")
+	if t.m.absent[failed] && errors.Is(mr[failed].Error, zk.ErrNodeExists) {
+		return settledAs{out: Held}, settled
+	}
+	return settledAs{out: Refused}, settled
+}
+
+// prevGone is the outcome of a multi whose previous entry is missing:
+// Behind (a view behind a compaction), Refused for a pipelined commit
+// whose predecessor did not land, or, for a send of unknown outcome, what
+// the log holds at the position.
+func (t *commitTry) prevGone() (settledAs, next) {
+	if !t.unknown && t.req.Pipelined {
+		t.res.PrevMissing = true
+		return settledAs{out: Refused}, settled
+	}
+	if !t.unknown {
+		return settledAs{out: Behind}, settled
+	}
+	// Our earlier attempt may have landed and been compacted since.
+	out, zxid, rerr := t.s.resolve(t.req, t.res)
+	if rerr == nil {
+		return settledAs{out: out, zxid: zxid}, settled
+	}
+	if errors.Is(rerr, ErrEntryMissing) {
+		return settledAs{out: Behind, err: fmt.Errorf("entry %d: %w", t.lsn, ErrUnknownOutcome)}, settled
+	}
+	return settledAs{}, retryLater
 }
 
 // storedData is what entry lsn's znode holds for the encoded entry data:
@@ -448,6 +522,14 @@ func (s *Store) storedData(lsn int64, w revision.WriterTag, data []byte) ([]byte
 	}
 	return encodeIndirect(chunks, len(data), crc32.Checksum(data, crcTable)), chunks, nil
 }
+
+// The first ops of every commit's multi, by index (multiOps).
+const (
+	opCheckPrev   = iota // check that entry Prev exists
+	opCreateEntry        // create entry Prev+1: the compare-and-swap
+	opSetHead            // set the head to the new entry
+	opFirstGuard         // chunks, guards, the marker and lease ops follow
+)
 
 // commitOps is the multi of one commit and what some of its ops mean.
 type commitOps struct {
@@ -473,11 +555,10 @@ func multiOps(l layout, acl []zk.ACL, req CommitRequest, data []byte, chunks []s
 	lsn := req.Prev + 1
 	headData, _ := json.Marshal(Head{LSN: lsn, Rev: req.Rev})
 	m := commitOps{absent: map[int]bool{}, marker: -1}
-	m.ops = []any{
-		&zk.CheckVersionRequest{Path: l.entry(req.Prev), Version: -1},
-		&zk.CreateRequest{Path: l.entry(lsn), Data: data, Acl: acl},
-		&zk.SetDataRequest{Path: l.head(), Data: headData, Version: -1},
-	}
+	m.ops = make([]any, opFirstGuard, opFirstGuard+len(chunks)+2*len(req.Guards)+1)
+	m.ops[opCheckPrev] = &zk.CheckVersionRequest{Path: l.entry(req.Prev), Version: -1}
+	m.ops[opCreateEntry] = &zk.CreateRequest{Path: l.entry(lsn), Data: data, Acl: acl}
+	m.ops[opSetHead] = &zk.SetDataRequest{Path: l.head(), Data: headData, Version: -1}
 	for _, name := range chunks {
 		m.ops = append(m.ops, &zk.CheckVersionRequest{Path: l.chunk(name), Version: -1})
 	}

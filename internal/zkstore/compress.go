@@ -36,17 +36,23 @@ const minCompressBytes = 256
 // maxDecodedEntryBytes bounds what one compressed entry may decode to.
 const maxDecodedEntryBytes = 1 << 30
 
+// entryWindowBytes is the zstd window of compressed entries: every build
+// has encoded them with it, so a frame asking for a larger one is corrupt
+// (or hostile: the decoder would allocate the window it asks for, up to
+// maxDecodedEntryBytes, before finding out).
+const entryWindowBytes = 1 << 20
+
 // entryCodec is the zstd encoder and decoder of log entries, shared by
 // every Store of the process and built on first use. Both are safe for
 // concurrent use and hold nothing between calls but buffers.
 var entryCodec = sync.OnceValue(func() *codec {
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(4),
-		zstd.WithWindowSize(1<<20), zstd.WithEncoderCRC(false), zstd.WithZeroFrames(true))
+		zstd.WithWindowSize(entryWindowBytes), zstd.WithEncoderCRC(false), zstd.WithZeroFrames(true))
 	if err != nil {
 		panic(fmt.Sprintf("zstd encoder: %v", err)) // only for invalid options
 	}
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(4), zstd.WithDecoderMaxMemory(maxDecodedEntryBytes),
-		zstd.IgnoreChecksum(true))
+		zstd.WithDecoderMaxWindow(entryWindowBytes), zstd.IgnoreChecksum(true))
 	if err != nil {
 		panic(fmt.Sprintf("zstd decoder: %v", err))
 	}
@@ -111,11 +117,16 @@ func decompressEntry(body, into []byte) ([]byte, error) {
 	return out, nil
 }
 
+// snapshotWindowBytes is the zstd window of compressed base snapshots: as
+// with entries, every build has encoded them with it, and a larger window
+// asked for is corrupt.
+const snapshotWindowBytes = 4 << 20
+
 // newStreamCompressor returns a zstd stream writer onto w (base
 // snapshots). Close flushes it; it does not close w.
 func newStreamCompressor(w io.Writer) io.WriteCloser {
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(4<<20), zstd.WithEncoderCRC(false))
+		zstd.WithWindowSize(snapshotWindowBytes), zstd.WithEncoderCRC(false))
 	if err != nil {
 		panic(fmt.Sprintf("zstd stream encoder: %v", err)) // only for invalid options
 	}
@@ -129,7 +140,7 @@ func (s streamDecompressor) Close() { s.Decoder.Close() }
 // newStreamDecompressor returns a zstd stream reader of r (base
 // snapshots). The caller closes it.
 func newStreamDecompressor(r io.Reader) (streamDecompressor, error) {
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxWindow(64<<20), zstd.IgnoreChecksum(true))
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxWindow(snapshotWindowBytes), zstd.IgnoreChecksum(true))
 	if err != nil {
 		return streamDecompressor{}, err
 	}

@@ -2,11 +2,16 @@ package zkstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"reflect"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/zketcd/zketcd/internal/revision"
 )
@@ -219,5 +224,42 @@ func TestDecodedEntriesKeepTheirBytesWhileRecordBuffersAreReused(t *testing.T) {
 		if !reflect.DeepEqual(got, entry(n)) {
 			t.Fatalf("entry %d changed after later decodes", n)
 		}
+	}
+}
+
+// TestAFrameAskingForALargerWindowIsCorrupt: every build compresses entries
+// with a 1 MiB window and snapshots with 4 MiB, so a frame that asks for
+// more is corrupt, refused before its window is allocated (a fuzzer's
+// frame of a few hundred bytes made the decoder allocate 590 MB).
+func TestAFrameAskingForALargerWindowIsCorrupt(t *testing.T) {
+	record := make([]byte, 3<<20)
+	for i := range record {
+		record[i] = byte(i*7919>>3) ^ byte(i>>11)
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithWindowSize(16<<20), zstd.WithEncoderCRC(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append([]byte{compressedEntryFormat}, binary.AppendUvarint(nil, uint64(len(record)))...)
+	out = enc.EncodeAll(record, out)
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(out, crcTable))
+	if _, err := DecodeEntry(out); !errors.Is(err, ErrCorruptEntry) {
+		t.Fatalf("an entry frame with a 16 MiB window: %v, want ErrCorruptEntry", err)
+	}
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(record)
+	zw.Write(record)
+	zw.Close()
+	zr, err := newStreamDecompressor(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	if _, err := io.Copy(io.Discard, zr); err == nil {
+		t.Fatal("a snapshot stream with a 16 MiB window decoded")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/engine/logtest"
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkserver"
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -27,12 +28,11 @@ func TestTheLogContract(t *testing.T) {
 	addr := sharedZK.Addr(t)
 	logtest.Run(t, func(t *testing.T) func() engine.Log {
 		root := sharedZK.FreshRoot()
-		lg := logrus.New()
-		lg.SetLevel(logrus.WarnLevel)
+		lg := testutil.Logger(logrus.WarnLevel)
 		return func() engine.Log {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{addr}, Root: root, SessionTimeout: 4 * time.Second, Logger: logrus.NewEntry(lg)})
+			st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{addr}, Root: root, SessionTimeout: 4 * time.Second, Logger: lg})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -70,11 +70,10 @@ func electionGoroutines() int {
 // at the test's end.
 func openTestStore(t *testing.T, addr, root string) *Store {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
+	lg := testutil.Logger(logrus.WarnLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := Open(ctx, Config{Servers: []string{addr}, Root: root, Logger: logrus.NewEntry(lg)})
+	st, err := Open(ctx, Config{Servers: []string{addr}, Root: root, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}

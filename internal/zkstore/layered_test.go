@@ -43,81 +43,13 @@ func TestLayeredBaseGenerationsLoadAsTheViewTheyWereTakenFrom(t *testing.T) {
 		t.Fatalf("a new root has format %d", s.Format())
 	}
 	ctx := context.Background()
-	fence := Fence{path: s.l.meta()} // a guard that holds
-	v := revision.NewView(1, 1)
-	lsn, rev := int64(1), int64(1)
-	apply := func(ops ...revision.Op) {
-		t.Helper()
-		lsn++
-		if _, err := v.Apply(&revision.Entry{LSN: lsn, Zxid: lsn, Ops: ops}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	key := func(i int) []byte { return []byte(fmt.Sprintf("/registry/pods/ns/pod-%04d", i)) }
-	live := map[int]bool{}
-	write := func(from, to int, del bool) {
-		t.Helper()
-		var cs []revision.Change
-		for i := from; i < to; i++ {
-			if del {
-				if live[i] {
-					cs = append(cs, revision.Change{Key: key(i), Delete: true})
-					delete(live, i)
-				}
-				continue
-			}
-			cs = append(cs, revision.Change{Key: key(i), Value: []byte(fmt.Sprintf(`{"kind":"Pod","rev":%d,"i":%d}`, rev+1, i))})
-			live[i] = true
-		}
-		if len(cs) == 0 {
-			return
-		}
-		rev++
-		apply(revision.Op{Kind: revision.OpTxn, Rev: rev, Changes: cs})
-	}
-	compact := func() {
-		t.Helper()
-		apply(revision.Op{Kind: revision.OpCompact, Rev: rev})
-		for v.TrimCompacted(64) {
-		}
-	}
 	cur, err := s.ReadBase()
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish := func(nonce uint64) Base {
-		t.Helper()
-		snap := v.Snapshot()
-		nb, err := s.PrepareBase(ctx, snap, cur, nonce)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("generation %d: %d deltas, %d bytes", nb.Gen, len(nb.Deltas), nb.StoredSize())
-		if raw := EncodeSnapshot(snap); nb.Raw == 0 || nb.RawSize() < int64(len(raw))-5 {
-			// Every layer records its bytes before compression, at least
-			// the view's whole encoding (less its format byte and trailer).
-			t.Fatalf("generation %d records %d bytes before compression (%d with its deltas), the view encodes to %d", nb.Gen, nb.Raw, nb.RawSize(), len(raw))
-		}
-		if nb, err = s.PublishBase(fence, nb); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.CollectBases(ctx, fence, nb); err != nil {
-			t.Fatal(err)
-		}
-		got, err := s.LoadBase(ctx, nb)
-		if err != nil {
-			t.Fatalf("load generation %d (%d deltas): %v", nb.Gen, len(nb.Deltas), err)
-		}
-		if a, b := dumpSnap(got), dumpSnap(snap); a != b {
-			t.Fatalf("generation %d (%d deltas) loads as\n%s\nwant\n%s", nb.Gen, len(nb.Deltas), a, b)
-		}
-		if _, err := revision.FromSnapshot(got); err != nil {
-			t.Fatal(err)
-		}
-		cur = nb
-		v.PruneRemoved(nb.Rev)
-		return nb
-	}
+	lf := &layeredFixture{t: t, s: s, fence: Fence{path: s.l.meta()}, // a guard that holds
+		v: revision.NewView(1, 1), lsn: 1, rev: 1, live: map[int]bool{}, cur: cur}
+	write, compact, publish := lf.write, lf.compact, lf.publish
 
 	for i := 0; i < 2000; i += 100 {
 		write(i, i+100, false)
@@ -190,6 +122,97 @@ func TestLayeredBaseGenerationsLoadAsTheViewTheyWereTakenFrom(t *testing.T) {
 	if _, err := s.LoadBase(ctx, freed); !errors.Is(err, ErrBaseChanged) {
 		t.Fatalf("a delta gone: %v", err)
 	}
+}
+
+// layeredFixture is a view written to and published as base generations of
+// s, each checked to load as the view it was taken from.
+type layeredFixture struct {
+	t        *testing.T
+	s        *Store
+	fence    Fence
+	v        *revision.View
+	lsn, rev int64
+	live     map[int]bool
+	cur      Base
+}
+
+func (f *layeredFixture) apply(ops ...revision.Op) {
+	f.t.Helper()
+	f.lsn++
+	if _, err := f.v.Apply(&revision.Entry{LSN: f.lsn, Zxid: f.lsn, Ops: ops}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func layeredKey(i int) []byte { return []byte(fmt.Sprintf("/registry/pods/ns/pod-%04d", i)) }
+
+// write puts the keys from..to (del: deletes those that exist) in one
+// revision.
+func (f *layeredFixture) write(from, to int, del bool) {
+	f.t.Helper()
+	var cs []revision.Change
+	for i := from; i < to; i++ {
+		if del {
+			if f.live[i] {
+				cs = append(cs, revision.Change{Key: layeredKey(i), Delete: true})
+				delete(f.live, i)
+			}
+			continue
+		}
+		cs = append(cs, revision.Change{Key: layeredKey(i), Value: []byte(fmt.Sprintf(`{"kind":"Pod","rev":%d,"i":%d}`, f.rev+1, i))})
+		f.live[i] = true
+	}
+	if len(cs) == 0 {
+		return
+	}
+	f.rev++
+	f.apply(revision.Op{Kind: revision.OpTxn, Rev: f.rev, Changes: cs})
+}
+
+// compact compacts the view at its revision.
+func (f *layeredFixture) compact() {
+	f.t.Helper()
+	f.apply(revision.Op{Kind: revision.OpCompact, Rev: f.rev})
+	for f.v.TrimCompacted(64) {
+	}
+}
+
+// publish writes the view as the next base generation (nonce names the
+// writer's attempt), publishes it, collects the generations it replaces,
+// and checks that it loads as the view.
+func (f *layeredFixture) publish(nonce uint64) Base {
+	t, s, ctx := f.t, f.s, context.Background()
+	t.Helper()
+	snap := f.v.Snapshot()
+	nb, err := s.PrepareBase(ctx, snap, f.cur, nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("generation %d: %d deltas, %d bytes", nb.Gen, len(nb.Deltas), nb.StoredSize())
+	if raw := EncodeSnapshot(snap); nb.Raw == 0 || nb.RawSize() < int64(len(raw))-5 {
+		// Every layer records its bytes before compression, at least
+		// the view's whole encoding (less its format byte and trailer).
+		t.Fatalf("generation %d records %d bytes before compression (%d with its deltas), the view encodes to %d", nb.Gen, nb.Raw, nb.RawSize(), len(raw))
+	}
+	if nb, err = s.PublishBase(f.fence, nb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CollectBases(ctx, f.fence, nb); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LoadBase(ctx, nb)
+	if err != nil {
+		t.Fatalf("load generation %d (%d deltas): %v", nb.Gen, len(nb.Deltas), err)
+	}
+	if a, b := dumpSnap(got), dumpSnap(snap); a != b {
+		t.Fatalf("generation %d (%d deltas) loads as\n%s\nwant\n%s", nb.Gen, len(nb.Deltas), a, b)
+	}
+	if _, err := revision.FromSnapshot(got); err != nil {
+		t.Fatal(err)
+	}
+	f.cur = nb
+	f.v.PruneRemoved(nb.Rev)
+	return nb
 }
 
 // refusesDamagedDescriptions checks that hostile or damaged descriptions

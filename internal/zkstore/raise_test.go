@@ -20,9 +20,8 @@ import (
 
 func openStoreWith(t *testing.T, cfg Config) *Store {
 	t.Helper()
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	cfg.Logger = logrus.NewEntry(lg)
+	lg := testutil.Logger(logrus.WarnLevel)
+	cfg.Logger = lg
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := Open(ctx, cfg)

@@ -9,13 +9,13 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/internal/testutil"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 func registryConfig(t *testing.T, root string) zkstore.Config {
-	lg := logrus.New()
-	lg.SetLevel(logrus.WarnLevel)
-	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: root, SessionTimeout: 4 * time.Second, Logger: logrus.NewEntry(lg)}
+	lg := testutil.Logger(logrus.WarnLevel)
+	return zkstore.Config{Servers: []string{sharedZK.Addr(t)}, Root: root, SessionTimeout: 4 * time.Second, Logger: lg}
 }
 
 func openRegistry(t *testing.T, root string) *zkstore.Registry {

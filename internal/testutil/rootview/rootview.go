@@ -11,10 +11,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
+	"github.com/zketcd/zketcd/internal/testutil"
+	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
+
+// StoreConfig is the configuration of root on zk, a test binary's shared
+// ZooKeeper ("": a fresh root there), with a logger of warnings and
+// errors: how a test writes a root before Recovered reads it back.
+func StoreConfig(t testing.TB, zk *zkservertest.Shared, root string) zkstore.Config {
+	if root == "" {
+		root = zk.FreshRoot()
+	}
+	return zkstore.Config{Servers: []string{zk.Addr(t)}, Root: root, Logger: testutil.Logger(logrus.WarnLevel)}
+}
 
 // Recovered returns the view an instance recovers from cfg's root (its
 // base generation and the log after it), failing the test on an error.

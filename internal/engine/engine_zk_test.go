@@ -18,16 +18,10 @@ import (
 	"github.com/zketcd/zketcd/internal/zkserver/zkservertest"
 )
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestRestartRecoversKeysRevisionsAndHistory(t *testing.T) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	for i := 0; i < 20; i++ {
 		if _, err := c.Put(ctx, fmt.Sprintf("k%02d", i%7), fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
@@ -67,7 +61,7 @@ func TestTwoInstancesSeeEachOthersWritesLinearizably(t *testing.T) {
 	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
 	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root()})
 	ca, cb := a.Client(t), b.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	for i := 0; i < 50; i++ {
 		w, r := ca, cb
 		if i%2 == 1 {
@@ -101,7 +95,7 @@ func testConcurrentCAS(t *testing.T, depth int) {
 	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{CommitPipeline: depth})
 	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root(), CommitPipeline: depth})
 	clients := []*clientv3.Client{a.Client(t), b.Client(t)}
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	const rounds = 30
 	for round := 0; round < rounds; round++ {
 		key := fmt.Sprintf("cas-%d", round)
@@ -138,7 +132,7 @@ func TestGroupCommitGivesEachWriteItsOwnRevision(t *testing.T) {
 func testGroupCommit(t *testing.T, depth int) {
 	in := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{CommitPipeline: depth})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	const writers, each = 32, 20
 	revs := make(chan int64, writers*each)
 	var wg sync.WaitGroup
@@ -178,7 +172,7 @@ func TestZooKeeperRestartDuringTraffic(t *testing.T) {
 	zk := zkservertest.Standalone(t)
 	in := embedtest.Start(t, []string{zk.Addr()}, embedtest.Options{SessionTimeout: 20 * time.Second})
 	c := in.Client(t)
-	ctx := ctxT(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	var acked sync.Map // value -> revision
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -3,10 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/sirupsen/logrus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/revision"
@@ -14,68 +11,29 @@ import (
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
-// Engine is one zketcd instance's engine. Its methods are safe for
-// concurrent use.
+// Engine is one zketcd instance's engine: the concerns of the instance,
+// each a type of its own on the shared core, and the etcd API over them.
+// Its methods are safe for concurrent use.
 type Engine struct {
-	cfg      Config
-	log      *logrus.Entry
-	store    Log
-	view     *revision.View
-	memberID uint64
-	host     string // this instance's host (host.go), advertised in its member znode
-	metrics  *metrics
-	sizing   *sizing
-	pages    pageCounts // counts of paginated ranges (pagecount.go)
-	// maxEntryBytes is the log's entry budget: a batch is cut before it.
-	maxEntryBytes int
-
-	applyMu sync.Mutex // serializes View.Apply with the hub's notification
-	hub     *watchbridge.Hub
-
-	election    zkstore.Leadership
-	renewals    chan *renewal
-	compactKick chan struct{}
-	releaseKick chan struct{} // a compaction observer dropped its copy (OnCompact)
-	copiesHeld  atomic.Int64  // copies of the view compaction observers hold
-	leases      leaseClock    // the leader's lease deadlines (expiry.go)
-	expiryScans atomic.Int64  // scans of the expiry loop done (for tests)
-	submitted   atomic.Int64  // proposals handed to the committer (for tests)
-	// pendingWrites counts the writes received and not answered yet
-	// (etcd_server_proposals_pending; etcdmetrics.go).
-	pendingWrites atomic.Int64
-	proof         atomic.Pointer[liveProof] // newest proof that the session was alive (lease.go)
-	// readLeaseRefused says why the read lease is refused (nil: it is not).
-	readLeaseRefused atomic.Pointer[string]
-	readLease        atomic.Pointer[heldLease] // the read lease, while held (readlease.go)
-	flights          flightMarks               // the committer's commits sent and settled (readlease.go)
-
-	nonce         uint64
+	*core
+	rb         *rollbackGuard // ZooKeeper's data going back: halting (rollback.go)
+	live       *liveness      // the leader proof window (proofwindow.go)
+	tail       *tailer        // the log applied to the view (tail.go)
+	commit     *committer     // the group committer (committer.go)
+	reads      *readLease     // the read lease (readlease.go)
+	fwd        *forwarder     // write forwarding and ReadIndex (forward.go)
+	leases     *lessor        // lease expiry and renewals (lessor.go)
+	compaction *compaction    // physical compaction and upkeep (compaction.go)
+	corrupt    *corruptChecker
+	member     *memberRecord
+	origins    *origins   // forwarded requests in the log (origins.go)
+	space      *space     // the bytes the root holds (DB size), see space.go
+	pages      pageCounts // counts of paginated ranges (pagecount.go)
+	// internalToken is the secret callers of the internal endpoint present.
 	internalToken string
-	proposals     chan *proposal
-	barrier       barrier
-	kick          chan struct{} // wakes the tailer
-	origins       origins       // forwarded requests in the log (origins.go)
-	fwd           forwarding    // write forwarding and ReadIndex (forward.go)
 
-	space    space        // the bytes the root holds (DB size), see space.go
-	check    corruptCheck // the published member and the corruption check, see corrupt.go
-	lastHead atomic.Pointer[headSeen]
-	// ownLanded is when the committer last landed a commit, in
-	// nanoseconds since opened (monotonic; tail.go's deferRearm).
-	ownLanded atomic.Int64
-	opened    time.Time
-	rb        *rollbackGuard // see rollback.go
-	inspect   inspectFunc    // nil: no fresh sessions for rollback checks
-
-	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-}
-
-// headSeen is the last head the view was caught up with, and when.
-type headSeen struct {
-	head zkstore.Head
-	at   time.Time
 }
 
 // Leader reports whether this instance is the elected leader, and the
@@ -109,25 +67,7 @@ func (b *Engine) Snapshot() *revision.Snapshot { return b.view.Snapshot() }
 // returns freed memory (Config.AfterCompaction) only once no copy is held:
 // one release after the observer's work, never one beside it.
 func (b *Engine) OnCompact(f func(before *revision.Snapshot, rev int64, dropped func())) {
-	if f == nil {
-		b.view.OnCompact(nil)
-		return
-	}
-	b.view.OnCompact(func(before *revision.Snapshot, rev int64) {
-		b.copiesHeld.Add(1)
-		var once sync.Once
-		f(before, rev, func() { once.Do(b.copyDropped) })
-	})
-}
-
-// copyDropped counts a copy of the view (OnCompact) dropped and asks the
-// compaction loop for a memory release.
-func (b *Engine) copyDropped() {
-	b.copiesHeld.Add(-1)
-	select {
-	case b.releaseKick <- struct{}{}:
-	default: // one is pending: it releases this copy's memory too
-	}
+	b.compaction.observe(f)
 }
 
 // NewWatchStream opens a watch stream on the instance's hub, holding at
@@ -163,9 +103,32 @@ func (b *Engine) HeadLSN() int64 { return b.Head().LSN }
 func (b *Engine) Term() uint64 { return uint64(b.Head().Zxid >> 32) }
 
 // Head returns the last head the tailer saw.
-func (b *Engine) Head() zkstore.Head {
-	if hs := b.lastHead.Load(); hs != nil {
-		return hs.head
-	}
-	return zkstore.Head{}
-}
+func (b *Engine) Head() zkstore.Head { return b.tail.head() }
+
+// LeaseCount returns how many leases the view holds (a tenant's lease
+// limit counts them).
+func (b *Engine) LeaseCount() int { return b.view.LeaseCount() }
+
+// SetMaxWatchers bounds the watchers of all the instance's watch streams
+// together (0: no bound; a tenant's watcher limit). Watchers already
+// there stay; a watch created beyond the bound is refused with etcd's
+// "too many requests".
+func (b *Engine) SetMaxWatchers(n int) { b.hub.SetMaxWatchers(n) }
+
+// InternalToken is the secret callers of this instance's internal
+// endpoint present (advertised in its member znode).
+func (b *Engine) InternalToken() string { return b.internalToken }
+
+// servable fails every request of a halted instance with etcd's corrupt
+// cluster error (the log and the health check say why).
+func (b *Engine) servable() error { return b.rb.servable() }
+
+// Servable returns nil, or etcd's corrupt-cluster error once the instance
+// halted (Health says why).
+func (b *Engine) Servable() error { return b.rb.servable() }
+
+// Halted returns a channel closed when the instance halts: watch streams
+// end then, since no event follows and the history they saw is not the
+// cluster's, and Health returns the error (wrapping ErrHalted) that says
+// what happened and what to do. It is how the gRPC layer learns of a halt.
+func (b *Engine) Halted() <-chan struct{} { return b.rb.halted }
