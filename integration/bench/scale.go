@@ -1040,14 +1040,18 @@ func spliceSection(md, section string) error {
 	return os.WriteFile(md, []byte(s), 0o644)
 }
 
-// embedScale returns the scale section kept in dataDir, for the main
-// report to carry (empty if there is none).
+// embedScale returns the sections kept in dataDir (the scale benchmark's
+// and the tenants benchmark's), for the main report to carry (empty if
+// there is none).
 func embedScale(dataDir string) string {
-	b, err := os.ReadFile(filepath.Join(dataDir, "scale.md"))
-	if err != nil {
-		return ""
+	var blocks []string
+	if b, err := os.ReadFile(filepath.Join(dataDir, "scale.md")); err == nil {
+		blocks = append(blocks, scaleBegin+"\n"+string(b)+scaleEnd+"\n")
 	}
-	return scaleBegin + "\n" + string(b) + scaleEnd + "\n"
+	if t := embedTenants(dataDir); t != "" {
+		blocks = append(blocks, t)
+	}
+	return strings.Join(blocks, "\n")
 }
 
 // row returns the row of stack at n objects, or nil.

@@ -28,6 +28,15 @@ type Config struct {
 	// StaleAfter is how long the view may lag the head before the instance
 	// reports itself unhealthy.
 	StaleAfter time.Duration
+	// IdlePoll, when longer than their own periods, is how often the
+	// loops that poll ZooKeeper whether or not anything happens look: the
+	// tailer's probe of the head behind its watch (1 s), the look for the
+	// other instances' corruption-check requests (1 s; the leader waits
+	// 10 s for answers) and the compactor's round (2 s). A fleet, which
+	// runs an engine per tenant against one ensemble, sets a longer one so
+	// that idle tenants ask ZooKeeper little. StaleAfter must be longer
+	// (its default is DefaultStaleAfter past it).
+	IdlePoll time.Duration
 	// Logger receives structured logs (required; embed fills it).
 	Logger *logrus.Entry
 	// Registerer receives the engine's Prometheus metrics (nil: none).
@@ -212,7 +221,7 @@ func (c *Config) setDefaults() {
 		c.ReadWindow = DefaultReadWindow
 	}
 	if c.StaleAfter == 0 {
-		c.StaleAfter = DefaultStaleAfter
+		c.StaleAfter = DefaultStaleAfter + c.IdlePoll
 	}
 	if c.RollbackCheckAfter == 0 {
 		c.RollbackCheckAfter = DefaultRollbackCheck
@@ -231,6 +240,8 @@ func (c *Config) Validate() error {
 		return errors.New("engine: no logger")
 	case c.CorruptCheckTime < 0:
 		return fmt.Errorf("corrupt check time %v must not be negative", c.CorruptCheckTime)
+	case c.IdlePoll > 0 && c.StaleAfter <= c.IdlePoll:
+		return fmt.Errorf("the view's staleness bound %v must be longer than the idle poll %v (the tailer's probe)", c.StaleAfter, c.IdlePoll)
 	case c.ReadLease && (!c.ForwardWrites || c.RelaxedReads || c.LeaderProofWindow < 0):
 		return errors.New("--read-lease needs --forward-writes, a quorum barrier (not --relaxed-reads) and a leader proof window that is not off")
 	}
