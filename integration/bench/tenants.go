@@ -551,7 +551,7 @@ func (f *tenantFleet) sample(ctx context.Context, settle time.Duration, step str
 		ps.RSS, _ = rssBytes(in.p.pid())
 		ps.ZKConns, _ = zkConnections(in.p.pid(), ports)
 		ps.ZKSessions = len(perInstance[in.name])
-		ms, err := scrapeMetrics(ctx, "http://"+in.metricsAddr+"/metrics",
+		ms, err := scrapeSamples(ctx, "http://"+in.metricsAddr+"/metrics",
 			"go_memstats_heap_inuse_bytes", "go_goroutines", "etcd_server_is_leader", "zketcd_fleet_tenants_running")
 		if err == nil {
 			for _, m := range ms {

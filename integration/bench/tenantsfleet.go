@@ -190,9 +190,9 @@ type metricSample struct {
 	value  float64
 }
 
-// scrapeMetrics reads the samples of the families in names (all if empty)
+// scrapeSamples reads the samples of the families in names (all if empty)
 // at url.
-func scrapeMetrics(ctx context.Context, url string, names ...string) ([]metricSample, error) {
+func scrapeSamples(ctx context.Context, url string, names ...string) ([]metricSample, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -241,7 +241,7 @@ func runIsolation(ctx context.Context, f *tenantFleet, sec *kubelab.Security, na
 func (f *tenantFleet) leaders(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	for _, in := range f.instances {
-		ms, err := scrapeMetrics(ctx, "http://"+in.metricsAddr+"/metrics", "etcd_server_is_leader")
+		ms, err := scrapeSamples(ctx, "http://"+in.metricsAddr+"/metrics", "etcd_server_is_leader")
 		if err != nil {
 			return nil, err
 		}
