@@ -421,14 +421,7 @@ func (r *Report) Headlines() []Headline {
 // report: md is the markdown file, dataDir the directory for the rest
 // (its path relative to md's directory is used for links).
 func (r *Report) WriteFiles(md, dataDir string) error {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dataDir, "results.json"), append(js, '\n'), 0o644); err != nil {
+	if err := writeJSON(dataDir, "results.json", r); err != nil {
 		return err
 	}
 	if err := r.writeCSV(filepath.Join(dataDir, "results.csv")); err != nil {
@@ -504,14 +497,40 @@ func (r *Report) writeCSV(path string) error {
 }
 
 // LoadReport reads a results.json written by WriteFiles.
-func LoadReport(path string) (*Report, error) {
+func LoadReport(path string) (*Report, error) { return loadJSON[Report](path) }
+
+// loadJSON reads the JSON file at path into a new T.
+func loadJSON[T any](path string) (*T, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &r, nil
+	return &v, nil
+}
+
+// writeJSON writes v, indented, to dir/name (making dir).
+func writeJSON(dir, name string, v any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644)
+}
+
+// relDir is dataDir as the markdown file md links to it ("bench" when md
+// is empty or no relative path exists).
+func relDir(md, dataDir string) string {
+	if md != "" {
+		if rr, err := filepath.Rel(filepath.Dir(md), dataDir); err == nil {
+			return rr
+		}
+	}
+	return "bench"
 }

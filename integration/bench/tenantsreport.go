@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,17 +29,7 @@ const (
 )
 
 // LoadTenantsReport reads a tenants.json.
-func LoadTenantsReport(path string) (*TenantsReport, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var r TenantsReport
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &r, nil
-}
+func LoadTenantsReport(path string) (*TenantsReport, error) { return loadJSON[TenantsReport](path) }
 
 func (r *TenantsReport) write(opts TenantsOptions) error {
 	if opts.DataDir == "" {
@@ -52,26 +41,14 @@ func (r *TenantsReport) write(opts TenantsOptions) error {
 // WriteFiles writes tenants.json, tenants.md and the plot into dataDir and
 // splices the section into md (if not empty).
 func (r *TenantsReport) WriteFiles(dataDir, md string) error {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dataDir, "tenants.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeJSON(dataDir, "tenants.json", r); err != nil {
 		return err
 	}
 	plots, err := r.writePlots(dataDir)
 	if err != nil {
 		return err
 	}
-	rel := "bench"
-	if md != "" {
-		if rr, err := filepath.Rel(filepath.Dir(md), dataDir); err == nil {
-			rel = rr
-		}
-	}
+	rel := relDir(md, dataDir)
 	analysis, err := os.ReadFile(filepath.Join(dataDir, TenantsAnalysisFile))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
