@@ -30,6 +30,9 @@
 #   make bench          zketcd vs etcd vs kine (~45 min); rewrites docs/benchmarks.md and docs/bench/
 #   make bench-long     the same with longer cells and recovery over 1M keys
 #   make bench-watch    watch latency, commit to event
+#   make bench-tenants  100 tenants on one fleet against etcd per tenant and a shared etcd, and
+#                       a quiet tenant beside a flooding neighbour (~30 min); rewrites its section
+#                       of docs/benchmarks.md and docs/bench/tenants*
 #
 # docs/testing.md describes each target.
 
@@ -39,7 +42,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build install tools compose-test run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale faults upgrade-test soak deps-zookeeper deps-postgresql clean
+.PHONY: all build install tools compose-test run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale bench-tenants faults upgrade-test soak deps-zookeeper deps-postgresql clean
 
 all: build
 
@@ -274,6 +277,26 @@ bench-scale: deps-zookeeper build
 	@kube=$$($(KUBE_APISERVER_BUILD) | tail -n 1) || kube=""; \
 	cd integration && $(GO) run ./bench/cmd/zkbench -scale -repo .. -zketcd ../$(BIN)/zketcd \
 		$${kube:+-kube-apiserver $$kube} -md ../docs/benchmarks.md $(SCALE_FLAGS)
+
+# bench-tenants is issue 35's measurement (integration/bench/tenants*.go,
+# cmd/zktenants): 100 tenants, each loaded with 500 kube-like objects
+# and churned with a watch each, on one fleet (2 `zketcd serve --tenants`
+# instances, a 3-member ZooKeeper ensemble, a client certificate per
+# tenant), on one etcd 3.7.3 holding one tenant's worth and on one shared
+# 3-member etcd in Kamaji's layout (/<tenant>/...): memory per tenant, per
+# object and per byte, ZooKeeper sessions, connections and znodes,
+# committers per instance, idle tenants; then a quiet tenant's put and
+# linearizable-get latency alone, beside a neighbour flooding at its
+# --requests-per-second limit (on its ZooKeeper session and on another) and
+# beside one with no limit, with ZooKeeper's mntr and a CPU profile of the
+# instance (~30 min on 2 cores; not in CI). It rewrites its section of
+# docs/benchmarks.md and docs/bench/tenants.{json,md} and the plots; a
+# hand-written docs/bench/tenants-analysis.md is embedded in the section.
+# TENANTS_FLAGS passes more zktenants flags (-h), e.g. a smoke run:
+# TENANTS_FLAGS='-tenants 4 -objects 50 -churn 5s -isolation-rounds 1 -isolation-phase 3s -md ../out/tenants/benchmarks.md'.
+TENANTS_FLAGS ?=
+bench-tenants: deps-zookeeper build
+	cd integration && $(GO) run ./bench/cmd/zktenants -repo .. -zketcd ../$(BIN)/zketcd -md ../docs/benchmarks.md $(TENANTS_FLAGS)
 
 bench-long: deps-zookeeper deps-postgresql build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \

@@ -52,6 +52,11 @@ type TenantsConfig struct {
 	// DefaultTenantIdleTimeout; negative: never). Its next connection
 	// starts it again.
 	IdleTimeout time.Duration
+	// BalanceInterval is how often this instance looks whether it leads
+	// more than its share of the tenants it runs with other instances, and
+	// hands the excess to them (0: DefaultTenantBalanceInterval; negative:
+	// never).
+	BalanceInterval time.Duration
 }
 
 // DefaultTenantIdleTimeout is TenantsConfig.IdleTimeout's default.
@@ -100,7 +105,10 @@ type Fleet struct {
 	stacks   map[string]*tenantStack
 	starting map[string]*pendingStack
 	deleting map[string]bool // deletes this instance is completing
-	stopped  bool
+	// sessionUse counts the tenants placed on each of sessions, from
+	// their choice of it to their stack's close.
+	sessionUse []int
+	stopped    bool
 }
 
 // pendingStack is a tenant stack being started: the connections that
@@ -135,12 +143,15 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	if cfg.Tenants.Sessions <= 0 {
 		cfg.Tenants.Sessions = DefaultTenantSessions
 	}
+	if cfg.Tenants.BalanceInterval == 0 {
+		cfg.Tenants.BalanceInterval = DefaultTenantBalanceInterval
+	}
 	cfg.Tenants.Defaults = cfg.Tenants.Defaults.Effective(tenant.DefaultLimits())
 	f := &Fleet{
 		cfg: cfg, lg: cfg.Logger.WithField("component", "fleet"), errc: make(chan error, 1),
 		records: map[string]zkstore.TenantRecord{}, byCN: map[string]string{}, admins: map[string]bool{},
 		stacks: map[string]*tenantStack{}, starting: map[string]*pendingStack{}, deleting: map[string]bool{},
-		sessions: make([]*zkstore.Session, cfg.Tenants.Sessions),
+		sessions: make([]*zkstore.Session, cfg.Tenants.Sessions), sessionUse: make([]int, cfg.Tenants.Sessions),
 		registry: prometheus.NewRegistry(),
 	}
 	for _, cn := range cfg.Tenants.AdminCNs {
@@ -181,9 +192,10 @@ func StartFleet(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	}
 	f.registerMetrics()
 	f.serve()
-	f.wg.Add(2)
+	f.wg.Add(3)
 	go f.follow()
 	go f.reapIdle()
+	go f.balance()
 	f.lg.WithFields(logrus.Fields{"root": cfg.Engine.Store.Root, "tenants": len(recs), "admins": cfg.Tenants.AdminCNs}).Info("serving a fleet of tenants")
 	return f, nil
 }
@@ -208,7 +220,10 @@ func (f *Fleet) listen() error {
 }
 
 // serve starts the front on the client listeners and /metrics and
-// /health on the metrics ones.
+// /health on the metrics ones, with Go's runtime profiles under /debug/
+// when EnablePprof is set: on the metrics URLs only, the operators' side,
+// since the process's profiles show every tenant's work (a tenant's
+// connection is never served them).
 func (f *Fleet) serve() {
 	for _, l := range f.clients {
 		go func() { f.report(f.front.Serve(l)) }()
@@ -216,6 +231,9 @@ func (f *Fleet) serve() {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{f.registry, tenantGatherer{f}}, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/health", f.serveHealth)
+	if f.cfg.EnablePprof {
+		mux.Handle("/debug/", pprofHandler())
+	}
 	for _, l := range f.metricsL {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: or(f.cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout),
 			ReadTimeout: or(f.cfg.HTTPReadTimeout, httpgw.DefaultReadTimeout), IdleTimeout: or(f.cfg.HTTPIdleTimeout, httpgw.DefaultIdleTimeout)}
@@ -560,44 +578,60 @@ func (r *refusal) close() {
 }
 
 // session returns the least used of the tenants' ZooKeeper sessions,
-// opening it if it is not yet.
-func (f *Fleet) session(ctx context.Context) (*zkstore.Session, error) {
+// opening it if it is not yet, and reserves a place on it for one tenant
+// until release is called. A place counts from the choice, not from the
+// tenant's Store opening on the session, so that tenants starting at the
+// same moment spread over the sessions instead of all choosing the one
+// that looked least used before any of them had opened.
+func (f *Fleet) session(ctx context.Context) (_ *zkstore.Session, release func(), err error) {
 	f.mu.Lock()
-	best, used := -1, 0
-	for i, s := range f.sessions {
-		n := 0
-		if s != nil {
-			n = s.Stores()
-		}
-		if best < 0 || n < used {
-			best, used = i, n
+	best := -1
+	for i := range f.sessions {
+		if best < 0 || f.sessionUse[i] < f.sessionUse[best] {
+			best = i
 		}
 	}
 	if best < 0 {
 		f.mu.Unlock()
-		return nil, errors.New("the fleet is stopping")
+		return nil, nil, errors.New("the fleet is stopping")
 	}
+	f.sessionUse[best]++
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			f.mu.Lock()
+			if best < len(f.sessionUse) {
+				f.sessionUse[best]--
+			}
+			f.mu.Unlock()
+		})
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
 	if s := f.sessions[best]; s != nil {
 		f.mu.Unlock()
-		return s, nil
+		return s, release, nil
 	}
 	f.mu.Unlock()
 	s, err := zkstore.OpenSession(ctx, f.cfg.Engine.Store)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped || len(f.sessions) == 0 {
 		s.Close()
-		return nil, errors.New("the fleet is stopping")
+		return nil, nil, errors.New("the fleet is stopping")
 	}
 	if cur := f.sessions[best]; cur != nil {
 		s.Close() // opened meanwhile by another start
-		return cur, nil
+		return cur, release, nil
 	}
 	f.sessions[best] = s
-	return s, nil
+	return s, release, nil
 }
 
 // forwarding, when the tenants' engines forward writes (--forward-writes),

@@ -6,6 +6,12 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -288,4 +294,241 @@ func counterValue(t *testing.T, f *embed.Fleet, name, tenantName string) float64
 		}
 	}
 	return sum
+}
+
+// TestFleetServesProfilesToOperatorsOnly: with EnablePprof (etcd's
+// --enable-pprof) a fleet serves Go's runtime profiles on its metrics
+// URLs, the operators' side, as a single cluster does; a tenant's
+// connection on the client URLs is not served them (the process's
+// profiles show every tenant's work). Without it the metrics URLs serve
+// none either.
+func TestFleetServesProfilesToOperatorsOnly(t *testing.T) {
+	fx := newFleetFixture(t, "alpha")
+	for _, enable := range []bool{true, false} {
+		f := fx.start(fmt.Sprintf("i-%v", enable), func(c *embed.Config) {
+			c.EnablePprof = enable
+			c.MetricsAddrs = []string{"127.0.0.1:0"}
+		})
+		get := func(hc *http.Client, url string) (int, string) {
+			t.Helper()
+			resp, err := hc.Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		st, body := get(http.DefaultClient, "http://"+f.MetricsAddrs()[0]+"/debug/pprof/goroutine?debug=1")
+		if served := st == http.StatusOK && strings.Contains(body, "goroutine profile:"); served != enable {
+			t.Errorf("EnablePprof=%v: the metrics URL answered %d, profile served %v", enable, st, served)
+		}
+		tlsCfg := fx.certs.ClientTLS(t, false)
+		tlsCfg.Certificates = []tls.Certificate{fx.certs.ClientWithSubject(t, pkix.Name{CommonName: "alpha"})}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+		if st, body := get(hc, "https://"+f.ClientAddrs()[0]+"/debug/pprof/goroutine?debug=1"); strings.Contains(body, "goroutine profile:") {
+			t.Errorf("EnablePprof=%v: a tenant's connection was served the profile (status %d)", enable, st)
+		}
+		f.Close(time.Second)
+	}
+}
+
+// TestFleetSpreadsTenantsStartedAtOnceOverItsSessions: tenants whose
+// engines start at the same moment (every kube-apiserver reconnecting after
+// an instance restart) are spread over the instance's ZooKeeper sessions,
+// each on the least used one counting the starts still under way, rather
+// than piling onto one session whose in-order queue they would then share.
+func TestFleetSpreadsTenantsStartedAtOnceOverItsSessions(t *testing.T) {
+	const sessions, tenants = 4, 8
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%d", i)
+	}
+	fx := newFleetFixture(t, names...)
+	f := fx.start("i1", func(c *embed.Config) { c.Tenants.Sessions = sessions })
+	ctx := testutil.Context(t, 30*time.Second)
+	errc := make(chan error, tenants)
+	for _, n := range names {
+		c := fx.client(f, n)
+		go func() {
+			_, err := c.Get(ctx, "k")
+			errc <- err
+		}()
+	}
+	for range names {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	perSession := map[int64][]string{}
+	for _, n := range names {
+		be := f.Tenant(n)
+		if be == nil {
+			t.Fatalf("tenant %s does not run", n)
+		}
+		id, ok := be.Session()
+		if !ok {
+			t.Fatalf("tenant %s has no session", n)
+		}
+		perSession[id] = append(perSession[id], n)
+	}
+	if len(perSession) != sessions {
+		t.Fatalf("%d tenants started at once share %d of %d sessions: %v", tenants, len(perSession), sessions, perSession)
+	}
+	for id, ns := range perSession {
+		if len(ns) != tenants/sessions {
+			t.Errorf("session %x holds %v, want %d tenants each", id, ns, tenants/sessions)
+		}
+	}
+}
+
+// TestFleetIdleTenantCostsFewGoroutines: a tenant started on an instance
+// and left idle holds few goroutines (its engine's loops, its server's
+// few stream workers), not the many stream workers a single cluster's
+// server keeps for its one busy client port: a fleet runs an engine and a
+// server per tenant. The count includes the test's own client of each
+// tenant.
+func TestFleetIdleTenantCostsFewGoroutines(t *testing.T) {
+	const tenants = 10
+	names := []string{"warm"}
+	for i := range tenants {
+		names = append(names, fmt.Sprintf("idle-%d", i))
+	}
+	fx := newFleetFixture(t, names...)
+	f := fx.start("i1", nil)
+	ctx := testutil.Context(t, 30*time.Second)
+	start := func(n string) {
+		if _, err := fx.client(f, n).Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("warm") // the shared session, the front's first connection
+	time.Sleep(500 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for _, n := range names[1:] {
+		start(n)
+	}
+	time.Sleep(500 * time.Millisecond)
+	per := float64(runtime.NumGoroutine()-before) / tenants
+	t.Logf("%.1f goroutines per idle tenant (its client's included)", per)
+	if per > 60 {
+		t.Fatalf("%.1f goroutines per idle tenant (its client's included), want at most 60", per)
+	}
+}
+
+// TestFleetSpreadsLeadershipOverItsInstances: tenants whose clients all
+// reached one instance first (kube-apiservers given the same
+// --etcd-servers) are all led by it at first; once the other instance runs
+// them too, the first hands over the excess and each instance leads half,
+// every tenant still writable through both instances.
+func TestFleetSpreadsLeadershipOverItsInstances(t *testing.T) {
+	names := []string{"a", "b", "c", "d"}
+	fx := newFleetFixture(t, names...)
+	cfg := func(c *embed.Config) {
+		c.Engine.ForwardWrites = true
+		c.Tenants.BalanceInterval = 100 * time.Millisecond
+	}
+	i1, i2 := fx.start("i1", cfg), fx.start("i2", cfg)
+	ctx := testutil.Context(t, 30*time.Second)
+	for _, n := range names {
+		if _, err := fx.client(i1, n).Put(ctx, "k", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if lead, _ := i1.Tenant(n).Leader(); !lead {
+			t.Fatalf("%s: the first instance it reached does not lead it", n)
+		}
+	}
+	for _, n := range names {
+		if _, err := fx.client(i2, n).Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leads := func(f *embed.Fleet) int {
+		n := 0
+		for _, name := range names {
+			if be := f.Tenant(name); be != nil {
+				if lead, _ := be.Leader(); lead {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	testutil.Eventually(t, 20*time.Second, "each instance leads two tenants", func() bool {
+		return leads(i1) == 2 && leads(i2) == 2
+	})
+	time.Sleep(500 * time.Millisecond) // several looks: nothing moves any more
+	if leads(i1) != 2 || leads(i2) != 2 {
+		t.Fatalf("leaders moved on: %d on i1, %d on i2", leads(i1), leads(i2))
+	}
+	for _, n := range names {
+		for i, f := range []*embed.Fleet{i1, i2} {
+			if _, err := fx.client(f, n).Put(ctx, "k", fmt.Sprint(i)); err != nil {
+				t.Fatalf("%s through instance %d after the handover: %v", n, i+1, err)
+			}
+		}
+	}
+}
+
+// TestFleetIdleTenantAsksZooKeeperLittle: a tenant started on two
+// instances and left idle sends ZooKeeper few requests a second in all:
+// each tenant's engine on each instance polls, and a fleet runs hundreds
+// of them against one ensemble. Its polls for the other instances'
+// corruption-check requests and its compactor's rounds are slower than a
+// single cluster's (a tenant on two instances sent ~11 requests a second before).
+func TestFleetIdleTenantAsksZooKeeperLittle(t *testing.T) {
+	const tenants = 8
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("idle-%d", i)
+	}
+	fx := newFleetFixture(t, names...)
+	fwd := func(c *embed.Config) { c.Engine.ForwardWrites = true }
+	i1, i2 := fx.start("i1", fwd), fx.start("i2", fwd)
+	ctx := testutil.Context(t, 30*time.Second)
+	for _, n := range names {
+		for _, f := range []*embed.Fleet{i1, i2} {
+			if _, err := fx.client(f, n).Get(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(3 * time.Second)
+	before := zkPacketsReceived(t, fx.zk)
+	const window = 10 * time.Second
+	time.Sleep(window)
+	rate := (zkPacketsReceived(t, fx.zk) - before) / window.Seconds() / tenants
+	t.Logf("%.2f ZooKeeper requests a second per idle tenant on two instances", rate)
+	if rate > 5 {
+		t.Fatalf("%.2f ZooKeeper requests a second per idle tenant on two instances, want at most 5", rate)
+	}
+}
+
+// zkPacketsReceived reads zk_packets_received from the ZooKeeper server
+// at addr (mntr).
+func zkPacketsReceived(t *testing.T, addr string) float64 {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("mntr")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "zk_packets_received" {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("mntr of %s has no zk_packets_received:\n%s", addr, out)
+	return 0
 }

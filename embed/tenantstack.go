@@ -30,6 +30,8 @@ type tenantStack struct {
 	fwdAuth *auth.Rules // checks the requests other instances forward here
 	gw      *httpgw.Server
 	closeLE func()
+	// release gives back the stack's place on its ZooKeeper session.
+	release func()
 	adm     *tenant.Admission
 	metrics *prometheus.Registry
 	cancel  context.CancelFunc
@@ -37,6 +39,19 @@ type tenantStack struct {
 	used    atomic.Int64 // when a request was last admitted, in ns since opened
 	closed  atomic.Bool
 }
+
+// tenantIdlePoll is the tenants' engine.Config.IdlePoll: an instance
+// runs an engine per tenant, each polling ZooKeeper on its own, and a
+// fleet's ensemble serves all of them. A tenant's view is reported stale
+// (unhealthy, "no leader" to the watches that require one) after
+// engine.DefaultStaleAfter past it.
+const tenantIdlePoll = 5 * time.Second
+
+// tenantStreamWorkers is how many goroutines each tenant's gRPC server
+// keeps for its streams (beyond them, a goroutine per stream): an instance
+// runs a server per tenant, most of them idle, so each keeps few rather
+// than a single cluster's DefaultStreamWorkers.
+const tenantStreamWorkers = 4
 
 // startStack starts rec's tenant on this instance.
 func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *tenantStack, err error) {
@@ -62,10 +77,13 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		ec.Forwarder = f.fwd.ForTenant(rec.Name)
 	}
 	ec.BeforeRecovery = nil // the heap preparation is for one cluster per process
-	sess, err := f.session(ctx)
+	ec.IdlePoll = max(ec.IdlePoll, tenantIdlePoll)
+	ec.StaleAfter = max(ec.StaleAfter, engine.DefaultStaleAfter+ec.IdlePoll)
+	sess, release, err := f.session(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s.release = release
 	st, err := sess.Open(ctx, ec.Store.Root)
 	if err != nil {
 		return nil, err
@@ -85,6 +103,7 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	gc := f.cfg.GRPC
 	gc.Registerer, gc.Logger = s.metrics, lg
 	gc.Admission = usedAdmission{s}
+	gc.StreamWorkers = tenantStreamWorkers
 	gc.Creds, gc.TLS = httpgw.Creds(), f.cfg.TLS
 	var srvCtx context.Context
 	srvCtx, s.cancel = context.WithCancel(context.Background())
@@ -153,6 +172,9 @@ func (s *tenantStack) close(grace time.Duration) {
 	}
 	if s.be != nil {
 		s.be.Close()
+	}
+	if s.release != nil {
+		s.release()
 	}
 }
 

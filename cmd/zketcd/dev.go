@@ -39,7 +39,11 @@ func runDev(args []string) error {
 		if err != nil {
 			return err
 		}
-		opts := zkserver.Options{Dir: dir, ClientPort: *zkPort, Logger: logrus.NewEntry(root)}
+		// The JVM flags of zkserver's defaults (serial collector, C1) and
+		// the Netty connection factory: what cost a local ZooKeeper the
+		// least CPU per request (docs/operations.md, "ZooKeeper settings").
+		opts := zkserver.Options{Dir: dir, ClientPort: *zkPort, Logger: logrus.NewEntry(root),
+			SystemProps: zkserver.LowCPUSystemProps(nil)}
 		if err := zkserver.Preflight(opts); err != nil {
 			return fmt.Errorf("%w\n(install ZooKeeper with \"apt-get install -y zookeeper\", or run \"make run\" which does)", err)
 		}

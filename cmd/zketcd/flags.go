@@ -66,6 +66,7 @@ type serveFlags struct {
 	advertiseInternalURL  string
 	peer                  peerFlags
 	commitPipeline        pipelineDepth
+	commitLinger          time.Duration
 	autoCompactionMode    string
 	autoCompactionRetain  string
 	maxWatchersPerStream  int
@@ -192,6 +193,7 @@ func (f *serveFlags) register(fs *flag.FlagSet, zkRequired bool) {
 	f.peer.register(fs)
 	f.commitPipeline = engine.DefaultCommitPipeline
 	fs.Var(&f.commitPipeline, "commit-pipeline", fmt.Sprintf("log entries the committer keeps in flight to ZooKeeper: auto (chosen from the commits' latency and the queue, 1 to %d) or a fixed number (1: one at a time, as before pipelining)", engine.MaxAutoCommitPipeline))
+	fs.DurationVar(&f.commitLinger, "commit-linger", engine.DefaultCommitLinger, fmt.Sprintf("how long the committer may wait for more writes to join an entry when nothing is in flight and the previous entry carried several (0: never; at most %v): fewer ZooKeeper transactions per write under concurrent clients; a lone client never waits", engine.MaxCommitLinger))
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", string(compactor.ModePeriodic), "how --auto-compaction-retention is read: periodic (a duration; a bare number is hours) or revision (a number of revisions)")
 	fs.StringVar(&f.autoCompactionRetain, "auto-compaction-retention", "0", "history the leader instance keeps when compacting automatically, e.g. 1h, 30m or 10000 (revision mode); 0 turns auto-compaction off")
 	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "most bytes the root may hold before compression (base generations and log entries: etcd's DB size) before writes raise the NOSPACE alarm and are refused (0: etcd's default 2 GiB; negative: no quota)")

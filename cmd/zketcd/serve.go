@@ -148,6 +148,9 @@ func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.C
 	if err != nil {
 		return engine.Config{}, err
 	}
+	if f.commitLinger < 0 {
+		return engine.Config{}, fmt.Errorf("--commit-linger %v is negative (0 turns it off)", f.commitLinger)
+	}
 	initialCorruptCheck, gateWarnings, err := f.features()
 	if err != nil {
 		return engine.Config{}, err
@@ -168,6 +171,7 @@ func (f serveFlags) engineConfig(lg *logrus.Entry, firstClient string) (engine.C
 		ForwardWrites:      f.forwardWrites,
 		ReadLease:          f.readLease,
 		CommitPipeline:     int(f.commitPipeline),
+		CommitLinger:       commitLinger(f.commitLinger),
 		AutoCompaction:     autoCompaction,
 		LossDir:            lossDir,
 		RollbackCheckAfter: f.rollbackCheckAfter,
@@ -336,4 +340,13 @@ func faultTagGeneration(lg *logrus.Entry) int {
 	}
 	lg.WithField(faultTagGenerationEnv, n).Warn("fault injection: the forwarded-tag index keeps only this many tags per generation")
 	return n
+}
+
+// commitLinger maps --commit-linger to engine.Config.CommitLinger, where 0
+// means the default: the flag's 0 (never wait) is a negative value there.
+func commitLinger(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -29,6 +29,7 @@ type tenantFlags struct {
 	enabled  bool
 	adminCNs string
 	idle     time.Duration
+	balance  time.Duration
 	sessions int
 	limits   limitFlags
 }
@@ -55,12 +56,13 @@ func (f *tenantFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "tenants", false, "serve the tenants of the fleet root --zk-root (zketcd tenant create) instead of one cluster; each client connection is bound to a tenant by its verified client certificate's CN (needs --client-cert-auth)")
 	fs.StringVar(&f.adminCNs, "tenant-admin-cn", "", "client certificate CNs of the fleet's administrators, comma separated (never a tenant's)")
 	fs.DurationVar(&f.idle, "tenant-idle-timeout", embed.DefaultTenantIdleTimeout, "stop a tenant's engine on this instance after this long without a request or a watcher (negative: never)")
+	fs.DurationVar(&f.balance, "tenant-balance-interval", embed.DefaultTenantBalanceInterval, "how often this instance hands the leadership of tenants it leads beyond its share to the other instances running them (negative: never)")
 	fs.IntVar(&f.sessions, "tenant-zk-sessions", embed.DefaultTenantSessions, "ZooKeeper sessions this instance's tenants share (each tenant on the least used when it starts)")
 	f.limits.register(fs, "tenant-", "of a tenant whose own limits do not set it")
 }
 
 func (f tenantFlags) config() embed.TenantsConfig {
-	return embed.TenantsConfig{Enabled: f.enabled, AdminCNs: splitList(f.adminCNs), IdleTimeout: f.idle, Sessions: f.sessions, Defaults: f.limits.limits()}
+	return embed.TenantsConfig{Enabled: f.enabled, AdminCNs: splitList(f.adminCNs), IdleTimeout: f.idle, BalanceInterval: f.balance, Sessions: f.sessions, Defaults: f.limits.limits()}
 }
 
 // runFleet serves a fleet until ctx ends or serving fails.

@@ -201,6 +201,7 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	cpu0, self0 = totalCPU(t.pids()), selfCPU()
 	main0 := totalCPU(t.apiPIDs())
 	busy0 := machineBusy()
+	cost0 := sampleCost(ctx, t)
 	if profileDir != "" && t.PprofAddr != "" {
 		profErr = make(chan error, 1)
 		path := profilePath(profileDir, t.Name, spec.workload, spec.clients)
@@ -225,6 +226,7 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	cpu1, self1 := totalCPU(t.pids()), selfCPU()
 	main1 := totalCPU(t.apiPIDs())
 	busy1 := machineBusy()
+	cost1 := sampleCost(ctx, t)
 	// Operations still in flight do not count: give them a moment, then
 	// cancel them so that a slow server does not stretch the cell.
 	select {
@@ -233,6 +235,7 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 		cancel()
 		<-allDone
 	}
+	jfrWindow(ctx, t, &res, mStart, mEnd())
 	wallEnd := mEnd()
 	if last := lastStop(recs); last.Before(wallEnd) {
 		wallEnd = last
@@ -254,6 +257,8 @@ func runCell(ctx context.Context, t *Target, p *pool, spec cellSpec, profileDir 
 	if res.Ops > 0 {
 		res.ServerCPUPerOpUs = res.ServerCPUSeconds / float64(res.Ops) * 1e6
 	}
+	addCost(&res, t, cost0, cost1)
+	countRequests(&res, t, cost0, cost1)
 	res.Load1 = loadAvg()[0]
 	if profErr != nil {
 		if err := <-profErr; err != nil {

@@ -21,6 +21,8 @@ import (
 // zketcd instance they are pointed at) on a store of the deployed shape,
 // driven through the Kubernetes REST API.
 const (
+	ServerKubeEtcd    = "kube-etcd"         // 1 kube-apiserver → a single etcd
+	ServerKubeZK1     = "kube-zketcd-zk1"   // 1 kube-apiserver → 1 zketcd on a standalone ZooKeeper
 	ServerKubeEtcd3   = "kube-etcd-3"       // 1 kube-apiserver → the 3 etcd members
 	ServerKubeZK3     = "kube-zketcd-zk3"   // 1 kube-apiserver → 1 zketcd on a 3-member ensemble
 	ServerKubeEtcd3x2 = "kube-etcd-3x2"     // 2 kube-apiservers, each → its own etcd member
@@ -30,8 +32,12 @@ const (
 	ServerKubeZK3x2Lease = "kube-zketcd-zk3x2-lease"
 )
 
+// KubeStandaloneServers are the kube-apiserver stacks on single-node
+// stores; KubeServers are all of them, in run order.
+var KubeStandaloneServers = []string{ServerKubeEtcd, ServerKubeZK1}
+
 // KubeServers are the kube-apiserver stacks in run order.
-var KubeServers = []string{ServerKubeEtcd3, ServerKubeZK3, ServerKubeEtcd3x2, ServerKubeZK3x2, ServerKubeZK3Lease, ServerKubeZK3x2Lease}
+var KubeServers = []string{ServerKubeEtcd, ServerKubeZK1, ServerKubeEtcd3, ServerKubeZK3, ServerKubeEtcd3x2, ServerKubeZK3x2, ServerKubeZK3Lease, ServerKubeZK3x2Lease}
 
 // kubeStack describes a kube-apiserver stack: the store it runs on and
 // how many kube-apiservers.
@@ -42,6 +48,8 @@ type kubeStack struct {
 }
 
 var kubeStacks = map[string]kubeStack{
+	ServerKubeEtcd:     {ServerEtcd, 1, "kube-apiserver on etcd, 1 member"},
+	ServerKubeZK1:      {ServerZK1, 1, "kube-apiserver on zketcd, ZK standalone"},
 	ServerKubeEtcd3:    {ServerEtcd3, 1, "kube-apiserver on etcd, 3 members"},
 	ServerKubeZK3:      {ServerZK3, 1, "kube-apiserver on zketcd, ZK 3-member"},
 	ServerKubeEtcd3x2:  {ServerEtcd3, 2, "2 kube-apiservers on etcd, 3 members (one member each)"},
@@ -54,7 +62,10 @@ var kubeStacks = map[string]kubeStack{
 func isKubeServer(s string) bool { _, ok := kubeStacks[s]; return ok }
 
 // kubeOnEtcd tells whether s is a kube-apiserver stack on etcd.
-func kubeOnEtcd(s string) bool { k, ok := kubeStacks[s]; return ok && k.store == ServerEtcd3 }
+func kubeOnEtcd(s string) bool {
+	k, ok := kubeStacks[s]
+	return ok && (k.store == ServerEtcd3 || k.store == ServerEtcd)
+}
 
 func kubeLabel(s string) (string, bool) { k, ok := kubeStacks[s]; return k.label, ok }
 
@@ -219,7 +230,8 @@ func runKube(ctx context.Context, env *Env, p *Profile, opts *Options, s string,
 	}
 	// The target's processes are the store's; the kube-apiservers' CPU
 	// is counted with them.
-	t := &Target{Name: s, Endpoints: store.Endpoints, Endpoint: store.Endpoint, procs: store.procs, helpers: store.helpers, zk: zk}
+	t := &Target{Name: s, Endpoints: store.Endpoints, Endpoint: store.Endpoint, procs: store.procs, helpers: store.helpers, zk: zk,
+		metricsURLs: store.metricsURLs}
 	t.extraPIDs = childrenRunning(env.KubeAPIServer)
 	if len(t.extraPIDs) != len(apiservers) {
 		logf("found %d kube-apiserver processes, want %d: their CPU is not counted fully", len(t.extraPIDs), len(apiservers))
@@ -292,6 +304,7 @@ func (k *kubeEnv) load(ctx context.Context, t *Target, p *Profile) (Result, erro
 	var mu sync.Mutex
 	var firstErr error
 	cpu0, self0, busy0 := totalCPU(t.pids()), selfCPU(), machineBusy()
+	cost0 := sampleCost(ctx, t)
 	start := time.Now()
 	for w := 0; w < clients; w++ {
 		rec := &recorder{}
@@ -346,6 +359,9 @@ func (k *kubeEnv) load(ctx context.Context, t *Target, p *Profile) (Result, erro
 	if res.Ops > 0 {
 		res.ServerCPUPerOpUs = res.ServerCPUSeconds / float64(res.Ops) * 1e6
 	}
+	cost1 := sampleCost(ctx, t)
+	addCost(&res, t, cost0, cost1)
+	countRequests(&res, t, cost0, cost1)
 	res.Load1 = loadAvg()[0]
 	res.Extra = withExtra(res.Extra, "objects", float64(n))
 	if firstErr != nil {

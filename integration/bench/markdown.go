@@ -82,7 +82,8 @@ func (r *Report) Markdown(rel string, plots []plotFile, analysis string) string 
 
 	cells := r.cellsOf(AllWorkloads, servers)
 	b.WriteString("## Throughput\n\nSuccessful operations per second (for `list-10k`: whole 10,000-key lists per second; " +
-		"for `update-cas`: read+CAS pairs per second). Ratios are zketcd's throughput divided by the peer's: " +
+		"for `update-cas`: read+CAS pairs per second), and in brackets the stack's CPU seconds per 1,000 of them (when measured): every " +
+		"etcd member, or zketcd and every ZooKeeper member (see [Server CPU per operation](#server-cpu-per-operation)). Ratios are zketcd's throughput divided by the peer's: " +
 		"above 1 zketcd is faster, below 1 slower (0.50× = half the peer's throughput).\n\n")
 	r.writeThroughput(&b, servers, cells, standalonePairs())
 	b.WriteString("## Latency\n\np50 / p99 / p99.9 of successful operations, milliseconds, from the call to its " +
@@ -94,6 +95,8 @@ func (r *Report) Markdown(rel string, plots []plotFile, analysis string) string 
 	r.writeCPU(&b, servers, cells)
 	r.writeTool(&b, servers, standalonePairs())
 	r.writeDeployed(&b)
+	r.writeTargets38(&b)
+	r.writeCost(&b)
 
 	if len(plots) > 0 {
 		b.WriteString("## Plots\n\n")
@@ -231,10 +234,14 @@ func (r *Report) writeSetup(b *strings.Builder) {
 	b.WriteString("- **kine 0.17.5**: `go install github.com/k3s-io/kine@v0.17.5`, default SQLite backend (`./db/state.db` in a temp dir; kine's DSN sets `_journal_mode=WAL&_synchronous=NORMAL`, " +
 		"so a commit is not fsynced before it is acknowledged, unlike etcd and ZooKeeper here). " +
 		"kine refuses serializable reads, `DeleteRange` outside kube-apiserver's delete transaction and general transactions: such cells say `unsupported`.\n")
+	zkJVM := fmt.Sprintf("the JVM's default collector and JIT, heap %s", p.ZKHeap)
+	if r.ZooKeeper != nil {
+		zkJVM = "JVM flags and settings " + r.ZooKeeper.String()
+	}
 	fmt.Fprintf(b, "- **zketcd**: the `zketcd serve` binary built from this tree, default flags (strict linearizable reads), one instance, "+
 		"on Debian's ZooKeeper 3.8.0 started by `internal/zkserver` with production-like settings: fsync on (forceSync=yes), "+
-		"the JVM's default collector and JIT, heap %s, tickTime 2 s; `ZK standalone` is one server, `ZK 3-member` a quorum of three "+
-		"JVMs on loopback (zketcd connects to all three, the ZooKeeper client picks one).\n", p.ZKHeap)
+		"%s, tickTime 2 s; `ZK standalone` is one server, `ZK 3-member` a quorum of three "+
+		"JVMs on loopback (zketcd connects to all three, the ZooKeeper client picks one).\n", zkJVM)
 	fmt.Fprintf(b, "- Watch cells: the writer puts at %d/s; watchers are spread over up to %d connections, one gRPC stream each.\n", p.WatchRate, p.MaxConns)
 	b.WriteString("- Recovery: keys are loaded into a fresh root in transactions of 128 puts; then a fresh zketcd process is started on the root and timed from exec " +
 		"until a linearizable count-only `Get` returns every key. `recovery-log` replays the whole log; `recovery-base` follows a " +
@@ -341,6 +348,9 @@ func (r *Report) writeCPUTable(b *strings.Builder, servers []string, cells [][2]
 func (r *Report) writeTool(b *strings.Builder, servers []string, pairs []ratioPair) {
 	type pair struct{ tool, own string }
 	tpairs := []pair{{WToolPut, WPutSeq}, {WToolRangeLin, WGetLin}, {WToolRangeSer, WGetSer}}
+	for _, v := range ToolVariants {
+		tpairs = append(tpairs, pair{v, WPutSeq})
+	}
 	var any bool
 	for _, p := range tpairs {
 		if len(r.cellsOf([]string{p.tool}, servers)) > 0 {
@@ -351,9 +361,12 @@ func (r *Report) writeTool(b *strings.Builder, servers []string, pairs []ratioPa
 		return
 	}
 	b.WriteString("## Cross-check: etcd's benchmark tool\n\n`benchmark` from go.etcd.io/etcd/v3 v3.7.1 `tools/benchmark` " +
-		"(client v3.7.3), `--conns=N --clients=N`; `put --key-size=8 --val-size=256 --sequential-keys --key-space-size=1000000`, " +
-		"`range KEY --consistency=l|s`, a fixed total sized from this run's own rate. Each cell: req/s (p99 ms); " +
-		"the harness's own figure for the comparable cell follows in brackets.\n\n")
+		"(client v3.7.3), `--conns=N --clients=N`; `put --key-size=23 --val-size=256 --sequential-keys --key-space-size=1000000` (the key and value sizes of `put-seq`), " +
+		"`range KEY --consistency=l|s`, a fixed total sized from this run's own rate, no warm-up; one connection per client, each " +
+		"dialled with every endpoint (the client balances its requests over them). Each cell: req/s (p99 ms; the stack's CPU " +
+		"seconds per 1,000 requests); the harness's own figure for the comparable cell (`put-seq`, `get-lin`, `get-ser`: " +
+		"23 B keys, at most 16 connections, connection i to endpoint i mod n, a warm-up) follows in brackets with its CPU. " +
+		"[Why the two drivers differ](#why-the-two-drivers-differ) is in the analysis.\n\n")
 	head := []string{"tool workload", "clients"}
 	for _, s := range servers {
 		head = append(head, ServerLabel(s))
@@ -371,10 +384,10 @@ func (r *Report) writeTool(b *strings.Builder, servers []string, pairs []ratioPa
 				own := r.find(s, p.own, n)
 				v := cellStatus(x)
 				if v == "" {
-					v = fmt.Sprintf("%s (%s)", fmtNum(x.Throughput), fmtMs(x.P99Ms))
+					v = rateP99CPU(x)
 				}
 				if ok(own) {
-					v += fmt.Sprintf(" [%s]", fmtNum(own.Throughput))
+					v += " [" + withCPU(fmtNum(own.Throughput), own) + "]"
 				}
 				row = append(row, v)
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,6 +32,36 @@ type Report struct {
 	BaselineCPU  string        `json:"baseline_cpu_model,omitempty"`
 	// ElapsedSeconds is the run's wall time.
 	ElapsedSeconds float64 `json:"elapsed_s"`
+	// ZooKeeper is how the run started its ZooKeeper servers.
+	ZooKeeper *ZKSettings `json:"zookeeper_settings,omitempty"`
+}
+
+// ZKSettings are the settings of a run's ZooKeeper servers besides
+// internal/zkserver's own zoo.cfg lines.
+type ZKSettings struct {
+	JVMFlags []string          `json:"jvm_flags"`
+	Config   map[string]string `json:"zoo_cfg,omitempty"`
+	Props    map[string]string `json:"system_props,omitempty"`
+	// Diagnostics names what the run added that costs ZooKeeper CPU
+	// (flight recordings, the request log).
+	Diagnostics []string `json:"diagnostics,omitempty"`
+}
+
+// String renders s for the report: flags, then zoo.cfg lines and -D
+// properties, sorted.
+func (s *ZKSettings) String() string {
+	parts := append([]string{}, s.JVMFlags...)
+	for _, k := range slices.Sorted(maps.Keys(s.Props)) {
+		parts = append(parts, "-D"+k+"="+s.Props[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Config)) {
+		parts = append(parts, k+"="+s.Config[k])
+	}
+	out := "`" + strings.Join(parts, " ") + "`"
+	if len(s.Diagnostics) > 0 {
+		out += " (with " + strings.Join(s.Diagnostics, ", ") + ")"
+	}
+	return out
 }
 
 // ServerRun records one server's turn.
@@ -168,6 +199,73 @@ func throughputRatio(a, b *Result) float64 {
 	return a.Throughput / b.Throughput
 }
 
+// storageCPU is the store's CPU per operation of x in µs: etcd's
+// members, or zketcd and every ZooKeeper member (for a kube stack: not
+// the kube-apiservers). NaN when not measured.
+func storageCPU(x *Result) float64 {
+	if x == nil || x.Ops <= 0 {
+		return math.NaN()
+	}
+	if v, ok := x.Extra[xStorageCPU]; ok {
+		return v
+	}
+	if isKubeServer(x.Server) {
+		return math.NaN() // an older run: its server CPU holds the kube-apiservers
+	}
+	if x.ServerCPUSeconds == 0 {
+		return math.NaN()
+	}
+	return x.ServerCPUPerOpUs
+}
+
+// cpuRatio is a's storage CPU per operation over b's, NaN unless both
+// were measured.
+func cpuRatio(a, b *Result) float64 {
+	if !ok(a) || !ok(b) {
+		return math.NaN()
+	}
+	x, y := storageCPU(a), storageCPU(b)
+	if math.IsNaN(x) || math.IsNaN(y) || y == 0 {
+		return math.NaN()
+	}
+	return x / y
+}
+
+// withCPU appends to v, in brackets, x's storage CPU in seconds per
+// 1,000 operations, when it was measured.
+func withCPU(v string, x *Result) string {
+	if c := storageCPU(x); !math.IsNaN(c) {
+		return v + " (" + fmtCPUk(c) + ")"
+	}
+	return v
+}
+
+// rateP99CPU formats x as "ops/s (p99 ms; CPU s per 1,000 ops)", the CPU
+// left out when not measured.
+func rateP99CPU(x *Result) string {
+	if c := storageCPU(x); !math.IsNaN(c) {
+		return fmt.Sprintf("%s (%s; %s)", fmtNum(x.Throughput), fmtMs(x.P99Ms), fmtCPUk(c))
+	}
+	return fmt.Sprintf("%s (%s)", fmtNum(x.Throughput), fmtMs(x.P99Ms))
+}
+
+// fmtCPUk formats a CPU cost per operation (µs) as CPU seconds per 1,000
+// operations.
+func fmtCPUk(us float64) string {
+	if math.IsNaN(us) {
+		return "—"
+	}
+	v := us / 1000
+	switch {
+	case v < 0.1:
+		return strconv.FormatFloat(v, 'f', 3, 64) + " s"
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 2, 64) + " s"
+	default:
+		return strconv.FormatFloat(v, 'f', 0, 64) + " s"
+	}
+}
+
 func p99Ratio(a, b *Result) float64 {
 	if !ok(a) || !ok(b) || b.P99Ms == 0 {
 		return math.NaN()
@@ -229,6 +327,10 @@ func shortName(s string) string {
 		return "etcd3"
 	case ServerKinePG:
 		return "kine-pg"
+	case ServerKubeEtcd:
+		return "k-etcd"
+	case ServerKubeZK1:
+		return "k-zk1"
 	case ServerKubeEtcd3:
 		return "k-etcd3"
 	case ServerKubeZK3:
@@ -319,14 +421,7 @@ func (r *Report) Headlines() []Headline {
 // report: md is the markdown file, dataDir the directory for the rest
 // (its path relative to md's directory is used for links).
 func (r *Report) WriteFiles(md, dataDir string) error {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dataDir, "results.json"), append(js, '\n'), 0o644); err != nil {
+	if err := writeJSON(dataDir, "results.json", r); err != nil {
 		return err
 	}
 	if err := r.writeCSV(filepath.Join(dataDir, "results.csv")); err != nil {
@@ -402,14 +497,40 @@ func (r *Report) writeCSV(path string) error {
 }
 
 // LoadReport reads a results.json written by WriteFiles.
-func LoadReport(path string) (*Report, error) {
+func LoadReport(path string) (*Report, error) { return loadJSON[Report](path) }
+
+// loadJSON reads the JSON file at path into a new T.
+func loadJSON[T any](path string) (*T, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &r, nil
+	return &v, nil
+}
+
+// writeJSON writes v, indented, to dir/name (making dir).
+func writeJSON(dir, name string, v any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644)
+}
+
+// relDir is dataDir as the markdown file md links to it ("bench" when md
+// is empty or no relative path exists).
+func relDir(md, dataDir string) string {
+	if md != "" {
+		if rr, err := filepath.Rel(filepath.Dir(md), dataDir); err == nil {
+			return rr
+		}
+	}
+	return "bench"
 }

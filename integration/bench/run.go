@@ -23,14 +23,16 @@ type Profile struct {
 	Clients  []int         `json:"clients"`
 	// MaxConns caps the connections of a cell: worker i uses connection
 	// i mod min(clients, MaxConns).
-	MaxConns     int    `json:"max_conns"`
-	Watchers     []int  `json:"watchers"`
-	WatchRate    int    `json:"watch_rate"`
-	MixWatchers  int    `json:"mix_watchers"`
-	KVKeys       int    `json:"kv_keys"`
-	RecoveryKeys []int  `json:"recovery_keys"`
-	ToolClients  int    `json:"tool_clients"`
-	ZKHeap       string `json:"zk_heap"`
+	MaxConns     int   `json:"max_conns"`
+	Watchers     []int `json:"watchers"`
+	WatchRate    int   `json:"watch_rate"`
+	MixWatchers  int   `json:"mix_watchers"`
+	KVKeys       int   `json:"kv_keys"`
+	RecoveryKeys []int `json:"recovery_keys"`
+	// ToolClients is no longer used: etcd's benchmark tool runs at every
+	// client count of Clients (kept so older results.json files load).
+	ToolClients int    `json:"tool_clients,omitempty"`
+	ZKHeap      string `json:"zk_heap"`
 	// KubeObjects objects are created through kube-apiserver by
 	// KubeLoadClients clients (kube-create-10k) and then read, updated
 	// and listed.
@@ -38,6 +40,9 @@ type Profile struct {
 	KubeLoadClients int `json:"kube_load_clients,omitempty"`
 	// KeepaliveLeases leases are kept alive on the deployed-shape servers.
 	KeepaliveLeases int `json:"keepalive_leases,omitempty"`
+	// FloorEntryBytes is the size of the floor's log entries (0:
+	// zkfloor.EntrySize, that of a 256 B put).
+	FloorEntryBytes int `json:"floor_entry_bytes,omitempty"`
 }
 
 // MakeTarget names the make target that runs the profile.
@@ -57,14 +62,14 @@ var Profiles = map[string]Profile{
 	"quick": {
 		Name: "quick", Warmup: time.Second, Duration: 4 * time.Second, Clients: []int{1, 16, 64},
 		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
-		RecoveryKeys: []int{100000}, ToolClients: 16, ZKHeap: "1g", KubeObjects: 10000, KubeLoadClients: 16,
+		RecoveryKeys: []int{100000}, ZKHeap: "1g", KubeObjects: 10000, KubeLoadClients: 16,
 		KeepaliveLeases: 10000,
 	},
 	// long: longer cells and recovery over 1M keys as well.
 	"long": {
 		Name: "long", Warmup: 3 * time.Second, Duration: 20 * time.Second, Clients: []int{1, 16, 64},
 		MaxConns: 16, Watchers: []int{1, 100}, WatchRate: 100, MixWatchers: 10, KVKeys: 10000,
-		RecoveryKeys: []int{100000, 1000000}, ToolClients: 16, ZKHeap: "4g", KubeObjects: 10000, KubeLoadClients: 16,
+		RecoveryKeys: []int{100000, 1000000}, ZKHeap: "4g", KubeObjects: 10000, KubeLoadClients: 16,
 		KeepaliveLeases: 10000,
 	},
 }
@@ -90,11 +95,26 @@ type Options struct {
 	KeepWorkDir  bool
 	// ZketcdArgs are more flags for every zketcd server (-zketcd-args).
 	ZketcdArgs []string
-	Logf       func(format string, args ...any)
+	// ZKJVMFlags (nil: ZKDefaultJVMFlags), ZKConfig and ZKProps set the
+	// ZooKeeper servers' JVM flags besides the heap, more zoo.cfg lines and
+	// system properties (-zk-jvm, -zk-cfg, -zk-props); ZKJFRDir records
+	// flight recordings of them per cell (-zk-jfr); ZKRequestLog counts
+	// their requests by type and path (-zk-request-log). See Env.
+	ZKJVMFlags        []string
+	ZKConfig, ZKProps map[string]string
+	ZKJFRDir          string
+	ZKRequestLog      bool
+	Logf              func(format string, args ...any)
 }
 
 func (o *Options) wants(w string) bool {
 	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, w)
+}
+
+// wantsTool tells whether the run uses etcd's benchmark tool: its
+// cross-check cells or a variant of tool-put named in Workloads.
+func (o *Options) wantsTool() bool {
+	return o.wants(WToolPut) || slices.ContainsFunc(ToolVariants, func(w string) bool { return slices.Contains(o.Workloads, w) })
 }
 
 // selected returns the workloads of ws the run asks for: those named in
@@ -142,7 +162,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		defer os.RemoveAll(work)
 	}
 	env := &Env{WorkDir: work, ZKHeap: opts.Profile.ZKHeap, SelfBin: opts.SelfBin, PprofChild: opts.PprofDir != "", PGBinDir: opts.PGBinDir,
-		ZketcdExtraArgs: opts.ZketcdArgs}
+		ZketcdExtraArgs: opts.ZketcdArgs, ZKJVMFlags: opts.ZKJVMFlags, ZKConfig: opts.ZKConfig, ZKProps: opts.ZKProps,
+		ZKJFRDir: opts.ZKJFRDir, ZKRequestLog: opts.ZKRequestLog}
+	rep.ZooKeeper = env.zkSettings()
 	if err := resolveBinaries(ctx, &opts, env); err != nil {
 		return nil, err
 	}
@@ -187,7 +209,7 @@ func resolveBinaries(ctx context.Context, opts *Options, env *Env) error {
 	if opts.KineBin == "" && (slices.Contains(opts.Servers, ServerKine) || slices.Contains(opts.Servers, ServerKinePG)) {
 		need = append(need, "kine")
 	}
-	if opts.BenchmarkBin == "" && opts.wants(WToolPut) {
+	if opts.BenchmarkBin == "" && opts.wantsTool() {
 		need = append(need, "benchmark")
 	}
 	if len(need) > 0 {
@@ -276,7 +298,9 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 	start := time.Now()
 	switch {
 	case s == ServerZKFloor:
-		return runFloor(ctx, env, &opts.Profile, opts, logf)
+		return runFloor(ctx, env, &opts.Profile, opts, s, 3, logf)
+	case s == ServerZK1Floor:
+		return runFloor(ctx, env, &opts.Profile, opts, s, 1, logf)
 	case isKubeServer(s):
 		return runKube(ctx, env, &opts.Profile, opts, s, logf)
 	}
@@ -367,9 +391,8 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 		results = append(results, r)
 	}
 
-	if opts.BenchmarkBin != "" && opts.wants(WToolPut) {
-		n := p.ToolClients
-		total := func(w string, fallback float64) int {
+	if opts.BenchmarkBin != "" && opts.wantsTool() {
+		total := func(w string, n int, fallback float64) int {
 			rate := fallback
 			for _, r := range results {
 				if r.Workload == w && r.Clients == n && ok(&r) {
@@ -378,16 +401,23 @@ func runServer(ctx context.Context, env *Env, opts *Options, s string) (results 
 			}
 			return int(min(max(rate*p.Duration.Seconds(), 1000), 200000))
 		}
-		for _, tc := range toolCells(n, total(WPutSeq, 1000), total(WGetLin, 2000)) {
-			if ctx.Err() != nil {
-				return results, ctx.Err()
+		for _, n := range p.Clients {
+			var cells []toolCell
+			if opts.wants(WToolPut) {
+				cells = toolCells(n, total(WPutSeq, n, 1000), total(WGetLin, n, 2000))
 			}
-			r := runTool(ctx, opts.BenchmarkBin, t, n, tc)
-			if err := markCrash(ctx, t, &r, logf); err != nil {
-				return append(results, r), err
+			cells = append(cells, toolVariantCells(opts.Workloads, n, p.MaxConns, total(WPutSeq, n, 1000))...)
+			for _, tc := range cells {
+				if ctx.Err() != nil {
+					return results, ctx.Err()
+				}
+				r := runTool(ctx, opts.BenchmarkBin, t, n, tc)
+				if err := markCrash(ctx, t, &r, logf); err != nil {
+					return append(results, r), err
+				}
+				logCell(logf, r)
+				results = append(results, r)
 			}
-			logCell(logf, r)
-			results = append(results, r)
 		}
 	}
 

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -958,17 +957,7 @@ func (s *scaleStack) kubeLoad(ctx context.Context, env *Env, dir string, m map[s
 }
 
 // LoadScaleReport reads a scale.json.
-func LoadScaleReport(path string) (*ScaleReport, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var r ScaleReport
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &r, nil
-}
+func LoadScaleReport(path string) (*ScaleReport, error) { return loadJSON[ScaleReport](path) }
 
 // write saves scale.json, scale.md and the plots, and splices the section
 // into the markdown report.
@@ -982,26 +971,14 @@ func (r *ScaleReport) write(opts ScaleOptions) error {
 // WriteFiles writes scale.json, scale.md and the plots into dataDir and
 // splices scale.md into md (if not empty).
 func (r *ScaleReport) WriteFiles(dataDir, md string) error {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dataDir, "scale.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeJSON(dataDir, "scale.json", r); err != nil {
 		return err
 	}
 	plots, err := r.writePlots(dataDir)
 	if err != nil {
 		return err
 	}
-	rel := "bench"
-	if md != "" {
-		if rr, err := filepath.Rel(filepath.Dir(md), dataDir); err == nil {
-			rel = rr
-		}
-	}
+	rel := relDir(md, dataDir)
 	section := r.Markdown(rel, plots)
 	if err := os.WriteFile(filepath.Join(dataDir, "scale.md"), []byte(section), 0o644); err != nil {
 		return err
@@ -1040,14 +1017,18 @@ func spliceSection(md, section string) error {
 	return os.WriteFile(md, []byte(s), 0o644)
 }
 
-// embedScale returns the scale section kept in dataDir, for the main
-// report to carry (empty if there is none).
+// embedScale returns the sections kept in dataDir (the scale benchmark's
+// and the tenants benchmark's), for the main report to carry (empty if
+// there is none).
 func embedScale(dataDir string) string {
-	b, err := os.ReadFile(filepath.Join(dataDir, "scale.md"))
-	if err != nil {
-		return ""
+	var blocks []string
+	if b, err := os.ReadFile(filepath.Join(dataDir, "scale.md")); err == nil {
+		blocks = append(blocks, scaleBegin+"\n"+string(b)+scaleEnd+"\n")
 	}
-	return scaleBegin + "\n" + string(b) + scaleEnd + "\n"
+	if t := embedTenants(dataDir); t != "" {
+		blocks = append(blocks, t)
+	}
+	return strings.Join(blocks, "\n")
 }
 
 // row returns the row of stack at n objects, or nil.

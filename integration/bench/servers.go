@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,10 +51,16 @@ const (
 	// ServerZKFloor is no etcd server: the raw go-zookeeper requests
 	// zketcd builds on, on a 3-member ensemble (the floor of ServerZK3*).
 	ServerZKFloor = "zk3-floor"
+	// ServerZK1Floor is the same on a standalone ZooKeeper (the floor of
+	// ServerZK1).
+	ServerZK1Floor = "zk1-floor"
 )
 
 // StandaloneServers are the servers of the single-node comparison.
 var StandaloneServers = []string{ServerEtcd, ServerKine, ServerZK1, ServerZK3}
+
+// FloorServers are the raw ZooKeeper floors.
+var FloorServers = []string{ServerZK1Floor, ServerZKFloor}
 
 // DeployedServers are the etcd-API servers of the deployed-shape
 // comparison (ServerZK3 is in both: one instance on the 3-member ensemble).
@@ -63,13 +70,13 @@ var DeployedServers = []string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2
 // standalone ones, the deployed shape, the ZooKeeper floor, then the
 // kube-apiserver stacks.
 var AllServers = append(append(append([]string{}, StandaloneServers...),
-	ServerEtcd3, ServerKinePG, ServerZK3x2, ServerZK3x3, ServerZK3Lease, ServerZK3x2Lease, ServerZKFloor), KubeServers...)
+	ServerEtcd3, ServerKinePG, ServerZK3x2, ServerZK3x3, ServerZK3Lease, ServerZK3x2Lease, ServerZK1Floor, ServerZKFloor), KubeServers...)
 
 // ServerGroups are names -servers accepts for a list of servers.
 var ServerGroups = map[string][]string{
 	"all":        AllServers,
-	"standalone": StandaloneServers,
-	"deployed":   append([]string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3, ServerZK3Lease, ServerZK3x2Lease, ServerZKFloor}, KubeServers...),
+	"standalone": append(append([]string{}, StandaloneServers...), append([]string{ServerZK1Floor}, KubeStandaloneServers...)...),
+	"deployed":   append([]string{ServerEtcd3, ServerKinePG, ServerZK3, ServerZK3x2, ServerZK3x3, ServerZK3Lease, ServerZK3x2Lease, ServerZKFloor}, KubeServers[len(KubeStandaloneServers):]...),
 	"kube":       KubeServers,
 }
 
@@ -118,6 +125,8 @@ func ServerLabel(name string) string {
 		return "zketcd ×2, ZK 3-member, --read-lease"
 	case ServerZKFloor:
 		return "raw go-zookeeper, ZK 3-member"
+	case ServerZK1Floor:
+		return "raw go-zookeeper, ZK standalone"
 	}
 	if l, ok := kubeLabel(name); ok {
 		return l
@@ -144,8 +153,11 @@ type Target struct {
 	// extraPIDs are more processes whose CPU counts as the server's
 	// (the kube-apiservers of a kube stack).
 	extraPIDs []int
-	zk        *zkCluster
-	stopFn    func() error
+	// metricsURLs are the /metrics pages of the etcd-API processes (the
+	// cost accounting reads their RPC and commit counters).
+	metricsURLs []string
+	zk          *zkCluster
+	stopFn      func() error
 }
 
 // pids are the processes whose CPU time counts as the server's: the
@@ -247,6 +259,7 @@ func join(name string, ts []*Target) *Target {
 		out.procs = append(out.procs, t.procs...)
 		out.helpers = append(out.helpers, t.helpers...)
 		out.Endpoints = append(out.Endpoints, t.Endpoints...)
+		out.metricsURLs = append(out.metricsURLs, t.metricsURLs...)
 	}
 	if len(out.Endpoints) > 0 {
 		out.Endpoint = out.Endpoints[0]
@@ -268,6 +281,18 @@ type Env struct {
 	// ZKHeapMin is the JVM's -Xms (empty: ZKHeap, the heap committed from
 	// the start).
 	ZKHeapMin string
+	// ZKJVMFlags replace ZKDefaultJVMFlags (the heap flags stay); nil:
+	// the defaults. ZKConfig and ZKProps are more zoo.cfg lines and
+	// system properties for every ZooKeeper server.
+	ZKJVMFlags []string
+	ZKConfig   map[string]string
+	ZKProps    map[string]string
+	// ZKJFRDir, if set, makes every ZooKeeper JVM record a flight
+	// recording, dumped there after each cell (jfr.go).
+	ZKJFRDir string
+	// ZKRequestLog makes ZooKeeper log every request, which the cost
+	// accounting counts by type and path (cost.go; costs ZooKeeper CPU).
+	ZKRequestLog bool
 	// EtcdExtraArgs and ZketcdExtraArgs are appended to every etcd
 	// member's and zketcd instance's flags.
 	EtcdExtraArgs, ZketcdExtraArgs []string
@@ -342,7 +367,8 @@ func (e *Env) StartEtcdCluster(ctx context.Context, name string, members int) (*
 			return nil, err
 		}
 		ep := strings.TrimPrefix(m.curl, "http://")
-		ts = append(ts, &Target{Name: name, Endpoint: ep, Endpoints: []string{ep}, procs: []*process{p}})
+		ts = append(ts, &Target{Name: name, Endpoint: ep, Endpoints: []string{ep}, procs: []*process{p},
+			metricsURLs: []string{metricsURL(ep)}})
 	}
 	for _, t := range ts {
 		if _, err := waitServing(ctx, t.Endpoint, t.procs[0], readyWithin, nil); err != nil {
@@ -396,6 +422,9 @@ func (e *Env) startKine(ctx context.Context, name, dirName string, extra []strin
 type zkCluster struct {
 	standalone *zkserver.Server
 	ensemble   *zkserver.Ensemble
+	// jfrDir receives the members' flight recordings of each cell
+	// (-zk-jfr); empty: none.
+	jfrDir string
 }
 
 func (z *zkCluster) connect() string {
@@ -403,6 +432,14 @@ func (z *zkCluster) connect() string {
 		return z.standalone.Addr()
 	}
 	return z.ensemble.ConnectString()
+}
+
+// servers returns the standalone server or the ensemble's members.
+func (z *zkCluster) servers() []*zkserver.Server {
+	if z.standalone != nil {
+		return []*zkserver.Server{z.standalone}
+	}
+	return z.ensemble.Members()
 }
 
 func (z *zkCluster) pids() []int {
@@ -428,10 +465,55 @@ func (z *zkCluster) stop() error {
 	return z.ensemble.Stop()
 }
 
+// ZKDefaultJVMFlags are the JVM flags of the benchmarks' ZooKeeper
+// servers besides the heap: the serial collector, the C1 JIT only and no
+// hsperfdata file. Measured under zketcd's loads (docs/bench/analysis.md,
+// issue 38): C2's compilations cost ZooKeeper 0.1–1.4 ms of CPU per
+// Kubernetes request during the minutes a benchmark's fresh JVM serves,
+// which C1 avoids (a long-lived server recovers them: there C2 costs about
+// a fifth less per request); the collector's share is a few percent with
+// any of them. It returns a new slice on every call.
+func ZKDefaultJVMFlags() []string {
+	return []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData"}
+}
+
+// ZKDefaultConfig are the benchmarks' zoo.cfg settings besides
+// internal/zkserver's: none that weakens durability (fsync stays on).
+// It returns a new map on every call.
+func ZKDefaultConfig() map[string]string { return map[string]string{} }
+
+// ZKDefaultProps are the benchmarks' ZooKeeper system properties:
+// zkserver.LowCPUSystemProps (the Netty connection factory). It returns
+// a new map on every call.
+func ZKDefaultProps() map[string]string { return zkserver.LowCPUSystemProps(nil) }
+
+// zkSettings describes the ZooKeeper servers e starts (the heap
+// included), for the report.
+func (e *Env) zkSettings() *ZKSettings {
+	flags := []string{"-Xmx" + e.ZKHeap, "-Xms" + cmp.Or(e.ZKHeapMin, e.ZKHeap)}
+	if e.ZKJVMFlags != nil {
+		flags = append(flags, e.ZKJVMFlags...)
+	} else {
+		flags = append(flags, ZKDefaultJVMFlags()...)
+	}
+	s := &ZKSettings{JVMFlags: flags, Config: ZKDefaultConfig(), Props: ZKDefaultProps()}
+	maps.Copy(s.Config, e.ZKConfig)
+	maps.Copy(s.Props, e.ZKProps)
+	if e.ZKJFRDir != "" {
+		s.Diagnostics = append(s.Diagnostics, "a flight recording")
+	}
+	if e.ZKRequestLog {
+		s.Diagnostics = append(s.Diagnostics, "every request logged")
+	}
+	return s
+}
+
 // StartZooKeeper starts a standalone server (members == 1) or an ensemble
 // with production-like settings: fsync on (ZooKeeper's default
-// forceSync=yes), the JVM's default collector and JIT (not the test
-// defaults of internal/zkserver), a heap of e.ZKHeap.
+// forceSync=yes), a heap of e.ZKHeap, the JVM flags, zoo.cfg lines and
+// system properties of ZKDefaultJVMFlags, ZKDefaultConfig and
+// ZKDefaultProps unless e says otherwise (not the test defaults of
+// internal/zkserver: no -Xss, the heap committed at start).
 //
 // Its files go to WorkDir/name; a ZooKeeper started on an existing
 // directory serves the data left there.
@@ -442,10 +524,27 @@ func (e *Env) StartZooKeeper(ctx context.Context, name string, members int) (*zk
 	}
 	lg := logrus.New()
 	lg.SetOutput(io.Discard)
+	st := e.zkSettings()
+	flags, cfg, props := st.JVMFlags, st.Config, st.Props
+	var jfrDir string
+	if e.ZKJFRDir != "" {
+		if jfrDir, err = filepath.Abs(e.ZKJFRDir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(jfrDir, 0o755); err != nil {
+			return nil, err
+		}
+		flags = append(flags, jfrFlag())
+	}
+	if e.ZKRequestLog {
+		props[zkRequestLogProp] = "debug"
+	}
 	opts := zkserver.Options{
 		Dir:               dir,
 		NoDefaultJVMFlags: true,
-		JVMFlags:          []string{"-Xmx" + e.ZKHeap, "-Xms" + cmp.Or(e.ZKHeapMin, e.ZKHeap), "-XX:-UsePerfData"},
+		JVMFlags:          flags,
+		ExtraConfig:       cfg,
+		SystemProps:       props,
 		Logger:            logrus.NewEntry(lg),
 		StartTimeout:      2 * time.Minute,
 	}
@@ -454,13 +553,13 @@ func (e *Env) StartZooKeeper(ctx context.Context, name string, members int) (*zk
 		if err != nil {
 			return nil, err
 		}
-		return &zkCluster{standalone: s}, nil
+		return &zkCluster{standalone: s, jfrDir: jfrDir}, nil
 	}
 	en, err := zkserver.StartEnsemble(ctx, members, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &zkCluster{ensemble: en}, nil
+	return &zkCluster{ensemble: en, jfrDir: jfrDir}, nil
 }
 
 // StartZketcd starts one zketcd process on zk under root. name is the
@@ -490,6 +589,7 @@ func (e *Env) StartZketcd(ctx context.Context, name, dirName string, zk *zkClust
 			"--listen-client-urls", "http://" + endpoint,
 			"--listen-metrics-urls", "http://127.0.0.1:" + strconv.Itoa(mport),
 			"--log-level", "warn"}
+		t.metricsURLs = []string{metricsURL("127.0.0.1:" + strconv.Itoa(mport))}
 		if readLeaseServer(name) {
 			args = append(args, "--read-lease")
 		}

@@ -47,6 +47,11 @@ type APIServerOptions struct {
 	EtcdServers string
 	// Extra flags after [APIServerFlags].
 	Extra []string
+	// EtcdCertFile and EtcdKeyFile, if set, are the client certificate
+	// kube-apiserver presents to an https store instead of the lab's
+	// kube-apiserver certificate (a fleet tenant's, whose common name
+	// names the tenant).
+	EtcdCertFile, EtcdKeyFile string
 }
 
 // StartAPIServer writes a token file and a service account key pair and
@@ -81,6 +86,9 @@ func (l *Lab) StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 			return nil, err
 		}
 		site.EtcdCAFile, site.EtcdCertFile, site.EtcdKeyFile = sec.CAFile, sec.APIServerCert, sec.APIServerKey
+		if opts.EtcdCertFile != "" {
+			site.EtcdCertFile, site.EtcdKeyFile = opts.EtcdCertFile, opts.EtcdKeyFile
+		}
 	}
 	a.Args = append(APIServerFlags(site), opts.Extra...)
 	a.client = &http.Client{Transport: &http.Transport{

@@ -21,8 +21,12 @@ type Experiment struct {
 
 	ZK     *zkserver.Server
 	Zketcd *Zketcd
-	KV     *clientv3.Client // clientv3 on Zketcd
-	API    *APIServer       // kube-apiserver on Zketcd
+	// Root, if set, is the ZooKeeper root of the cluster KV and API use
+	// when it is not Zketcd.Root: a fleet tenant's root (Zketcd is then
+	// one of the fleet's instances).
+	Root string
+	KV   *clientv3.Client // clientv3 on Zketcd
+	API  *APIServer       // kube-apiserver on Zketcd
 
 	// NS is the namespace of the CRUD, watch and TTL steps, PagesNS the
 	// pagination step's.
@@ -76,6 +80,14 @@ func (x *Experiment) Summary() []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return append([]string(nil), x.summary...)
+}
+
+// root is the ZooKeeper root of the cluster the steps use.
+func (x *Experiment) root() string {
+	if x.Root != "" {
+		return x.Root
+	}
+	return x.Zketcd.Root
 }
 
 func (x *Experiment) needMain() error {

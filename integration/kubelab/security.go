@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -49,6 +50,14 @@ type Security struct {
 	// ZKAuthFile holds the ZooKeeper identity (--zk-auth-file), a digest
 	// identity: digest:zketcd:<password>.
 	ZKAuthFile string
+
+	// The CA's certificate and key, to issue more client certificates
+	// (IssueClient); nil in a Security made from files.
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	mu     sync.Mutex
+	serial int64
 }
 
 // APIServerUser is the zketcd user kube-apiserver's certificate names
@@ -80,39 +89,11 @@ func NewSecurity(dir string) (*Security, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Security{CAFile: filepath.Join(dir, "ca.crt"), ZKAuthFile: filepath.Join(dir, "zk-auth")}
+	s := &Security{CAFile: filepath.Join(dir, "ca.crt"), ZKAuthFile: filepath.Join(dir, "zk-auth"), dir: dir, ca: ca, caKey: caKey, serial: 1}
 	if err := writePEM(s.CAFile, "CERTIFICATE", caDER); err != nil {
 		return nil, err
 	}
-	serial := int64(1)
-	issue := func(name, cn string, usage x509.ExtKeyUsage, server bool) (string, string, error) {
-		serial++
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return "", "", err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		}
-		if server {
-			tmpl.IPAddresses, tmpl.DNSNames = []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return "", "", err
-		}
-		kb, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return "", "", err
-		}
-		crt, k := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-		if err := writePEM(crt, "CERTIFICATE", der); err != nil {
-			return "", "", err
-		}
-		return crt, k, writePEM(k, "PRIVATE KEY", kb)
-	}
+	issue := s.issue
 	if s.ServerCert, s.ServerKey, err = issue("zketcd", "zketcd", x509.ExtKeyUsageServerAuth, true); err != nil {
 		return nil, err
 	}
@@ -130,6 +111,51 @@ func NewSecurity(dir string) (*Security, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// issue writes a certificate with common name cn signed by the CA, and its
+// key, as dir/<name>.crt and dir/<name>.key; server certificates are valid
+// for 127.0.0.1 and localhost.
+func (s *Security) issue(name, cn string, usage x509.ExtKeyUsage, server bool) (string, string, error) {
+	if s.ca == nil {
+		return "", "", errors.New("this Security was made from files: it holds no CA key to issue certificates with")
+	}
+	s.mu.Lock()
+	s.serial++
+	serial := s.serial
+	s.mu.Unlock()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}
+	if server {
+		tmpl.IPAddresses, tmpl.DNSNames = []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.ca, &key.PublicKey, s.caKey)
+	if err != nil {
+		return "", "", err
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	crt, k := filepath.Join(s.dir, name+".crt"), filepath.Join(s.dir, name+".key")
+	if err := writePEM(crt, "CERTIFICATE", der); err != nil {
+		return "", "", err
+	}
+	return crt, k, writePEM(k, "PRIVATE KEY", kb)
+}
+
+// IssueClient writes a client certificate whose common name is cn (a
+// tenant of a fleet, a user) and its key, and returns their paths. Safe
+// for concurrent use; it fails on a Security made from files.
+func (s *Security) IssueClient(cn string) (cert, key string, err error) {
+	return s.issue("client-"+cn, cn, x509.ExtKeyUsageClientAuth, false)
 }
 
 func writePEM(path, typ string, der []byte) error {

@@ -175,7 +175,7 @@ func quietStoreConfig(l *Lab, servers []string, root string) (zkstore.Config, er
 // checks the zxid against ZooKeeper's own stat of that entry, prints the
 // table, and shows `zketcd rv` on the same revisions.
 func mapRevisions(ctx context.Context, x *Experiment, rows []revRow, key string, say func(string, ...any)) error {
-	cfg, err := quietStoreConfig(x.Lab, []string{x.ZK.Addr()}, x.Zketcd.Root)
+	cfg, err := quietStoreConfig(x.Lab, []string{x.ZK.Addr()}, x.root())
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func mapRevisions(ctx context.Context, x *Experiment, rows []revRow, key string,
 		}
 		m := ix.Revision(rev)
 		if !m.Found {
-			return fmt.Errorf("revision %d (%s %s) is not in the log of %s", rev, r.op, r.object, x.Zketcd.Root)
+			return fmt.Errorf("revision %d (%s %s) is not in the log of %s", rev, r.op, r.object, x.root())
 		}
 		zx, err := st.EntryZxid(m.LSN)
 		if err != nil {
@@ -224,13 +224,13 @@ func mapRevisions(ctx context.Context, x *Experiment, rows []revRow, key string,
 		revs = append(revs, "--revision", strconv.FormatInt(rev, 10))
 	}
 	say("resourceVersion = zketcd revision = the ZooKeeper transaction (zxid) that created the log entry holding it\n"+
-		"(zxid checked against ZooKeeper's stat of %s/log/.../<entry>):\n%s", x.Zketcd.Root, indent(tbl.String(), "    "))
+		"(zxid checked against ZooKeeper's stat of %s/log/.../<entry>):\n%s", x.root(), indent(tbl.String(), "    "))
 	k := ix.Key(key)
 	if !k.Found || ix.Revision(k.CreateRevision).Zxid != k.CreateZxid {
 		return fmt.Errorf("%s: czxid %s does not match revision %d's zxid", key, rvmap.ZxidString(k.CreateZxid), k.CreateRevision)
 	}
 
-	args := append([]string{"rv", "--zk", x.ZK.Addr(), "--zk-root", x.Zketcd.Root, "--zk-auth-file", x.Zketcd.Security().ZKAuthFile, key}, revs...)
+	args := append([]string{"rv", "--zk", x.ZK.Addr(), "--zk-root", x.root(), "--zk-auth-file", x.Zketcd.Security().ZKAuthFile, key}, revs...)
 	out, err := exec.CommandContext(ctx, x.Lab.Zketcd, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("zketcd %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -182,6 +182,7 @@ type committer struct {
 	marks     *flightMarks
 	proposals chan *proposal
 	submitted atomic.Int64 // proposals handed to the committer (for tests)
+	lingers   atomic.Int64 // waits for more proposals (Config.CommitLinger; for tests)
 
 	seq     uint64
 	pending []*proposal
@@ -200,6 +201,9 @@ type committer struct {
 	// moves is how many moves the committer has resumed after (the
 	// engine's count when it last did; move.go).
 	moves int64
+	// lastGroup is how many requests the newest entry sent carried
+	// (Config.CommitLinger waits only after one of several).
+	lastGroup int
 }
 
 // newCommitter returns the committer of c, which applies its entries
@@ -243,6 +247,7 @@ func (c *committer) run() {
 		if c.waitForMove() {
 			continue
 		}
+		c.linger()
 		if !c.moveBlocks() && c.pace.mayLaunch(len(c.flights), len(c.pending)) && c.launch() {
 			continue
 		}
@@ -315,6 +320,34 @@ func (c *committer) drain() {
 			c.receive(p)
 			bytes += p.size
 		default:
+			return
+		}
+	}
+}
+
+// linger waits up to Config.CommitLinger for more proposals before an
+// entry is sent with nothing in flight, while the previous entry carried
+// several requests and pending holds fewer than it did: clients answered
+// together by one entry come back a little apart, and without the wait
+// the first of them would leave alone and split the rest into more
+// entries. It returns at once otherwise, and as soon as pending holds as
+// many as the previous entry, the batch limit is reached or the engine
+// stops.
+func (c *committer) linger() {
+	if c.cfg.CommitLinger <= 0 || len(c.flights) > 0 || c.lastGroup < 2 ||
+		len(c.pending) == 0 || len(c.pending) >= c.lastGroup {
+		return
+	}
+	c.lingers.Add(1)
+	t := time.NewTimer(c.cfg.CommitLinger)
+	defer t.Stop()
+	for len(c.pending) < c.lastGroup && len(c.pending) < c.cfg.MaxBatchRequests {
+		select {
+		case p := <-c.proposals:
+			c.receive(p)
+		case <-t.C:
+			return
+		case <-c.ctx.Done():
 			return
 		}
 	}
@@ -394,6 +427,7 @@ func (c *committer) launch() bool {
 		c.noOps(group, last, st.LSN)
 		return true
 	}
+	c.lastGroup = len(group)
 	f := c.newFlight(group, batch, last, prev, leader, fence)
 	c.flights = append(c.flights, f)
 	c.metrics.pipelineInFlight.Set(float64(len(c.flights)))

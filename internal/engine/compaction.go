@@ -51,7 +51,7 @@ type compaction struct {
 // run is the compaction loop, until the engine stops.
 func (c *compaction) run() {
 	lg := c.log.WithField("component", "compactor")
-	t := time.NewTicker(compactCheckEvery)
+	t := time.NewTicker(max(compactCheckEvery, c.cfg.IdlePoll))
 	defer t.Stop()
 	pending := false // memory freed that no release returned yet
 	for {

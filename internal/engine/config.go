@@ -36,6 +36,15 @@ type Config struct {
 	// StaleAfter is how long the view may lag the head before the instance
 	// reports itself unhealthy.
 	StaleAfter time.Duration
+	// IdlePoll, when longer than their own periods, is how often the
+	// loops that poll ZooKeeper whether or not anything happens look: the
+	// tailer's probe of the head behind its watch (1 s), the look for the
+	// other instances' corruption-check requests (1 s; the leader waits
+	// 10 s for answers) and the compactor's round (2 s). A fleet, which
+	// runs an engine per tenant against one ensemble, sets a longer one so
+	// that idle tenants ask ZooKeeper little. StaleAfter must be longer
+	// (its default is DefaultStaleAfter past it).
+	IdlePoll time.Duration
 	// Logger receives structured logs (required; embed fills it).
 	Logger *logrus.Entry
 	// Registerer receives the engine's Prometheus metrics (nil: none).
@@ -47,6 +56,14 @@ type Config struct {
 	// it. Depth 1 evaluates a batch once the previous one landed and
 	// writes exactly what versions without a pipeline wrote.
 	CommitPipeline int
+	// CommitLinger is how long the committer may wait before sending an
+	// entry while nothing is in flight, the previous entry carried more
+	// than one request and the queue holds fewer than it did: requests
+	// arriving meanwhile join the entry, so concurrent clients cost
+	// ZooKeeper fewer transactions (and fsyncs). A lone client (entries of
+	// one request) never waits. 0: DefaultCommitLinger; negative: never
+	// wait (an entry leaves as soon as the previous one landed).
+	CommitLinger time.Duration
 	// RelaxedReads makes the linearizable-read barrier a ZooKeeper sync
 	// instead of a quorum round trip. sync is cheaper, but a ZooKeeper server
 	// cut off from its quorum that still believes it is the leader answers
@@ -193,12 +210,22 @@ type Config struct {
 const (
 	DefaultMaxBatchRequests = 512
 	DefaultCommitPipeline   = 0 // auto
-	DefaultReadWindow       = 64
-	DefaultStaleAfter       = 3 * time.Second
-	DefaultRollbackCheck    = 5 * time.Second
+	// DefaultCommitLinger is Config.CommitLinger's default: under the
+	// kube-apiserver load at 16 clients it cut ZooKeeper's transactions
+	// per write and raised throughput (docs/bench/analysis.md, issue 38).
+	DefaultCommitLinger = 10 * time.Millisecond
+	// MaxCommitLinger bounds Config.CommitLinger: a longer wait would be
+	// felt by every write and buys nothing more on any ZooKeeper.
+	MaxCommitLinger      = 50 * time.Millisecond
+	DefaultReadWindow    = 64
+	DefaultStaleAfter    = 3 * time.Second
+	DefaultRollbackCheck = 5 * time.Second
 )
 
 func (c *Config) setDefaults() {
+	if c.CommitLinger == 0 {
+		c.CommitLinger = DefaultCommitLinger
+	}
 	if c.MaxBatchRequests == 0 {
 		c.MaxBatchRequests = DefaultMaxBatchRequests
 	}
@@ -206,7 +233,7 @@ func (c *Config) setDefaults() {
 		c.ReadWindow = DefaultReadWindow
 	}
 	if c.StaleAfter == 0 {
-		c.StaleAfter = DefaultStaleAfter
+		c.StaleAfter = DefaultStaleAfter + c.IdlePoll
 	}
 	if c.RollbackCheckAfter == 0 {
 		c.RollbackCheckAfter = DefaultRollbackCheck
@@ -219,10 +246,14 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Name == "":
 		return errors.New("member name must not be empty")
+	case c.CommitLinger > MaxCommitLinger:
+		return fmt.Errorf("commit linger %v above %v", c.CommitLinger, MaxCommitLinger)
 	case c.Logger == nil:
 		return errors.New("engine: no logger")
 	case c.CorruptCheckTime < 0:
 		return fmt.Errorf("corrupt check time %v must not be negative", c.CorruptCheckTime)
+	case c.IdlePoll > 0 && c.StaleAfter <= c.IdlePoll:
+		return fmt.Errorf("the view's staleness bound %v must be longer than the idle poll %v (the tailer's probe)", c.StaleAfter, c.IdlePoll)
 	case c.ReadLease && (!c.ForwardWrites || c.RelaxedReads || c.LeaderProofWindow < 0):
 		return errors.New("--read-lease needs --forward-writes, a quorum barrier (not --relaxed-reads) and a leader proof window that is not off")
 	}

@@ -77,7 +77,7 @@ func (c *corruptChecker) hashAt(req zkstore.HashRequest) zkstore.HashAnswer {
 // leader's periodic check, a starting instance's initial one), on every
 // instance.
 func (c *corruptChecker) answerLoop() {
-	t := time.NewTicker(hashPoll)
+	t := time.NewTicker(max(hashPoll, c.cfg.IdlePoll))
 	defer t.Stop()
 	for {
 		select {

@@ -257,7 +257,7 @@ func TestPipelinedFlightsRequeueInOrderAfterALostCAS(t *testing.T) {
 		}
 		return memlog.NoFault
 	})
-	b, _ := engine(t, st, "a", func(c *Config) { c.CommitPipeline = 4; c.MaxBatchRequests = 2 })
+	b, _ := engine(t, st, "a", func(c *Config) { c.CommitPipeline = 4; c.MaxBatchRequests = 2; c.CommitLinger = -1 })
 	const writers, each = 8, 10
 	var wg sync.WaitGroup
 	for w := 0; w < writers; w++ {

@@ -418,7 +418,7 @@ func TestDeposedLeaderRefusesForwardsAndItsOwnLeaderOnlyWrites(t *testing.T) {
 }
 
 func TestConcurrentWritesThroughBothInstancesArePipelinedByTheLeaderOnce(t *testing.T) {
-	st, _, a, _, b, _ := forwardingPairWith(t, func(c *Config) { c.CommitPipeline = 4 })
+	st, _, a, _, b, _ := forwardingPairWith(t, func(c *Config) { c.CommitPipeline = 4; c.CommitLinger = -1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

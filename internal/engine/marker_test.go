@@ -141,7 +141,7 @@ func TestAMarkerVersionLearnedFromAResolvedCommitIsNeverGuessed(t *testing.T) {
 		}
 		return memlog.NoFault
 	})
-	b := newEngineOn(t, l, func(c *Config) { c.CommitPipeline = 4 })
+	b := newEngineOn(t, l, func(c *Config) { c.CommitPipeline = 4; c.CommitLinger = -1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -292,7 +292,7 @@ func TestAConnectionBlipUnderADeepPipelineLeavesNoOutcomeUnknown(t *testing.T) {
 		return memlog.NoFault
 	})
 	l := newChainLog(st.Client())
-	b := newEngineOn(t, l, func(c *Config) { c.CommitPipeline = 8 })
+	b := newEngineOn(t, l, func(c *Config) { c.CommitPipeline = 8; c.CommitLinger = -1 })
 	const writers, each = 16, 20
 	var wg sync.WaitGroup
 	var failed atomic.Int32

@@ -84,7 +84,7 @@ func TestPipelinedNoOpIsNotAnsweredByAFlightSentBeforeIt(t *testing.T) {
 	log := &holdLog{Client: st.Client(), hold: []byte("hold"), held: make(chan struct{}, 1), release: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a, err := New(ctx, Config{Name: "a", Logger: lg, Registerer: prometheus.NewRegistry(), CommitPipeline: 4}, log)
+	a, err := New(ctx, Config{Name: "a", Logger: lg, Registerer: prometheus.NewRegistry(), CommitPipeline: 4, CommitLinger: -1}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

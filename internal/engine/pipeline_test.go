@@ -155,7 +155,7 @@ func TestDepthOneWritesNoMarker(t *testing.T) {
 			}
 			return memlog.NoFault
 		})
-		b, _ := engine(t, st, "a", func(c *Config) { c.CommitPipeline = depth })
+		b, _ := engine(t, st, "a", func(c *Config) { c.CommitPipeline = depth; c.CommitLinger = -1 })
 		var wg sync.WaitGroup
 		for w := range 8 {
 			wg.Add(1)
@@ -205,7 +205,7 @@ func TestOvertakenFlightsAreSentAgainInOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	b, err := New(ctx, Config{Name: "a", Logger: lg, Registerer: reg, CommitPipeline: 4}, log)
+	b, err := New(ctx, Config{Name: "a", Logger: lg, Registerer: reg, CommitPipeline: 4, CommitLinger: -1}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

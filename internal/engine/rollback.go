@@ -134,6 +134,11 @@ func (e *RollbackError) Error() string {
 // two histories part.
 const ringSize = 1 << 14
 
+// ringChunk is how many entries of the ring are allocated at once, when
+// the first of them is written: an engine that applies few entries (a
+// fleet's idle tenant) holds a chunk or two, not the whole ring.
+const ringChunk = 1 << 9
+
 // appliedEntry identifies one applied log entry.
 type appliedEntry struct {
 	lsn, zxid    int64
@@ -158,8 +163,8 @@ type rollbackGuard struct {
 	gauge prometheus.Gauge // zketcd_halted
 
 	ringMu sync.Mutex
-	ring   [ringSize]appliedEntry
-	newest int64 // newest LSN recorded (0: none)
+	ring   [ringSize / ringChunk]*[ringChunk]appliedEntry // nil: not written yet
+	newest int64                                          // newest LSN recorded (0: none)
 }
 
 // newRollbackGuard returns the guard of c, checking through inspect (nil:
@@ -178,8 +183,14 @@ func newRollbackGuard(c *core, inspect inspectFunc, reg prometheus.Registerer) *
 
 // record remembers entry e, applied from revision prevRev to rev.
 func (g *rollbackGuard) record(e *revision.Entry, prevRev, rev int64) {
+	i := e.LSN % ringSize
 	g.ringMu.Lock()
-	g.ring[e.LSN%ringSize] = appliedEntry{lsn: e.LSN, zxid: e.Zxid, prevRev: prevRev, rev: rev, writer: e.Writer}
+	c := g.ring[i/ringChunk]
+	if c == nil {
+		c = new([ringChunk]appliedEntry)
+		g.ring[i/ringChunk] = c
+	}
+	c[i%ringChunk] = appliedEntry{lsn: e.LSN, zxid: e.Zxid, prevRev: prevRev, rev: rev, writer: e.Writer}
 	g.newest = e.LSN
 	g.ringMu.Unlock()
 }
@@ -190,19 +201,26 @@ func (g *rollbackGuard) record(e *revision.Entry, prevRev, rev int64) {
 // destination's history. Called with applyMu held.
 func (g *rollbackGuard) moved(e *revision.Entry) {
 	g.ringMu.Lock()
-	g.ring = [ringSize]appliedEntry{}
-	rev := g.view.State().Rev
-	g.ring[e.LSN%ringSize] = appliedEntry{lsn: e.LSN, zxid: e.Zxid, prevRev: rev, rev: rev, writer: e.Writer}
-	g.newest = e.LSN
+	g.ring = [ringSize / ringChunk]*[ringChunk]appliedEntry{}
 	g.ringMu.Unlock()
+	rev := g.view.State().Rev
+	g.record(e, rev, rev)
 	g.recheck()
 }
 
 func (g *rollbackGuard) lookup(lsn int64) (appliedEntry, bool) {
+	if lsn <= 0 {
+		return appliedEntry{}, false
+	}
+	i := lsn % ringSize
 	g.ringMu.Lock()
 	defer g.ringMu.Unlock()
-	a := g.ring[lsn%ringSize]
-	return a, lsn > 0 && a.lsn == lsn
+	c := g.ring[i/ringChunk]
+	if c == nil {
+		return appliedEntry{}, false
+	}
+	a := c[i%ringChunk]
+	return a, a.lsn == lsn
 }
 
 func (g *rollbackGuard) oldest() int64 {

@@ -87,7 +87,7 @@ func (t *tailer) apply(e *revision.Entry, size int) error {
 // stops or halts. A watch on the head is the trigger; a one-second probe
 // and kicks from barriers back it up.
 func (t *tailer) run() {
-	probe := time.NewTicker(time.Second)
+	probe := time.NewTicker(max(time.Second, t.cfg.IdlePoll))
 	defer probe.Stop()
 	var fired <-chan struct{}
 	backoff := 50 * time.Millisecond

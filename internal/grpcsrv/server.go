@@ -109,6 +109,11 @@ type Config struct {
 	// Admission, if not nil, admits every call before it runs (a tenant's
 	// rate limits; admission.go).
 	Admission Admission
+	// StreamWorkers is how many goroutines the server keeps to serve its
+	// streams before it starts one per stream (0: DefaultStreamWorkers;
+	// negative: none, a goroutine per stream). A fleet gives each tenant's
+	// server few: it runs a server per tenant.
+	StreamWorkers int
 	// Logger receives structured logs (required; embed fills it).
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
@@ -136,6 +141,9 @@ func (cfg *Config) setDefaults() {
 	}
 	if cfg.ConnectionTimeout == 0 {
 		cfg.ConnectionTimeout = DefaultConnectionTimeout
+	}
+	if cfg.StreamWorkers == 0 {
+		cfg.StreamWorkers = DefaultStreamWorkers
 	}
 	if cfg.KeepaliveMinTime == 0 {
 		cfg.KeepaliveMinTime = DefaultKeepaliveMinTime
@@ -176,9 +184,10 @@ func New(ctx context.Context, cfg Config, be Engine) (*grpc.Server, error) {
 	return srv, err
 }
 
-// streamWorkers is how many goroutines serve the client port's streams
-// before it starts one per stream.
-const streamWorkers = 64
+// DefaultStreamWorkers is Config.StreamWorkers' default: how many
+// goroutines serve the client port's streams before it starts one per
+// stream.
+const DefaultStreamWorkers = 64
 
 // NewWithForwardAuthorizer is New, and the rules that check the requests
 // other instances forward to this one (auth.Rules.Authorize, package
@@ -205,7 +214,7 @@ func NewWithForwardAuthorizer(ctx context.Context, cfg Config, be Engine) (*grpc
 		// its stack anew for every put (runtime.newstack was ~9% of the CPU
 		// of one-client puts). Busy workers (long watches) fall back to a
 		// goroutine per stream.
-		grpc.NumStreamWorkers(streamWorkers),
+		grpc.NumStreamWorkers(uint32(max(cfg.StreamWorkers, 0))),
 		grpc.ForceServerCodecV2(newCountingCodec(cfg.Registerer)),
 	}
 	az := newAuthorizer(ctx, cfg, be)

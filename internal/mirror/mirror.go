@@ -861,7 +861,7 @@ func (m *mirror) commit(ctx context.Context, ops []revision.Op, rev int64) error
 	prev := m.view.State().LSN
 	m.tag.Seq++
 	e := &revision.Entry{LSN: prev + 1, Writer: m.tag, Ops: ops}
-	res, err := m.st.Commit(ctx, zkstore.CommitRequest{Prev: prev, Entry: e, Rev: rev})
+	res, err := m.commitRiding(ctx, zkstore.CommitRequest{Prev: prev, Entry: e, Rev: rev})
 	if err != nil {
 		return fmt.Errorf("mirror: commit revision %d: %w", rev, err)
 	}
@@ -876,6 +876,27 @@ func (m *mirror) commit(ctx context.Context, ops []revision.Op, rev int64) error
 		return m.cfg.AfterCommit(e)
 	}
 	return nil
+}
+
+// commitRiding commits req, riding through ZooKeeper being unavailable for
+// longer than one Commit waits (an ensemble electing a leader on a loaded
+// host): it sends the same entry, under the same writer tag, until ZooKeeper
+// answers or ctx ends. Sending it again is safe: a Commit that failed as
+// unavailable either wrote nothing, or landed and is then found by its
+// writer tag and reported Committed.
+func (m *mirror) commitRiding(ctx context.Context, req zkstore.CommitRequest) (zkstore.CommitResult, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		res, err := m.st.Commit(ctx, req)
+		if err == nil || !errors.Is(err, zkstore.ErrUnavailable) {
+			return res, err
+		}
+		m.lg.WithError(err).WithField("lsn", req.Entry.LSN).Warn("mirror: ZooKeeper unavailable while committing; sending the entry again")
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // finish ends a cut-over at rev, up to which the root holds every change

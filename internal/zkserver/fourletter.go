@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -95,6 +96,36 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// Zxid asks the server with the "srvr" four-letter word for the zxid of the
+// last transaction it applied (its "Zxid:" line). It fails like
+// [Server.Mode] does. Benchmarks difference it to count the transactions
+// an ensemble committed (each commits one zxid, within an epoch).
+func (s *Server) Zxid(ctx context.Context) (int64, error) {
+	out, err := fourLetterWord(ctx, s.addr, "srvr")
+	if err != nil {
+		return 0, err
+	}
+	return parseZxid(s.addr, out)
+}
+
+// parseZxid extracts the "Zxid: 0x..." line of a srvr answer.
+func parseZxid(addr, out string) (int64, error) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "Zxid:"); ok {
+			z, err := strconv.ParseInt(strings.TrimPrefix(strings.TrimSpace(v), "0x"), 16, 64)
+			if err != nil {
+				return 0, fmt.Errorf("zkserver: srvr %s: bad Zxid line %q: %w", addr, v, err)
+			}
+			return z, nil
+		}
+	}
+	if _, err := parseMode(addr, out); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("zkserver: srvr %s: no Zxid line in answer %q", addr, truncate(out, 200))
 }
 
 // Monitor asks the server with the "mntr" four-letter word for its

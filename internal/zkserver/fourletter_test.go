@@ -20,6 +20,40 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
+func TestParseZxidReadsTheHexCounter(t *testing.T) {
+	t.Parallel()
+	srvr := "Zookeeper version: 3.8.0\nZxid: 0x10000002a\nMode: leader\n"
+	if z, err := parseZxid("a", srvr); err != nil || z != 0x10000002a {
+		t.Fatalf("parseZxid = %#x, %v", z, err)
+	}
+	if _, err := parseZxid("a", "This ZooKeeper instance is not currently serving requests\n"); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("not serving: err = %v", err)
+	}
+	if _, err := parseZxid("a", "Zxid: 0xzz\nMode: leader\n"); err == nil {
+		t.Fatal("bad zxid accepted")
+	}
+}
+
+func TestNettyAvailableNeedsItsJarsOnTheClassPath(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cp   []string
+		want bool
+	}{
+		{[]string{"/usr/share/java/zookeeper.jar", "/usr/share/java/netty-codec.jar"}, true},
+		{[]string{"/opt/zookeeper/lib/*"}, true},
+		{[]string{"/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"}, false},
+	} {
+		if got := NettyAvailable(c.cp); got != c.want {
+			t.Errorf("NettyAvailable(%v) = %v, want %v", c.cp, got, c.want)
+		}
+		props := LowCPUSystemProps(c.cp)
+		if got := props["zookeeper.serverCnxnFactory"] == NettyConnectionFactory; got != c.want {
+			t.Errorf("LowCPUSystemProps(%v) = %v", c.cp, props)
+		}
+	}
+}
+
 func TestConfigHasLoopbackAndExtras(t *testing.T) {
 	t.Parallel()
 	o, err := prepared(Options{Dir: t.TempDir(), ExtraConfig: map[string]string{"forceSync": "no"}})

@@ -78,6 +78,51 @@ func DefaultJVMFlags() []string {
 	}
 }
 
+// NettyConnectionFactory is the value of the system property
+// zookeeper.serverCnxnFactory that makes ZooKeeper serve its clients with
+// Netty instead of its NIO connection threads (needed for TLS; see
+// [NettyAvailable]).
+const NettyConnectionFactory = "org.apache.zookeeper.server.NettyServerCnxnFactory"
+
+// NettyAvailable reports whether the class path (empty: what [Options]
+// uses when its ClassPath is empty: $ZKETCD_ZK_CLASSPATH or
+// [DefaultClassPath]) carries Netty, so that [NettyConnectionFactory] can start: Debian's
+// zookeeper.jar names Netty's transport jars in its manifest, and
+// DefaultClassPath adds netty-codec.jar when it is installed; another class
+// path must name a Netty jar or a directory wildcard (the lib/* of
+// ZooKeeper's own release, which ships Netty).
+func NettyAvailable(classPath []string) bool {
+	if len(classPath) == 0 {
+		if env := os.Getenv(ClassPathEnv); env != "" {
+			classPath = filepath.SplitList(env)
+		} else {
+			classPath = DefaultClassPath()
+		}
+	}
+	for _, p := range classPath {
+		base := filepath.Base(p)
+		if strings.HasPrefix(base, "netty-codec") || strings.HasSuffix(p, "*") {
+			return true
+		}
+	}
+	return false
+}
+
+// LowCPUSystemProps returns the ZooKeeper system properties measured to
+// cost ZooKeeper the least CPU per request under zketcd's load without
+// weakening durability (docs/operations.md, "ZooKeeper settings"): the
+// Netty connection factory when [NettyAvailable] says it can start (about
+// a third less of ZooKeeper's CPU per request at 16 clients on 2 cores,
+// half its system time). `zketcd dev` and the benchmarks use them. It
+// returns a new map on every call.
+func LowCPUSystemProps(classPath []string) map[string]string {
+	out := map[string]string{}
+	if NettyAvailable(classPath) {
+		out["zookeeper.serverCnxnFactory"] = NettyConnectionFactory
+	}
+	return out
+}
+
 // Options configures a server or an ensemble. The zero value of every field
 // selects a default; only Dir is required.
 type Options struct {

@@ -39,6 +39,8 @@ type Election struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	// yield carries Yield's requests to the loop, each with its answer.
+	yield chan chan bool
 
 	// The loop's own watches (only the loop goroutine touches them): the
 	// znode it waits on (its predecessor, or its own when leading) and, on
@@ -110,7 +112,7 @@ const electionRelook = 5 * time.Second
 func (s *Store) campaign(memberID uint64, relook time.Duration) *Election {
 	e := &Election{
 		s: s, memberID: memberID, relook: relook, log: s.log.WithField("component", "election"),
-		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), yield: make(chan chan bool),
 	}
 	go e.loop()
 	return e
@@ -129,6 +131,53 @@ func (e *Election) Changed() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.changed
+}
+
+// Yield steps down from the leadership when another member stands in the
+// election: this member stops being the leader, deletes its znode (from
+// then on a multi fenced by it fails) and stands again behind the others,
+// so the next member leads. It reports whether it stepped down; a member
+// that does not lead, or leads alone, keeps its place. A fleet spreads its
+// tenants' leadership over its instances with it.
+func (e *Election) Yield() bool {
+	reply := make(chan bool, 1)
+	select {
+	case e.yield <- reply:
+	case <-e.done:
+		return false
+	}
+	select {
+	case ok := <-reply:
+		return ok
+	case <-e.done:
+		return false
+	}
+}
+
+// stepDown is Yield in the loop: only the loop goroutine calls it.
+func (e *Election) stepDown(sid int64) bool {
+	e.mu.Lock()
+	node, nodeSession, leader := e.node, e.session, e.leader
+	e.mu.Unlock()
+	if !leader || node == "" || nodeSession != sid {
+		return false
+	}
+	names, _, err := e.s.conn.Children(e.s.l.election())
+	if err != nil || len(names) < 2 {
+		return false
+	}
+	// Not the leader before the znode goes: nothing this member starts
+	// from now on counts on a fence that is about to fail.
+	e.set(false, 0)
+	if err := e.s.conn.Delete(node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		e.log.WithError(err).Warn("step down: delete the election znode")
+	}
+	e.mu.Lock()
+	e.node = ""
+	e.mu.Unlock()
+	e.pred, e.head = armedWatch{}, armedWatch{}
+	e.log.Info("stepped down: the next member leads (spreading leadership)")
+	return true
 }
 
 // Close withdraws from the election (deleting our znode if the session is
@@ -217,6 +266,8 @@ func (e *Election) loop() {
 		case <-time.After(e.relook):
 			// A follower watches only its predecessor; look again now and
 			// then so the reported leader stays current.
+		case reply := <-e.yield:
+			reply <- e.stepDown(sid)
 		case <-e.stop:
 			return
 		}

@@ -35,6 +35,9 @@ type Floor struct {
 	entry []byte
 	head  []byte
 	lsn   atomic.Int64
+	// tailing is closed to stop the tailer (Tail).
+	tailing chan struct{}
+	tailErr atomic.Value
 }
 
 // Open connects to servers (host:port) and creates root, root/head, root/log
@@ -55,8 +58,55 @@ func Open(servers []string, root string) (*Floor, error) {
 	return f, nil
 }
 
-// Close ends the session.
-func (f *Floor) Close() { f.conn.Close() }
+// Close stops the tailer, if any, and ends the session.
+func (f *Floor) Close() {
+	if f.tailing != nil {
+		close(f.tailing)
+	}
+	f.conn.Close()
+}
+
+// SetEntrySize makes the entries of later commits n bytes long (EntrySize
+// by default). Not safe for use concurrently with commits.
+func (f *Floor) SetEntrySize(n int) { f.entry = make([]byte, n) }
+
+// Tail starts a tailer on the floor's session, as a zketcd instance's:
+// it reads the head with a watch (getW), and on every watch event reads
+// it again with a new watch, until Close. Every setData of the head then
+// fires one watch and costs one read.
+func (f *Floor) Tail() error {
+	if f.tailing != nil {
+		return errors.New("zkfloor: already tailing")
+	}
+	_, _, ev, err := f.conn.GetW(f.headPath())
+	if err != nil {
+		return fmt.Errorf("zkfloor: watch head: %w", err)
+	}
+	f.tailing = make(chan struct{})
+	go func(stop <-chan struct{}) {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ev:
+			}
+			var err error
+			if _, _, ev, err = f.conn.GetW(f.headPath()); err != nil {
+				f.tailErr.Store(err)
+				return
+			}
+		}
+	}(f.tailing)
+	return nil
+}
+
+// TailErr returns the error that stopped the tailer, if any.
+func (f *Floor) TailErr() error {
+	if err, ok := f.tailErr.Load().(error); ok {
+		return err
+	}
+	return nil
+}
 
 func (f *Floor) headPath() string       { return f.root + "/head" }
 func (f *Floor) logPath(n int64) string { return fmt.Sprintf("%s/log/%010d", f.root, n) }
@@ -77,8 +127,64 @@ func (f *Floor) Commit() error {
 	return err
 }
 
-// CommitChained is zketcd's commit multi exactly: a check that the
-// previous entry exists, then Commit's writes. It models one committer:
+// zketcdOps are the ops of zketcd's default commit multi besides
+// commitOps: a check that an entry exists, and the read-lease guard, a
+// create and a delete of one znode (ZooKeeper has no "absent" check).
+func (f *Floor) zketcdOps() []any {
+	guard := f.root + "/readlease"
+	return []any{
+		&zk.CheckVersionRequest{Path: f.logPath(0), Version: -1},
+		&zk.CreateRequest{Path: guard, Acl: f.acl},
+		&zk.DeleteRequest{Path: guard, Version: -1},
+	}
+}
+
+// CommitZketcd is the shape of zketcd's default commit multi (an instance
+// that does not forward writes, pipeline depth 1): check(an entry),
+// create(log entry), setData(head), create and delete of the read-lease
+// guard. The check names an entry that always exists, so that concurrent
+// callers all land (zketcd's names the predecessor).
+func (f *Floor) CommitZketcd() error {
+	ops := append(f.commitOps(f.lsn.Add(1)), f.zketcdOps()...)
+	_, err := f.conn.Multi(ops...)
+	return err
+}
+
+// ZketcdExtraBytes is how many more bytes CommitZketcd's request carries
+// than Commit's with the same entry: pad Commit's entry by this much to
+// send a minimal multi of the same size.
+func (f *Floor) ZketcdExtraBytes() int { return requestBytes(f.zketcdOps()) }
+
+// requestBytes is the encoded size of ops inside a multi request (jute:
+// each op's header, then its fields).
+func requestBytes(ops []any) int {
+	str := func(s string) int { return 4 + len(s) }
+	acl := func(a []zk.ACL) int {
+		n := 4
+		for _, x := range a {
+			n += 4 + str(x.Scheme) + str(x.ID)
+		}
+		return n
+	}
+	n := 0
+	for _, op := range ops {
+		n += 4 + 1 + 4 // type, done, err
+		switch o := op.(type) {
+		case *zk.CreateRequest:
+			n += str(o.Path) + 4 + len(o.Data) + acl(o.Acl) + 4
+		case *zk.SetDataRequest:
+			n += str(o.Path) + 4 + len(o.Data) + 4
+		case *zk.CheckVersionRequest:
+			n += str(o.Path) + 4
+		case *zk.DeleteRequest:
+			n += str(o.Path) + 4
+		}
+	}
+	return n
+}
+
+// CommitChained is zketcd's commit multi without its guards: a check that
+// the previous entry exists, then Commit's writes. It models one committer:
 // concurrent callers fail their checks.
 func (f *Floor) CommitChained() error {
 	lsn := f.lsn.Add(1)

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -27,6 +28,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "jfr-top" {
+		if err := jfrTop(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "jfr-top:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "serve-zketcd" {
 		if err := bench.ServeZketcd(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "serve-zketcd:", err)
@@ -45,6 +53,7 @@ func run() error {
 	servers := flag.String("servers", "all", "servers to measure, comma separated: "+strings.Join(bench.AllServers, ",")+", or the groups all, standalone, deployed, kube")
 	workloads := flag.String("workloads", "", "workloads to run, comma separated (default all): "+
 		strings.Join(bench.AllWorkloads, ",")+","+bench.WWatch+","+bench.WKeepalive+","+bench.WToolPut+","+bench.WRecovery+
+		"; tool-put's variants (only when named): "+strings.Join(bench.ToolVariants, ",")+
 		"; the floor's: "+strings.Join(bench.FloorWorkloads, ",")+"; the kube stacks': "+strings.Join(bench.KubeWorkloads, ","))
 	duration := flag.Duration("duration", 0, "measured time per cell (default: the profile's)")
 	warmup := flag.Duration("warmup", -1, "warm-up per cell (default: the profile's)")
@@ -52,6 +61,8 @@ func run() error {
 	recoveryKeys := flag.String("recovery-keys", "", "key counts for the recovery measurement, comma separated (default: the profile's)")
 	baseline := flag.String("baseline", "", "an earlier results.json whose standalone zketcd rows the report compares with (read before it is overwritten)")
 	leases := flag.Int("leases", 0, "leases the lease-keepalive cell keeps alive (default: the profile's)")
+	maxConns := flag.Int("max-conns", 0, "most connections a cell's clients share (default: the profile's, 16)")
+	floorEntry := flag.Int("floor-entry-bytes", 0, "size of the ZooKeeper floors' log entries (default: that of a 256 B put)")
 	kubeObjects := flag.Int("kube-objects", 0, "objects the kube stacks create, then read, update and list (default: the profile's)")
 	repo := flag.String("repo", "..", "the zketcd repository root")
 	md := flag.String("md", "", "markdown report to write (e.g. ../docs/benchmarks.md); empty: none")
@@ -74,6 +85,11 @@ func run() error {
 	scaleRestarts := flag.Int("scale-restarts", 3, "how many times the scale benchmark restarts one instance (member); its table shows the median")
 	scaleChurn := flag.Float64("scale-churn-share", 0.5, "share of the objects the scale benchmark writes again before its third compaction (zketcd writes a whole base once superseded versions pass half the live data; a small share keeps the log as the generation, whose replay the restarts then measure)")
 	scaleWatchCap := flag.Duration("scale-watch-cap", 20*time.Minute, "how long the scale benchmark's watch catch-up may take; one still behind is noted and the steps after it go on")
+	zkJVM := flag.String("zk-jvm", "", `the ZooKeeper servers' JVM flags besides the heap, space separated, instead of the harness's defaults (`+strings.Join(bench.ZKDefaultJVMFlags(), " ")+`); "none": no flags`)
+	zkCfg := flag.String("zk-cfg", "", "more zoo.cfg lines for every ZooKeeper server, comma separated key=value (e.g. snapCount=200000)")
+	zkProps := flag.String("zk-props", "", "more system properties for every ZooKeeper JVM, comma separated key=value (e.g. zookeeper.digest.enabled=false)")
+	zkJFR := flag.String("zk-jfr", "", "record a Java Flight Recording of every ZooKeeper JVM and dump each cell's window into this directory (summarize with `zkbench jfr-top FILES`)")
+	zkReqLog := flag.Bool("zk-request-log", false, "make ZooKeeper log every request and count them per cell by type and path (costs ZooKeeper CPU: for counts only)")
 	render := flag.String("render", "", "measure nothing: re-render -md (and the plots, CSV, JSON) from this results.json (with -baseline: against that one)")
 	flag.Parse()
 
@@ -147,6 +163,15 @@ func run() error {
 	if *kubeObjects > 0 {
 		p.KubeObjects = *kubeObjects
 	}
+	if *maxConns > 0 {
+		p.MaxConns = *maxConns
+		if !strings.HasSuffix(p.Name, "-custom") {
+			p.Name += "-custom"
+		}
+	}
+	if *floorEntry > 0 {
+		p.FloorEntryBytes = *floorEntry
+	}
 	root, err := filepath.Abs(*repo)
 	if err != nil {
 		return err
@@ -160,9 +185,23 @@ func run() error {
 		RepoRoot: root, EtcdBin: *etcdBin, KineBin: *kineBin, BenchmarkBin: *benchBin, ZketcdBin: *zketcdBin,
 		KubeAPIServerBin: *kubeBin, PGBinDir: *pgBin, BaselinePath: *baseline,
 		SelfBin: self, PprofDir: *pprofDir, KeepWorkDir: *keep, ZketcdArgs: strings.Fields(*zketcdArgs),
+		ZKJFRDir: *zkJFR, ZKRequestLog: *zkReqLog,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 		},
+	}
+	switch *zkJVM {
+	case "":
+	case "none":
+		opts.ZKJVMFlags = []string{}
+	default:
+		opts.ZKJVMFlags = strings.Fields(*zkJVM)
+	}
+	if opts.ZKConfig, err = keyValues(*zkCfg); err != nil {
+		return fmt.Errorf("-zk-cfg: %w", err)
+	}
+	if opts.ZKProps, err = keyValues(*zkProps); err != nil {
+		return fmt.Errorf("-zk-props: %w", err)
 	}
 	if *md != "" {
 		opts.MarkdownPath = *md
@@ -217,6 +256,39 @@ func runScale(sizes, stacks, heap string, kubeAt, restarts int, churn float64, w
 		opts.Logf("scale benchmark done in %s: %d rows", time.Since(start).Round(time.Second), len(rep.Rows))
 	}
 	return err
+}
+
+// keyValues parses "k=v,k=v".
+func keyValues(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range list(s) {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key=value", p)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// jfrTop is `zkbench jfr-top [-n N] FILE.jfr...`: the samples of flight
+// recordings the harness dumped (-zk-jfr), inside each cell's window,
+// by thread kind, innermost frame and package, and ZooKeeper frame.
+func jfrTop(args []string) error {
+	fs := flag.NewFlagSet("jfr-top", flag.ContinueOnError)
+	n := fs.Int("n", 25, "rows per table")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("usage: zkbench jfr-top [-n N] FILE.jfr")
+	}
+	out, err := bench.JFRTop(fs.Args(), *n)
+	if err != nil {
+		return err
+	}
+	fmt.Print(out)
+	return nil
 }
 
 func list(s string) []string {
