@@ -149,7 +149,11 @@ func startKubeOnEnsemble(t *testing.T, n int) (*kubelab.APIServer, *zkserver.Ens
 	})
 	p.wg.Go(func() {
 		for {
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			// Longer than kube-apiserver's own readiness check of etcd
+			// (--etcd-readycheck-timeout, 2 s): the verdict is
+			// kube-apiserver's (a failed check answers 500), not this
+			// client's deadline racing it on a loaded host.
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			st, body, err := api.Do(rctx, "GET", "/readyz?verbose", nil, "")
 			cancel()
 			p.mu.Lock()
