@@ -315,3 +315,55 @@ func TestTenantAtItsLimitsLeavesOthersWritable(t *testing.T) {
 		t.Fatalf("b beside a out of space: %v", err)
 	}
 }
+
+// TestTenantQuotaChangedInTheRegistryAppliesWhileItRuns: the operator
+// lowers a running tenant's space quota (zketcd tenant limits
+// --quota-backend-bytes): its next growing write gets NOSPACE and Status
+// reports the new quota, without the tenant's engine restarting; raised
+// again and the alarm disarmed, it writes again.
+func TestTenantQuotaChangedInTheRegistryAppliesWhileItRuns(t *testing.T) {
+	fx := newFleetFixture(t, "a")
+	f := fx.start("i1", nil)
+	a := fx.client(f, "a")
+	ctx := testutil.Context(t, 30*time.Second)
+	big := make([]byte, 16<<10)
+	rand.Read(big)
+	if _, err := a.Put(ctx, "big", string(big)); err != nil {
+		t.Fatal(err)
+	}
+	setQuota := func(n int64) {
+		t.Helper()
+		rec, err := fx.reg.Tenant("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fx.reg.SetTenantLimits(rec, tenant.Limits{QuotaBackendBytes: n}.Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setQuota(8 << 10)
+	testutil.Eventually(t, 10*time.Second, "the lowered quota in Status", func() bool {
+		st, err := a.Status(ctx, a.Endpoints()[0])
+		return err == nil && st.DbSizeQuota == 8<<10
+	})
+	if _, err := a.Put(ctx, "more", "1"); !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("put over the lowered quota: %v", err)
+	}
+	setQuota(1 << 20)
+	testutil.Eventually(t, 10*time.Second, "the raised quota in Status", func() bool {
+		st, err := a.Status(ctx, a.Endpoints()[0])
+		return err == nil && st.DbSizeQuota == 1<<20
+	})
+	al, err := a.AlarmList(ctx)
+	if err != nil || len(al.Alarms) == 0 {
+		t.Fatalf("alarms after NOSPACE: %v %v", al, err)
+	}
+	for _, m := range al.Alarms {
+		if _, err := a.AlarmDisarm(ctx, (*clientv3.AlarmMember)(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Put(ctx, "more", "1"); err != nil {
+		t.Fatalf("put under the raised quota: %v", err)
+	}
+}

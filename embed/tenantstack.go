@@ -67,10 +67,7 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	ec.Store.Root = zkstore.TenantRoot(f.cfg.Engine.Store.Root, rec.Name)
 	ec.Logger, ec.Store.Logger = lg, lg
 	ec.Registerer = s.metrics
-	ec.QuotaBackendBytes = limits.QuotaBackendBytes
-	if ec.QuotaBackendBytes == 0 {
-		ec.QuotaBackendBytes = -1 // "no limit" in a tenant's limits
-	}
+	ec.QuotaBackendBytes = engineQuota(limits)
 	if f.fwd != nil {
 		// The tenant's writes go to its leader instance, through the
 		// internal endpoint every tenant of the fleet shares.
@@ -122,14 +119,25 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	return s, nil
 }
 
-// setLimits applies limits that changed in the registry (the quota
-// applies from the engine's next start).
+// setLimits applies limits that changed in the registry to the running
+// tenant: its rates and counts, and its space quota from the next write.
 func (s *tenantStack) setLimits(l tenant.Limits) {
 	if s.adm.Limits() == l {
 		return
 	}
 	s.adm.SetLimits(l)
 	s.be.SetMaxWatchers(int(max(l.Watchers, 0)))
+	s.be.SetQuotaBackendBytes(engineQuota(l))
+}
+
+// engineQuota is a tenant's space quota as the engine's
+// --quota-backend-bytes: a tenant's 0 (after its defaults) means no limit,
+// the engine's 0 etcd's default.
+func engineQuota(l tenant.Limits) int64 {
+	if l.QuotaBackendBytes == 0 {
+		return -1
+	}
+	return l.QuotaBackendBytes
 }
 
 func (s *tenantStack) touch() { s.used.Store(int64(time.Since(s.opened))) }

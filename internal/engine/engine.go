@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -31,6 +32,8 @@ type Engine struct {
 	origins    *origins          // forwarded requests in the log (origins.go)
 	space      *space            // the bytes the root holds (DB size), see space.go
 	pages      pageCounts        // counts of paginated ranges (pagecount.go)
+	// quota is --quota-backend-bytes as set now (SetQuotaBackendBytes).
+	quota atomic.Int64
 	// internalToken is the secret callers of the internal endpoint present.
 	internalToken string
 

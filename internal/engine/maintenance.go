@@ -8,12 +8,20 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/zketcd/zketcd/internal/translate"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
 // QuotaBytes returns the quota in force over DBSize: --quota-backend-bytes
-// resolved as etcd does (0: etcd's default of 2 GiB; negative: none).
-func (b *Engine) QuotaBytes() int64 { return b.cfg.quotaBytes() }
+// (or what SetQuotaBackendBytes set since) resolved as etcd does (0: etcd's
+// default of 2 GiB; negative: none).
+func (b *Engine) QuotaBytes() int64 { return translate.QuotaBytes(b.quota.Load()) }
+
+// SetQuotaBackendBytes changes the quota of a running engine (as
+// Config.QuotaBackendBytes): the next write is checked against it. A raised
+// quota does not disarm a NOSPACE alarm already raised (as in etcd, the
+// alarm is disarmed by Alarm). Safe for concurrent use.
+func (b *Engine) SetQuotaBackendBytes(n int64) { b.quota.Store(n) }
 
 // DBSize returns the bytes the root holds before compression as this
 // instance accounts them (see space): etcd's DB size, against which the

@@ -196,6 +196,7 @@ func newEngine(cfg Config, st Log, inspect inspectFunc) (*Engine, error) {
 	b := &Engine{core: c, cancel: cancel, internalToken: hex.EncodeToString(tok[:]),
 		origins: &origins{gen: cfg.OriginGeneration}, space: &space{}, member: &memberRecord{store: moving},
 		moving: moving, leading: leading}
+	b.quota.Store(cfg.QuotaBackendBytes)
 	b.rb = newRollbackGuard(c, inspect, cfg.Registerer)
 	b.live = &liveness{core: c}
 	b.tail = &tailer{core: c, origins: b.origins, space: b.space, rb: b.rb, handoff: b.handoff}

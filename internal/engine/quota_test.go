@@ -240,3 +240,34 @@ func TestInitialCorruptionCheckFailsTheStartOnAMismatch(t *testing.T) {
 		t.Fatalf("the initial check raised alarms: %v", a.Alarms())
 	}
 }
+
+// TestQuotaSetWhileRunningAppliesToTheNextWrite: a quota changed on a
+// running engine (a tenant's limits changed in the fleet's registry) is
+// the one the next write is checked against and the one Status reports.
+func TestQuotaSetWhileRunningAppliesToTheNextWrite(t *testing.T) {
+	st := memlog.New(memlog.Options{})
+	a, _ := engine(t, st, "a", func(c *Config) { c.QuotaBackendBytes = -1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("big"), Value: []byte(strings.Repeat("v", 4<<10))}); err != nil {
+		t.Fatal(err)
+	}
+	a.SetQuotaBackendBytes(2 << 10)
+	if got := a.QuotaBytes(); got != 2<<10 {
+		t.Fatalf("quota in force %d, want %d", got, 2<<10)
+	}
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("more"), Value: []byte("1")}); !errors.Is(err, rpctypes.ErrGRPCNoSpace) {
+		t.Fatalf("put over the lowered quota: %v, want %v", err, rpctypes.ErrGRPCNoSpace)
+	}
+	a.SetQuotaBackendBytes(1 << 20)
+	if _, err := a.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: a.MemberID(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("more"), Value: []byte("1")}); err != nil {
+		t.Fatalf("put under the raised quota: %v", err)
+	}
+	a.SetQuotaBackendBytes(0)
+	if got := a.QuotaBytes(); got != 2<<30 {
+		t.Fatalf("quota 0 resolves to %d, want etcd's default %d", got, int64(2<<30))
+	}
+}
