@@ -265,3 +265,27 @@ func retryable(err error) bool {
 	}
 	return false
 }
+
+// TestLeaderYieldsToTheOtherInstance: YieldLeadership steps the leader down
+// (through the candidacy a move can switch) and the other instance leads;
+// an instance that does not lead does not step down.
+func TestLeaderYieldsToTheOtherInstance(t *testing.T) {
+	a := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{})
+	b := embedtest.Start(t, []string{zkAddr(t)}, embedtest.Options{Root: a.Root()})
+	leader, other := a.Engine(), b.Engine()
+	testutil.Eventually(t, 10*time.Second, "a leader", func() bool {
+		la, _ := leader.Leader()
+		lb, _ := other.Leader()
+		return la || lb
+	})
+	if l, _ := leader.Leader(); !l {
+		leader, other = other, leader
+	}
+	if other.YieldLeadership() {
+		t.Fatal("an instance that does not lead stepped down")
+	}
+	if !leader.YieldLeadership() {
+		t.Fatal("the leader did not step down")
+	}
+	testutil.Eventually(t, 10*time.Second, "the other instance leads", func() bool { l, _ := other.Leader(); return l })
+}

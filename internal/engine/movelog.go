@@ -190,6 +190,17 @@ func (m *movingLeadership) Close() {
 	}
 }
 
+// Yield steps the current candidacy down if it can (a zkstore.Election;
+// see Engine.YieldLeadership) and reports whether it did.
+func (m *movingLeadership) Yield() bool {
+	if s := m.cur.Load(); s != nil {
+		if y, ok := s.l.(yielder); ok {
+			return y.Yield()
+		}
+	}
+	return false
+}
+
 // stopRelay stops relaying changes (an engine that failed to start).
 func (m *movingLeadership) stopRelay() { m.relay.stop() }
 
