@@ -2,12 +2,15 @@ package embed
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/grpcsrv"
 	"github.com/zketcd/zketcd/internal/httpgw"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/tenant"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -64,7 +68,7 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		}
 	}()
 	ec := f.cfg.Engine
-	ec.Store.Root = zkstore.TenantRoot(f.cfg.Engine.Store.Root, rec.Name)
+	ec.Store.Root = rec.DataRoot(f.cfg.Engine.Store.Root)
 	ec.Logger, ec.Store.Logger = lg, lg
 	ec.Registerer = s.metrics
 	ec.QuotaBackendBytes = limits.QuotaBackendBytes
@@ -84,18 +88,25 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		return nil, err
 	}
 	s.release = release
-	st, err := sess.Open(ctx, ec.Store.Root)
+	st, err := openTenantRoot(ctx, sess, ec.Store.Root, lg)
 	if err != nil {
 		return nil, err
 	}
-	inspectCfg := ec.Store
-	if s.be, err = engine.NewInspected(ctx, ec, st, func(ctx context.Context) (engine.Log, error) {
-		in, err := zkstore.OpenInspector(ctx, inspectCfg)
-		if err != nil {
-			return nil, err
+	// A move of the tenant (zketcd tenant move) fences its root: the
+	// engine then opens the destination, on the fleet's ensemble, on the
+	// same shared session, and waits for it with a watch on that session.
+	ec.OpenMoved = func(ctx context.Context, to revision.Move) (engine.Log, func(context.Context) (engine.Log, error), error) {
+		if to.Servers != "" {
+			return nil, nil, fmt.Errorf("tenant %s was fenced toward %s on %s: a fleet serves its tenants on its own ensemble only", rec.Name, to.Root, to.Servers)
 		}
-		return in, nil
-	}); err != nil {
+		st, err := sess.Open(ctx, to.Root)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, inspector(engine.MovedConfig(ec.Store, to)), nil
+	}
+	ec.WaitMoved = engine.WaitMovedStore(ec.Store)
+	if s.be, err = engine.NewInspected(ctx, ec, st, inspector(withRoot(ec.Store, st.Root()))); err != nil {
 		return nil, err
 	}
 	s.adm = tenant.NewAdmission(limits, s.be.LeaseCount, nil)
@@ -120,6 +131,44 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	s.touch()
 	lg.WithField("limits", limits).Info("serving the tenant on this instance")
 	return s, nil
+}
+
+// maxTenantMoveHops bounds how many moved records openTenantRoot follows.
+const maxTenantMoveHops = 8
+
+// openTenantRoot opens root on sess, or, if the tenant's data moved from
+// there (zkstore.ErrMoved: an instance that read the registry's record
+// before a move updated it), the root it moved to, on the same session.
+func openTenantRoot(ctx context.Context, sess *zkstore.Session, root string, lg *logrus.Entry) (*zkstore.Store, error) {
+	for hop := 0; ; hop++ {
+		st, err := sess.Open(ctx, root)
+		var moved *zkstore.MovedError
+		if !errors.As(err, &moved) || hop == maxTenantMoveHops {
+			return st, err
+		}
+		if moved.To.Servers != "" {
+			return nil, fmt.Errorf("tenant root %s moved to %s on %s: a fleet serves its tenants on its own ensemble only", root, moved.To.Root, moved.To.Servers)
+		}
+		lg.WithFields(logrus.Fields{"root": root, "to_root": moved.To.Root}).Info("the tenant's data moved: serving it from where it went")
+		root = moved.To.Root
+	}
+}
+
+// inspector opens fresh inspector sessions on cfg's root (the engine's
+// rollback checks).
+func inspector(cfg zkstore.Config) func(context.Context) (engine.Log, error) {
+	return func(ctx context.Context) (engine.Log, error) {
+		in, err := zkstore.OpenInspector(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return in, nil
+	}
+}
+
+func withRoot(cfg zkstore.Config, root string) zkstore.Config {
+	cfg.Root = root
+	return cfg
 }
 
 // setLimits applies limits that changed in the registry (the quota

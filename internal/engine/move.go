@@ -137,6 +137,9 @@ func (b *Engine) Moved() (to revision.Move, ok bool) {
 	return revision.Move{}, false
 }
 
+// Root returns the root of the log the engine runs on.
+func (b *Engine) Root() string { return b.store.Root() }
+
 // Moves returns how many times the engine switched to a destination's log.
 func (b *Engine) Moves() int64 { return b.moves.Load() }
 

@@ -30,6 +30,10 @@ type Config struct {
 	// BeforeFence and AfterFence, if set, are called right before the
 	// fence is committed and right after (tests: a crash there).
 	BeforeFence, AfterFence func() error
+
+	// tenant is the fleet tenant whose data Source.Root holds (RunTenant;
+	// nil: a root move).
+	tenant *zkstore.TenantRef
 }
 
 // Result is what a move did.
@@ -66,7 +70,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Source.Root == cfg.Dest.Root && to.Servers == "" {
 		return Result{}, errors.New("move: the destination is the source")
 	}
-	rc, err := zkstore.OpenRootCopy(ctx, cfg.Source, cfg.Dest)
+	var rc *zkstore.RootCopy
+	var err error
+	if cfg.tenant != nil {
+		rc, err = zkstore.OpenTenantCopy(ctx, cfg.Source, cfg.Dest, *cfg.tenant)
+	} else {
+		rc, err = zkstore.OpenRootCopy(ctx, cfg.Source, cfg.Dest)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("move: %w", err)
 	}

@@ -81,11 +81,40 @@ type TenantRecord struct {
 	// after the role that granted them was deleted (as its owner encodes
 	// them).
 	Ranges json.RawMessage `json:"ranges,omitempty"`
+	// Root is where the tenant's data lives, on the fleet's ensemble, if
+	// a move (`zketcd tenant move`) took it away from TenantRoot(fleet,
+	// Name) ("": there); DataRoot resolves it.
+	Root string `json:"root,omitempty"`
+	// Previous are the roots the tenant moved from, oldest first: each
+	// keeps its <root>/moved record (which sends an instance that read an
+	// older record to where the data went) until the tenant is deleted.
+	Previous []string `json:"previous,omitempty"`
 	// Created is when the tenant was created (UTC).
 	Created time.Time `json:"created"`
 	// Version is the record znode's data version (not stored): the
 	// compare-and-swap of SetTenantLimits.
 	Version int32 `json:"-"`
+}
+
+// DataRoot is the root the tenant's data lives in, under the fleet root
+// fleet unless a move took it elsewhere.
+func (rec TenantRecord) DataRoot(fleet string) string {
+	if rec.Root != "" {
+		return rec.Root
+	}
+	return TenantRoot(fleet, rec.Name)
+}
+
+// Roots are every root of the tenant: where its data lives, and the roots
+// it moved from.
+func (rec TenantRecord) Roots(fleet string) []string {
+	roots := []string{rec.DataRoot(fleet)}
+	for _, p := range rec.Previous {
+		if !slices.Contains(roots, p) {
+			roots = append(roots, p)
+		}
+	}
+	return roots
 }
 
 // ErrTenantExists is returned by CreateTenant for a name or CN already
@@ -190,11 +219,18 @@ func (r *Registry) Store() *Store { return r.s }
 
 // CreateTenant registers rec (State and Created are set here) with its
 // CNs, in one multi. A name or CN already registered fails with
-// ErrTenantExists and registers nothing. The tenant's root is created by
-// the first instance that serves it (Open on TenantRoot).
+// ErrTenantExists and registers nothing, and so does a name whose root
+// exists (another tenant's data moved there). The tenant's root is
+// created by the first instance that serves it (Open on TenantRoot).
 func (r *Registry) CreateTenant(rec TenantRecord) (TenantRecord, error) {
 	s := r.s
+	if ok, _, err := s.conn.Exists(TenantRoot(r.l.root, rec.Name)); err != nil {
+		return TenantRecord{}, s.wrap("stat the root of tenant "+rec.Name, err)
+	} else if ok {
+		return TenantRecord{}, fmt.Errorf("%w: %s exists (another tenant's data was moved there): choose another name", ErrTenantExists, TenantRoot(r.l.root, rec.Name))
+	}
 	rec.State, rec.Created = TenantActive, time.Now().UTC().Truncate(time.Second)
+	rec.Root, rec.Previous = "", nil
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return TenantRecord{}, fmt.Errorf("encode tenant %s: %w", rec.Name, err)
@@ -329,6 +365,37 @@ func (r *Registry) update(rec TenantRecord) (TenantRecord, error) {
 	return rec, nil
 }
 
+// SetTenantRoot records that tenant name's data moved from the root from
+// to the root to (from joins the record's Previous roots), with a
+// compare-and-swap on its record. A record that names to already is
+// left as it is (a move's record updated twice); one that names neither
+// fails, as does a tenant being deleted.
+func (r *Registry) SetTenantRoot(name, from, to string) (TenantRecord, error) {
+	for {
+		rec, err := r.Tenant(name)
+		if err != nil {
+			return TenantRecord{}, err
+		}
+		cur := rec.DataRoot(r.l.root)
+		switch {
+		case cur == to:
+			return rec, nil
+		case rec.State != TenantActive:
+			return TenantRecord{}, fmt.Errorf("tenant %s is being deleted: its root stays %s", name, cur)
+		case cur != from:
+			return TenantRecord{}, fmt.Errorf("tenant %s lives in %s, not %s: its root is not changed to %s", name, cur, from, to)
+		}
+		rec.Root = to
+		if !slices.Contains(rec.Previous, from) {
+			rec.Previous = append(rec.Previous, from)
+		}
+		rec, err = r.update(rec)
+		if err == nil || !errors.Is(err, zk.ErrBadVersion) {
+			return rec, err
+		}
+	}
+}
+
 // MarkDeleting marks a tenant's record deleting (no instance serves it
 // from then on; DeleteTenant completes the delete) and returns it.
 func (r *Registry) MarkDeleting(name string) (TenantRecord, error) {
@@ -345,10 +412,11 @@ func (r *Registry) MarkDeleting(name string) (TenantRecord, error) {
 	}
 }
 
-// DeleteTenant deletes a tenant and every znode of its root: it marks the
+// DeleteTenant deletes a tenant and every znode of its roots (where its
+// data lives and those it moved from: TenantRecord.Roots): it marks the
 // record deleting (instances then stop serving it and their member znodes
 // go), waits up to wait for the tenant's members to leave, deletes the
-// root and then the record and its CNs. progress, if not nil, is told the
+// roots and then the record and its CNs. progress, if not nil, is told the
 // znodes deleted so far every few seconds. Re-running it after a failure
 // continues where it stopped.
 func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Duration, progress func(deleted int64)) error {
@@ -356,24 +424,26 @@ func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Dura
 	if err != nil {
 		return err
 	}
-	root := TenantRoot(r.l.root, name)
-	members := layout{root}.members()
+	roots := rec.Roots(r.l.root)
 	deadline := time.Now().Add(wait)
-	for {
-		kids, _, err := r.s.conn.Children(members)
-		if errors.Is(err, zk.ErrNoNode) || (err == nil && len(kids) == 0) {
-			break
-		}
-		if err != nil {
-			return r.s.wrap("list "+members, err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("tenant %s: %d instance(s) still serve it after %v (their member znodes under %s remain); run the delete again once they stopped", name, len(kids), wait, members)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+	for _, root := range roots {
+		members := layout{root}.members()
+		for {
+			kids, _, err := r.s.conn.Children(members)
+			if errors.Is(err, zk.ErrNoNode) || (err == nil && len(kids) == 0) {
+				break
+			}
+			if err != nil {
+				return r.s.wrap("list "+members, err)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("tenant %s: %d instance(s) still serve it after %v (their member znodes under %s remain); run the delete again once they stopped", name, len(kids), wait, members)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 	}
 	var deleted atomic.Int64
@@ -393,8 +463,10 @@ func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Dura
 			}
 		}()
 	}
-	if err := r.s.deleteTreeCounting(ctx, root, &deleted); err != nil {
-		return fmt.Errorf("delete the root of tenant %s: %w", name, err)
+	for _, root := range roots {
+		if err := r.s.deleteTreeCounting(ctx, root, &deleted); err != nil {
+			return fmt.Errorf("delete the root %s of tenant %s: %w", root, name, err)
+		}
 	}
 	ops := []any{
 		&zk.DeleteRequest{Path: r.l.tenant(name), Version: rec.Version},
