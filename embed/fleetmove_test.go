@@ -244,3 +244,91 @@ func TestTenantMoveRefusals(t *testing.T) {
 		t.Fatalf("a after the refused moves: %v", err)
 	}
 }
+
+// TestTenantMoveCrashedMoverContinuesWhenRunAgain kills the mover right
+// after its fence (a's writes wait, neither root takes them), then right
+// after it finished the destination but before the registry named it: an
+// instance started then reads the old record and follows the source's
+// moved record to the data; a last run updates the registry. The held
+// write lands once, and the watch sees every revision once.
+func TestTenantMoveCrashedMoverContinuesWhenRunAgain(t *testing.T) {
+	fx := newFleetFixture(t, "a")
+	f1 := fx.start("i1", nil)
+	ctx := testutil.Context(t, 2*time.Minute)
+	a1 := fx.client(f1, "a")
+	first, err := a1.Put(ctx, "before", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := a1.Watch(clientv3.WithRequireLeader(ctx), "", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision))
+	dest := fx.storeConfig()
+	dest.Root = zkstore.TenantRoot(fx.root, "a-2")
+	crash := errors.New("mover killed")
+	cfg := move.Config{Source: fx.storeConfig(), Dest: dest, Logger: testutil.Logger(logrus.ErrorLevel)}
+	killed := cfg
+	killed.AfterFence = func() error { return crash }
+	if _, err := move.RunTenant(ctx, "a", killed); !errors.Is(err, crash) {
+		t.Fatalf("first run: %v", err)
+	}
+	held := make(chan *clientv3.PutResponse, 1)
+	go func() {
+		resp, err := a1.Put(ctx, "held", "v")
+		if err != nil {
+			t.Errorf("the held put: %v", err)
+		}
+		held <- resp
+	}()
+	select {
+	case <-held:
+		t.Fatal("a write landed while the move was half done")
+	case <-time.After(500 * time.Millisecond):
+	}
+	killed = cfg
+	killed.AfterFinish = func() error { return crash }
+	if _, err := move.RunTenant(ctx, "a", killed); !errors.Is(err, crash) {
+		t.Fatalf("second run: %v", err)
+	}
+	resp := <-held
+	if resp == nil {
+		t.FailNow()
+	}
+	if rec, err := fx.reg.Tenant("a"); err != nil || rec.Root != "" {
+		t.Fatalf("a's record before the last run: %+v %v", rec, err)
+	}
+	f2 := fx.start("i2", nil)
+	a2 := fx.client(f2, "a")
+	got, err := a2.Get(ctx, "held")
+	if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != resp.Header.Revision {
+		t.Fatalf("the held write on an instance started before the registry named the new root: %+v %v", got, err)
+	}
+	if e := f2.Tenant("a"); e == nil || e.Root() != dest.Root {
+		t.Fatalf("a's engine on the new instance: %v", e)
+	}
+	if _, err := move.RunTenant(ctx, "a", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := fx.reg.Tenant("a"); err != nil || rec.Root != dest.Root || len(rec.Previous) != 1 {
+		t.Fatalf("a's record after the last run: %+v %v", rec, err)
+	}
+	after, err := a2.Put(ctx, "after", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"before", "held", "after"}
+	for i := 0; i < len(want); {
+		select {
+		case wr := <-watch:
+			if wr.Err() != nil {
+				t.Fatal(wr.Err())
+			}
+			for _, ev := range wr.Events {
+				if i >= len(want) || string(ev.Kv.Key) != want[i] || ev.Kv.ModRevision != first.Header.Revision+int64(i) {
+					t.Fatalf("watch event %d: %s at %d", i, ev.Kv.Key, ev.Kv.ModRevision)
+				}
+				i++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the watch saw %d of %v (the last at %d)", i, want, after.Header.Revision)
+		}
+	}
+}

@@ -30,6 +30,9 @@ type Config struct {
 	// BeforeFence and AfterFence, if set, are called right before the
 	// fence is committed and right after (tests: a crash there).
 	BeforeFence, AfterFence func() error
+	// AfterFinish, if set, is called by RunTenant once the destination is
+	// finished, before the registry names it (tests: a crash there).
+	AfterFinish func() error
 
 	// tenant is the fleet tenant whose data Source.Root holds (RunTenant;
 	// nil: a root move).

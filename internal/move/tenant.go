@@ -71,6 +71,11 @@ func RunTenant(ctx context.Context, name string, cfg Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if cfg.AfterFinish != nil {
+		if err := cfg.AfterFinish(); err != nil {
+			return res, err
+		}
+	}
 	if _, err := reg.SetTenantRoot(name, src, dest); err != nil {
 		return res, fmt.Errorf("move: %s is finished, but the registry does not name it yet (run the move again: it continues): %w", dest, err)
 	}
