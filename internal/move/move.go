@@ -51,6 +51,8 @@ type Result struct {
 	// Paused is how long writes could not commit: from the fence to the
 	// destination finished.
 	Paused time.Duration
+	// From is the root a tenant's data moved from (RunTenant).
+	From string
 }
 
 // Run moves cfg.Source's cluster into cfg.Dest, or continues a move that

@@ -68,6 +68,7 @@ func RunTenant(ctx context.Context, name string, cfg Config) (Result, error) {
 	cfg.tenant = &zkstore.TenantRef{Fleet: fleet.Root, Name: name}
 	cfg.Logger = cfg.Logger.WithFields(logrus.Fields{"tenant": name, "fleet": fleet.Root})
 	res, err := Run(ctx, cfg)
+	res.From = src
 	if err != nil {
 		return res, err
 	}
