@@ -3,7 +3,6 @@ package embed
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -68,7 +67,8 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		}
 	}()
 	ec := f.cfg.Engine
-	ec.Store.Root = rec.DataRoot(f.cfg.Engine.Store.Root)
+	place := rec.Place(f.cfg.Engine.Store.Root)
+	ec.Store.Root = place.Root
 	ec.Logger, ec.Store.Logger = lg, lg
 	ec.Registerer = s.metrics
 	ec.QuotaBackendBytes = limits.QuotaBackendBytes
@@ -88,25 +88,30 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		return nil, err
 	}
 	s.release = release
-	st, err := openTenantRoot(ctx, sess, ec.Store.Root, lg)
+	st, err := f.openTenantPlace(ctx, sess, ec.Store, place, lg)
 	if err != nil {
 		return nil, err
 	}
 	// A move of the tenant (zketcd tenant move) fences its root: the
-	// engine then opens the destination, on the fleet's ensemble, on the
-	// same shared session, and waits for it with a watch on that session.
-	ec.OpenMoved = func(ctx context.Context, to revision.Move) (engine.Log, func(context.Context) (engine.Log, error), error) {
-		if to.Servers != "" {
-			return nil, nil, fmt.Errorf("tenant %s was fenced toward %s on %s: a fleet serves its tenants on its own ensemble only", rec.Name, to.Root, to.Servers)
+	// engine then opens the destination, on the shared session when it is
+	// on the fleet's ensemble, else on a session of its own there, and
+	// waits for it with a watch (engine.WaitMovedStore).
+	ec.OpenMoved = func(ctx context.Context, cur engine.Log, to revision.Move) (engine.Log, func(context.Context) (engine.Log, error), error) {
+		dest := zkstore.TenantPlace{Root: to.Root}
+		if cs, ok := cur.(*zkstore.Store); ok {
+			dest.Servers = f.placeServers(zkstore.JoinServers(cs.Servers()))
 		}
-		st, err := sess.Open(ctx, to.Root)
+		if to.Servers != "" {
+			dest.Servers = f.placeServers(to.Servers)
+		}
+		st, err := f.openPlace(ctx, sess, ec.Store, dest)
 		if err != nil {
 			return nil, nil, err
 		}
-		return st, inspector(engine.MovedConfig(ec.Store, to)), nil
+		return st, inspector(dest.Config(ec.Store)), nil
 	}
 	ec.WaitMoved = engine.WaitMovedStore(ec.Store)
-	if s.be, err = engine.NewInspected(ctx, ec, st, inspector(withRoot(ec.Store, st.Root()))); err != nil {
+	if s.be, err = engine.NewInspected(ctx, ec, st, inspector(withRoot(ec.Store, st))); err != nil {
 		return nil, err
 	}
 	s.adm = tenant.NewAdmission(limits, s.be.LeaseCount, nil)
@@ -133,25 +138,45 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	return s, nil
 }
 
-// maxTenantMoveHops bounds how many moved records openTenantRoot follows.
+// maxTenantMoveHops bounds how many moved records openTenantPlace follows.
 const maxTenantMoveHops = 8
 
-// openTenantRoot opens root on sess, or, if the tenant's data moved from
+// openTenantPlace opens the tenant's data at p, or, if it moved from
 // there (zkstore.ErrMoved: an instance that read the registry's record
-// before a move updated it), the root it moved to, on the same session.
-func openTenantRoot(ctx context.Context, sess *zkstore.Session, root string, lg *logrus.Entry) (*zkstore.Store, error) {
+// before a move updated it), where it went.
+func (f *Fleet) openTenantPlace(ctx context.Context, sess *zkstore.Session, cfg zkstore.Config, p zkstore.TenantPlace, lg *logrus.Entry) (*zkstore.Store, error) {
 	for hop := 0; ; hop++ {
-		st, err := sess.Open(ctx, root)
+		st, err := f.openPlace(ctx, sess, cfg, p)
 		var moved *zkstore.MovedError
 		if !errors.As(err, &moved) || hop == maxTenantMoveHops {
 			return st, err
 		}
+		next := zkstore.TenantPlace{Servers: p.Servers, Root: moved.To.Root}
 		if moved.To.Servers != "" {
-			return nil, fmt.Errorf("tenant root %s moved to %s on %s: a fleet serves its tenants on its own ensemble only", root, moved.To.Root, moved.To.Servers)
+			next.Servers = f.placeServers(moved.To.Servers)
 		}
-		lg.WithFields(logrus.Fields{"root": root, "to_root": moved.To.Root}).Info("the tenant's data moved: serving it from where it went")
-		root = moved.To.Root
+		lg.WithFields(logrus.Fields{"from": p.String(), "to": next.String()}).Info("the tenant's data moved: serving it from where it went")
+		p = next
 	}
+}
+
+// openPlace opens the root of p: on sess when it is on the fleet's
+// ensemble, else on a session of its own on p's ensemble (cfg's settings
+// but its servers and root).
+func (f *Fleet) openPlace(ctx context.Context, sess *zkstore.Session, cfg zkstore.Config, p zkstore.TenantPlace) (*zkstore.Store, error) {
+	if p.Servers == "" {
+		return sess.Open(ctx, p.Root)
+	}
+	return zkstore.Open(ctx, p.Config(cfg))
+}
+
+// placeServers is servers (comma separated) as a TenantPlace names them:
+// "" for the fleet's own ensemble.
+func (f *Fleet) placeServers(servers string) string {
+	if servers == zkstore.JoinServers(f.cfg.Engine.Store.Servers) {
+		return ""
+	}
+	return servers
 }
 
 // inspector opens fresh inspector sessions on cfg's root (the engine's
@@ -166,8 +191,9 @@ func inspector(cfg zkstore.Config) func(context.Context) (engine.Log, error) {
 	}
 }
 
-func withRoot(cfg zkstore.Config, root string) zkstore.Config {
-	cfg.Root = root
+// withRoot is cfg for st's root, on st's ensemble.
+func withRoot(cfg zkstore.Config, st *zkstore.Store) zkstore.Config {
+	cfg.Root, cfg.Servers = st.Root(), st.Servers()
 	return cfg
 }
 

@@ -97,7 +97,7 @@ const tenantUsage = `usage: zketcd tenant COMMAND [flags] (the --zk, --zk-root a
   limits NAME [limits]               show a tenant's limits, or change those given
   delete NAME [--wait 2m]            stop serving a tenant and delete every znode of it
   snapshot NAME FILE                 write the tenant's data as an etcd snapshot file (etcdutl snapshot restore)
-  move NAME --to-root ROOT           move the tenant's data to a new root of the fleet's ensemble while it is served
+  move NAME --to-root ROOT [--to-zk SERVERS]  move the tenant's data to a new root (or ensemble) while it is served
   move NAME --free-source            delete the data left in the roots the tenant moved from
 `
 
@@ -220,7 +220,7 @@ type tenantMoveFlags struct {
 
 func (m *tenantMoveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.toRoot, "to-root", "", "the root to move the tenant's data into (new, or one this move started), on the fleet's ensemble")
-	fs.StringVar(&m.toZK, "to-zk", "", "ZooKeeper servers of the destination (only the fleet's own: another ensemble is refused)")
+	fs.StringVar(&m.toZK, "to-zk", "", "ZooKeeper servers of the destination, comma separated host:port (default: the fleet's)")
 	fs.BoolVar(&m.free, "free-source", false, "delete the data left in the roots the tenant moved from, keeping the records that send instances on")
 	fs.DurationVar(&m.release, "release-timeout", 2*time.Minute, "how long to wait for every instance to leave the fenced source")
 }
@@ -287,9 +287,9 @@ func printTenants(w io.Writer, recs []zkstore.TenantRecord) error {
 		if limits == "" || limits == "{}" {
 			limits = "defaults"
 		}
-		root := r.Root
-		if root == "" {
-			root = "-" // the fleet's roots/NAME
+		root := "-" // the fleet's roots/NAME
+		if r.Root != "" {
+			root = r.Place("").String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, strings.Join(r.CNs, ","), r.State, r.Created.Format(time.RFC3339), root, limits)
 	}
@@ -350,7 +350,7 @@ func tenantLimits(w io.Writer, reg *zkstore.Registry, name string, fs *flag.Flag
 // ZooKeeper.
 func tenantSnapshot(w io.Writer, cfg zkstore.Config, rec zkstore.TenantRecord, file string) error {
 	name := rec.Name
-	cfg.Root = rec.DataRoot(cfg.Root)
+	cfg = rec.Place(cfg.Root).Config(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	st, err := zkstore.OpenInspector(ctx, cfg)

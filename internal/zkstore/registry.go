@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,14 +82,16 @@ type TenantRecord struct {
 	// after the role that granted them was deleted (as its owner encodes
 	// them).
 	Ranges json.RawMessage `json:"ranges,omitempty"`
-	// Root is where the tenant's data lives, on the fleet's ensemble, if
-	// a move (`zketcd tenant move`) took it away from TenantRoot(fleet,
-	// Name) ("": there); DataRoot resolves it.
-	Root string `json:"root,omitempty"`
-	// Previous are the roots the tenant moved from, oldest first: each
+	// Root is where the tenant's data lives, if a move (`zketcd tenant
+	// move`) took it away from TenantRoot(fleet, Name) ("": there), and
+	// Servers the ensemble of Root if it is not the fleet's ("": the
+	// fleet's); Place resolves them.
+	Root    string `json:"root,omitempty"`
+	Servers string `json:"servers,omitempty"`
+	// Previous are the places the tenant moved from, oldest first: each
 	// keeps its <root>/moved record (which sends an instance that read an
 	// older record to where the data went) until the tenant is deleted.
-	Previous []string `json:"previous,omitempty"`
+	Previous []TenantPlace `json:"previous,omitempty"`
 	// Created is when the tenant was created (UTC).
 	Created time.Time `json:"created"`
 	// Version is the record znode's data version (not stored): the
@@ -96,25 +99,46 @@ type TenantRecord struct {
 	Version int32 `json:"-"`
 }
 
-// DataRoot is the root the tenant's data lives in, under the fleet root
-// fleet unless a move took it elsewhere.
-func (rec TenantRecord) DataRoot(fleet string) string {
-	if rec.Root != "" {
-		return rec.Root
-	}
-	return TenantRoot(fleet, rec.Name)
+// TenantPlace is where a tenant's data lives: a root, on the fleet's
+// ensemble (Servers "") or on the one Servers names (comma separated
+// host:port, as zkstore.JoinServers).
+type TenantPlace struct {
+	Servers string `json:"servers,omitempty"`
+	Root    string `json:"root"`
 }
 
-// Roots are every root of the tenant: where its data lives, and the roots
+func (p TenantPlace) String() string { return prefixServers(p.Servers) + p.Root }
+
+// Config is fleet, the fleet's configuration, for the place's root on its
+// ensemble.
+func (p TenantPlace) Config(fleet Config) Config {
+	fleet.Root = p.Root
+	if p.Servers != "" {
+		fleet.Servers = strings.Split(p.Servers, ",")
+	}
+	return fleet
+}
+
+// Place is where the tenant's data lives, in the fleet rooted at fleet:
+// TenantRoot(fleet, Name) on the fleet's ensemble unless a move took it
+// elsewhere.
+func (rec TenantRecord) Place(fleet string) TenantPlace {
+	if rec.Root != "" {
+		return TenantPlace{Servers: rec.Servers, Root: rec.Root}
+	}
+	return TenantPlace{Root: TenantRoot(fleet, rec.Name)}
+}
+
+// Places are every place of the tenant: where its data lives, and those
 // it moved from.
-func (rec TenantRecord) Roots(fleet string) []string {
-	roots := []string{rec.DataRoot(fleet)}
+func (rec TenantRecord) Places(fleet string) []TenantPlace {
+	places := []TenantPlace{rec.Place(fleet)}
 	for _, p := range rec.Previous {
-		if !slices.Contains(roots, p) {
-			roots = append(roots, p)
+		if !slices.Contains(places, p) {
+			places = append(places, p)
 		}
 	}
-	return roots
+	return places
 }
 
 // ErrTenantExists is returned by CreateTenant for a name or CN already
@@ -230,7 +254,7 @@ func (r *Registry) CreateTenant(rec TenantRecord) (TenantRecord, error) {
 		return TenantRecord{}, fmt.Errorf("%w: %s exists (another tenant's data was moved there): choose another name", ErrTenantExists, TenantRoot(r.l.root, rec.Name))
 	}
 	rec.State, rec.Created = TenantActive, time.Now().UTC().Truncate(time.Second)
-	rec.Root, rec.Previous = "", nil
+	rec.Root, rec.Servers, rec.Previous = "", "", nil
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return TenantRecord{}, fmt.Errorf("encode tenant %s: %w", rec.Name, err)
@@ -365,27 +389,27 @@ func (r *Registry) update(rec TenantRecord) (TenantRecord, error) {
 	return rec, nil
 }
 
-// SetTenantRoot records that tenant name's data moved from the root from
-// to the root to (from joins the record's Previous roots), with a
-// compare-and-swap on its record. A record that names to already is
-// left as it is (a move's record updated twice); one that names neither
-// fails, as does a tenant being deleted.
-func (r *Registry) SetTenantRoot(name, from, to string) (TenantRecord, error) {
+// SetTenantPlace records that tenant name's data moved from the place
+// from to the place to (from joins the record's Previous places), with a
+// compare-and-swap on its record. A record that names to already is left
+// as it is (a move's record updated twice); one that names neither fails,
+// as does a tenant being deleted.
+func (r *Registry) SetTenantPlace(name string, from, to TenantPlace) (TenantRecord, error) {
 	for {
 		rec, err := r.Tenant(name)
 		if err != nil {
 			return TenantRecord{}, err
 		}
-		cur := rec.DataRoot(r.l.root)
+		cur := rec.Place(r.l.root)
 		switch {
 		case cur == to:
 			return rec, nil
 		case rec.State != TenantActive:
-			return TenantRecord{}, fmt.Errorf("tenant %s is being deleted: its root stays %s", name, cur)
+			return TenantRecord{}, fmt.Errorf("tenant %s is being deleted: its data stays in %s", name, cur)
 		case cur != from:
-			return TenantRecord{}, fmt.Errorf("tenant %s lives in %s, not %s: its root is not changed to %s", name, cur, from, to)
+			return TenantRecord{}, fmt.Errorf("tenant %s lives in %s, not %s: its place is not changed to %s", name, cur, from, to)
 		}
-		rec.Root = to
+		rec.Root, rec.Servers = to.Root, to.Servers
 		if !slices.Contains(rec.Previous, from) {
 			rec.Previous = append(rec.Previous, from)
 		}
@@ -413,7 +437,8 @@ func (r *Registry) MarkDeleting(name string) (TenantRecord, error) {
 }
 
 // DeleteTenant deletes a tenant and every znode of its roots (where its
-// data lives and those it moved from: TenantRecord.Roots): it marks the
+// data lives and those it moved from, on whichever ensemble:
+// TenantRecord.Places): it marks the
 // record deleting (instances then stop serving it and their member znodes
 // go), waits up to wait for the tenant's members to leave, deletes the
 // roots and then the record and its CNs. progress, if not nil, is told the
@@ -424,20 +449,33 @@ func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Dura
 	if err != nil {
 		return err
 	}
-	roots := rec.Roots(r.l.root)
+	places := rec.Places(r.l.root)
+	stores := make([]*Store, len(places))
+	for i, p := range places {
+		if p.Servers == "" {
+			stores[i] = r.s
+			continue
+		}
+		st, err := openRaw(ctx, p.Config(r.s.cfg))
+		if err != nil {
+			return fmt.Errorf("tenant %s: connect to %s, where its data lives: %w", name, p.Servers, err)
+		}
+		defer st.Close()
+		stores[i] = st
+	}
 	deadline := time.Now().Add(wait)
-	for _, root := range roots {
-		members := layout{root}.members()
+	for i, p := range places {
+		members := layout{p.Root}.members()
 		for {
-			kids, _, err := r.s.conn.Children(members)
+			kids, _, err := stores[i].conn.Children(members)
 			if errors.Is(err, zk.ErrNoNode) || (err == nil && len(kids) == 0) {
 				break
 			}
 			if err != nil {
-				return r.s.wrap("list "+members, err)
+				return stores[i].wrap("list "+members, err)
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("tenant %s: %d instance(s) still serve it after %v (their member znodes under %s remain); run the delete again once they stopped", name, len(kids), wait, members)
+				return fmt.Errorf("tenant %s: %d instance(s) still serve it after %v (their member znodes under %s remain); run the delete again once they stopped", name, len(kids), wait, TenantPlace{Servers: p.Servers, Root: members})
 			}
 			select {
 			case <-ctx.Done():
@@ -463,9 +501,9 @@ func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Dura
 			}
 		}()
 	}
-	for _, root := range roots {
-		if err := r.s.deleteTreeCounting(ctx, root, &deleted); err != nil {
-			return fmt.Errorf("delete the root %s of tenant %s: %w", root, name, err)
+	for i, p := range places {
+		if err := stores[i].deleteTreeCounting(ctx, p.Root, &deleted); err != nil {
+			return fmt.Errorf("delete %s, where tenant %s's data lives or lived: %w", p, name, err)
 		}
 	}
 	ops := []any{
