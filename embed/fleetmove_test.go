@@ -104,47 +104,7 @@ func testTenantMove(t *testing.T, otherEnsemble bool) {
 	wg.Wait()
 	t.Logf("fenced at entry %d (revision %d), writes paused %v", res.FenceLSN, res.Rev, res.Paused.Round(time.Millisecond))
 
-	// Every acknowledged write, once, at its revision.
-	last := first.Header.Revision
-	n := 0
-	acked.Range(func(_, v any) bool { n++; last = max(last, v.(int64)); return true })
-	if n < 4 {
-		t.Fatalf("too few writes: %d", n)
-	}
-	got, err := a1.Get(ctx, "k", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.Kvs) != n {
-		t.Errorf("%d keys, %d writes acknowledged", len(got.Kvs), n)
-	}
-	for _, kv := range got.Kvs {
-		if rev, ok := acked.Load(string(kv.Key)); !ok || rev.(int64) != kv.ModRevision {
-			t.Errorf("%s at %d, acknowledged at %v", kv.Key, kv.ModRevision, rev)
-		}
-	}
-	// The watch: every revision from the first put to the last, once.
-	next := first.Header.Revision
-	timeout := time.After(30 * time.Second)
-	for next <= last {
-		select {
-		case wr, ok := <-watch:
-			if !ok || wr.Err() != nil {
-				t.Fatalf("the watch ended at revision %d: %v", next, wr.Err())
-			}
-			for _, ev := range wr.Events {
-				if ev.Kv.ModRevision != next {
-					t.Fatalf("the watch saw revision %d (%s), expected %d", ev.Kv.ModRevision, ev.Kv.Key, next)
-				}
-				if rev, ok := acked.Load(string(ev.Kv.Key)); ok && rev.(int64) != next {
-					t.Fatalf("the watch saw %s at %d, acknowledged at %d", ev.Kv.Key, next, rev)
-				}
-				next++
-			}
-		case <-timeout:
-			t.Fatalf("the watch stopped at revision %d, the last write is at %d", next, last)
-		}
-	}
+	n := checkAckedOnceAndWatched(t, a1, &acked, first.Header.Revision, watch)
 	ttl, err := a2.TimeToLive(ctx, lease.ID)
 	if err != nil || ttl.TTL <= 0 || ttl.TTL > 600 {
 		t.Fatalf("lease after the move: %+v %v", ttl, err)
@@ -185,6 +145,14 @@ func testTenantMove(t *testing.T, otherEnsemble bool) {
 	if err != nil || !again.AlreadyMoved {
 		t.Fatalf("second run: %+v %v", again, err)
 	}
+	checkFreedAndDeleted(t, fx, dest)
+}
+
+// checkFreedAndDeleted frees tenant a's source after its move to dest:
+// the source keeps only its moved record; then deletes a: both roots go.
+func checkFreedAndDeleted(t *testing.T, fx *fleetFixture, dest zkstore.Config) {
+	t.Helper()
+	ctx := testutil.Context(t, time.Minute)
 	// Freed: the source keeps only its moved record.
 	src := fx.storeConfig()
 	src.Root = zkstore.TenantRoot(fx.root, "a")
@@ -204,6 +172,57 @@ func testTenantMove(t *testing.T, otherEnsemble bool) {
 			t.Errorf("%s after the tenant's delete: exists %v, %v", cfg.Root, ok, err)
 		}
 	}
+}
+
+// checkAckedOnceAndWatched checks that c reads every acknowledged write
+// (keys under "k") once at its revision, and that watch, opened at
+// revision from, sees every revision from there to the last write once;
+// it returns how many writes were acknowledged.
+func checkAckedOnceAndWatched(t *testing.T, c *clientv3.Client, acked *sync.Map, from int64, watch clientv3.WatchChan) int {
+	t.Helper()
+	ctx := testutil.Context(t, time.Minute)
+	// Every acknowledged write, once, at its revision.
+	last := from
+	n := 0
+	acked.Range(func(_, v any) bool { n++; last = max(last, v.(int64)); return true })
+	if n < 4 {
+		t.Fatalf("too few writes: %d", n)
+	}
+	got, err := c.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Kvs) != n {
+		t.Errorf("%d keys, %d writes acknowledged", len(got.Kvs), n)
+	}
+	for _, kv := range got.Kvs {
+		if rev, ok := acked.Load(string(kv.Key)); !ok || rev.(int64) != kv.ModRevision {
+			t.Errorf("%s at %d, acknowledged at %v", kv.Key, kv.ModRevision, rev)
+		}
+	}
+	// The watch: every revision from the first put to the last, once.
+	next := from
+	timeout := time.After(30 * time.Second)
+	for next <= last {
+		select {
+		case wr, ok := <-watch:
+			if !ok || wr.Err() != nil {
+				t.Fatalf("the watch ended at revision %d: %v", next, wr.Err())
+			}
+			for _, ev := range wr.Events {
+				if ev.Kv.ModRevision != next {
+					t.Fatalf("the watch saw revision %d (%s), expected %d", ev.Kv.ModRevision, ev.Kv.Key, next)
+				}
+				if rev, ok := acked.Load(string(ev.Kv.Key)); ok && rev.(int64) != next {
+					t.Fatalf("the watch saw %s at %d, acknowledged at %d", ev.Kv.Key, next, rev)
+				}
+				next++
+			}
+		case <-timeout:
+			t.Fatalf("the watch stopped at revision %d, the last write is at %d", next, last)
+		}
+	}
+	return n
 }
 
 // TestTenantMoveRefusals: a move of a tenant the registry does not hold,

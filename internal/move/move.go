@@ -75,13 +75,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Source.Root == cfg.Dest.Root && to.Servers == "" {
 		return Result{}, errors.New("move: the destination is the source")
 	}
-	var rc *zkstore.RootCopy
-	var err error
-	if cfg.tenant != nil {
-		rc, err = zkstore.OpenTenantCopy(ctx, cfg.Source, cfg.Dest, *cfg.tenant)
-	} else {
-		rc, err = zkstore.OpenRootCopy(ctx, cfg.Source, cfg.Dest)
-	}
+	rc, err := openCopy(ctx, cfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("move: %w", err)
 	}
@@ -179,6 +173,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	lg.WithFields(logrus.Fields{"fence_lsn": fenceLSN, "revision": head.Rev, "leases": leases, "writes_paused": res.Paused.Round(time.Millisecond)}).
 		Warn("moved: the destination is finished, the instances switch to it")
 	return res, nil
+}
+
+// openCopy opens the copy of cfg's source into its destination: a
+// tenant's (which the caller checked against the registry), or a root's.
+func openCopy(ctx context.Context, cfg Config) (*zkstore.RootCopy, error) {
+	if cfg.tenant != nil {
+		return zkstore.OpenTenantCopy(ctx, cfg.Source, cfg.Dest, *cfg.tenant)
+	}
+	return zkstore.OpenRootCopy(ctx, cfg.Source, cfg.Dest)
 }
 
 // destStart returns the destination's head to copy on from: a new copy of
