@@ -1,8 +1,13 @@
 package embed_test
 
 import (
+	"crypto/tls"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -341,6 +346,19 @@ func TestTenantMoveCrashedMoverContinuesWhenRunAgain(t *testing.T) {
 	}
 	if rec, err := fx.reg.Tenant("a"); err != nil || rec.Root != dest.Root || len(rec.Previous) != 1 {
 		t.Fatalf("a's record after the last run: %+v %v", rec, err)
+	}
+	// The administration's HTTP API shows the place.
+	tlsCfg := fx.certs.ClientTLS(t, false)
+	tlsCfg.Certificates = []tls.Certificate{fx.certs.ClientWithSubject(t, pkix.Name{CommonName: "fleet-admin"})}
+	admin := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	hr, err := admin.Get("https://" + f1.ClientAddrs()[0] + "/zketcd/v1/tenants/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(hr.Body)
+	hr.Body.Close()
+	if !strings.Contains(string(body), `"root":"`+dest.Root+`"`) {
+		t.Fatalf("GET the tenant: %d %s", hr.StatusCode, body)
 	}
 	after, err := a2.Put(ctx, "after", "v")
 	if err != nil {
