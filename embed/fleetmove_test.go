@@ -261,10 +261,14 @@ func TestTenantMoveRefusals(t *testing.T) {
 		{"inside its own root", "a", zkstore.TenantRoot(fx.root, "a") + "/x", move.ErrDestinationTaken},
 		{"the fleet's registry", "a", fx.root + "/tenants/x", move.ErrDestinationTaken},
 		{"around the fleet", "a", "/", move.ErrDestinationTaken},
+		{"the fleet's registry through another name of its ensemble", "a", fx.root + "/tenants/x", move.ErrDestinationTaken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := fx.storeConfig()
 			dest.Root = tc.dest
+			if strings.Contains(tc.name, "another name") {
+				dest.Servers = []string{strings.Replace(fx.zk, "127.0.0.1", "localhost", 1)}
+			}
 			_, err := move.RunTenant(ctx, tc.tenant, move.Config{Source: fx.storeConfig(), Dest: dest, Logger: testutil.Logger(logrus.ErrorLevel)})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("move: %v, want %v", err, tc.want)

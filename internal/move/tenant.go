@@ -34,15 +34,23 @@ func RunTenant(ctx context.Context, name string, cfg Config) (Result, error) {
 	if len(cfg.Dest.Servers) == 0 {
 		cfg.Dest.Servers = fleet.Servers
 	}
-	to := zkstore.TenantPlace{Root: cfg.Dest.Root}
-	if !sameServers(cfg.Dest.Servers, fleet.Servers) {
-		to.Servers = zkstore.JoinServers(cfg.Dest.Servers)
-	}
 	reg, err := zkstore.OpenRegistry(ctx, fleet)
 	if err != nil {
 		return Result{}, fmt.Errorf("move: %w", err)
 	}
 	defer reg.Close()
+	to := zkstore.TenantPlace{Root: cfg.Dest.Root}
+	if !sameServers(cfg.Dest.Servers, fleet.Servers) {
+		// The fleet's ensemble spelled otherwise is the fleet's: its
+		// checks apply, and the place names no servers.
+		if same, err := reg.SameEnsemble(ctx, cfg.Dest); err != nil {
+			return Result{}, fmt.Errorf("move: the destination's ensemble: %w", err)
+		} else if same {
+			cfg.Dest.Servers = fleet.Servers
+		} else {
+			to.Servers = zkstore.JoinServers(cfg.Dest.Servers)
+		}
+	}
 	rec, err := reg.Tenant(name)
 	if err != nil {
 		return Result{}, fmt.Errorf("move: %w", err)

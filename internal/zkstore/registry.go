@@ -231,6 +231,32 @@ func (r *Registry) decodeMarker(data []byte) error {
 	return nil
 }
 
+// SameEnsemble reports whether cfg's servers reach the ensemble the
+// registry is on (the same fleet marker znode: created by the same
+// transaction), however they are spelled (another order, a name for an
+// address, a member left out). Errors: connecting to cfg's servers, or
+// reading there.
+func (r *Registry) SameEnsemble(ctx context.Context, cfg Config) (bool, error) {
+	_, mine, err := r.s.conn.Get(r.l.marker())
+	if err != nil {
+		return false, r.s.wrap("read the fleet marker", err)
+	}
+	cfg.Root = r.l.root
+	o, err := openRaw(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer o.Close()
+	_, theirs, err := o.conn.Get(r.l.marker())
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, o.wrap("read "+r.l.marker(), err)
+	}
+	return theirs.Czxid == mine.Czxid && theirs.Ctime == mine.Ctime, nil
+}
+
 // Close ends the registry's session.
 func (r *Registry) Close() { r.s.Close() }
 
