@@ -632,8 +632,11 @@ var scenarios = []scenario{
 	{name: "MoveZKLeaderKill", hold: 3 * time.Second, inject: moveZKLeaderKill},
 	// The workload's cluster is a tenant of a fleet both instances serve,
 	// moved to another root while it serves (`zketcd tenant move`), the
-	// mover killed mid-copy or after its fence and run again.
+	// mover killed mid-copy or after its fence and run again, or zketcd A
+	// killed at the fence and restarted (its registry may still name the
+	// source: it follows the fence or the moved record).
 	{name: "TenantMoveMoverKill", tenant: true, hold: time.Second, inject: moveMoverKill},
+	{name: "TenantMoveZketcdKill", tenant: true, hold: time.Second, inject: moveZketcdKill},
 }
 
 func TestFaults(t *testing.T) {
