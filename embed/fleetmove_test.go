@@ -386,3 +386,60 @@ func TestTenantMoveCrashedMoverContinuesWhenRunAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantMoveToAnotherEnsembleAndBack moves a served tenant to another
+// ensemble and back to a new root of the fleet's: the second fence names
+// the fleet's servers, and the engine returns to the instance's shared
+// session; the record keeps both earlier places, and the delete frees all
+// three.
+func TestTenantMoveToAnotherEnsembleAndBack(t *testing.T) {
+	fx := newFleetFixture(t, "a")
+	f := fx.start("i1", nil)
+	ctx := testutil.Context(t, time.Minute)
+	c := fx.client(f, "a")
+	away := fx.storeConfig()
+	away.Servers, away.Root = []string{zkservertest.Standalone(t).Addr()}, "/away/a"
+	back := fx.storeConfig()
+	back.Root = zkstore.TenantRoot(fx.root, "a-back")
+	var last int64
+	var shared int64 // the instance's shared session, the tenant's first
+	for i, dest := range []zkstore.Config{away, back} {
+		resp, err := c.Put(ctx, fmt.Sprintf("k%d", i), "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			shared, _ = f.Tenant("a").Session()
+		}
+		last = resp.Header.Revision
+		if _, err := move.RunTenant(ctx, "a", move.Config{Source: fx.storeConfig(), Dest: dest, Logger: testutil.Logger(logrus.ErrorLevel)}); err != nil {
+			t.Fatalf("move %d: %v", i+1, err)
+		}
+		testutil.Eventually(t, 20*time.Second, "the instance on "+dest.Root, func() bool {
+			e := f.Tenant("a")
+			return e != nil && e.Moves() == int64(i+1) && e.Root() == dest.Root
+		})
+	}
+	if id, _ := f.Tenant("a").Session(); id != shared {
+		t.Fatalf("back on the fleet's ensemble on session %x, not the shared %x", id, shared)
+	}
+	resp, err := c.Put(ctx, "after", "v")
+	if err != nil || resp.Header.Revision != last+1 {
+		t.Fatalf("a put after both moves: %+v %v (the last before at %d)", resp, err, last)
+	}
+	rec, err := fx.reg.Tenant("a")
+	if err != nil || rec.Root != back.Root || rec.Servers != "" || len(rec.Previous) != 2 || rec.Previous[1].Servers != away.Servers[0] {
+		t.Fatalf("a's record after both moves: %+v %v", rec, err)
+	}
+	f.Close(time.Second)
+	if err := fx.reg.DeleteTenant(ctx, "a", 30*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := fx.storeConfig()
+	src.Root = zkstore.TenantRoot(fx.root, "a")
+	for _, cfg := range []zkstore.Config{src, away, back} {
+		if ok, _, err := zkstore.RootExists(ctx, cfg); err != nil || ok {
+			t.Errorf("%s after the tenant's delete: exists %v, %v", cfg.Root, ok, err)
+		}
+	}
+}
