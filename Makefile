@@ -25,7 +25,7 @@
 # Not in CI (long, or rewriting docs/):
 #   make compose-test   docker-compose.yml run for real with Debian's docker.io (root; images built here)
 #   make demo           the e2e scenarios printed as a lab notebook
-#   make faults         the 31 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
+#   make faults         the 33 fault-injection scenarios, 30 s of load each; rewrites docs/reliability.md
 #   make soak           hours of load with a fault every few minutes; output in SOAK_OUT (out/soak)
 #   make bench          zketcd vs etcd vs kine (~45 min); rewrites docs/benchmarks.md and docs/bench/
 #   make bench-long     the same with longer cells and recovery over 1M keys
@@ -302,7 +302,7 @@ bench-long: deps-zookeeper deps-postgresql build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \
 		$(BENCH_BASELINE) -md ../docs/benchmarks.md $(BENCH_FLAGS)
 
-# faults runs the 31 fault-injection scenarios of integration/faults (a real
+# faults runs the 33 fault-injection scenarios of integration/faults (a real
 # 3-member ZooKeeper ensemble and two zketcd processes on 127.0.0.1;
 # ZooKeeper leaders and followers killed, the ensemble restarted, zketcd
 # SIGSTOPped, killed and partitioned from ZooKeeper, the leader instance

@@ -2,12 +2,14 @@ package embed
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/grpcsrv"
 	"github.com/zketcd/zketcd/internal/httpgw"
+	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/tenant"
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
@@ -64,7 +67,8 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		}
 	}()
 	ec := f.cfg.Engine
-	ec.Store.Root = zkstore.TenantRoot(f.cfg.Engine.Store.Root, rec.Name)
+	place := rec.Place(f.cfg.Engine.Store.Root)
+	ec.Store.Root = place.Root
 	ec.Logger, ec.Store.Logger = lg, lg
 	ec.Registerer = s.metrics
 	ec.QuotaBackendBytes = engineQuota(limits)
@@ -81,18 +85,30 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 		return nil, err
 	}
 	s.release = release
-	st, err := sess.Open(ctx, ec.Store.Root)
+	st, err := f.openTenantPlace(ctx, sess, ec.Store, place, lg)
 	if err != nil {
 		return nil, err
 	}
-	inspectCfg := ec.Store
-	if s.be, err = engine.NewInspected(ctx, ec, st, func(ctx context.Context) (engine.Log, error) {
-		in, err := zkstore.OpenInspector(ctx, inspectCfg)
-		if err != nil {
-			return nil, err
+	// A move of the tenant (zketcd tenant move) fences its root: the
+	// engine then opens the destination, on the shared session when it is
+	// on the fleet's ensemble, else on a session of its own there, and
+	// waits for it with a watch (engine.WaitMovedStore).
+	ec.OpenMoved = func(ctx context.Context, cur engine.Log, to revision.Move) (engine.Log, func(context.Context) (engine.Log, error), error) {
+		dest := zkstore.TenantPlace{Root: to.Root}
+		if cs, ok := cur.(*zkstore.Store); ok {
+			dest.Servers = f.placeServers(zkstore.JoinServers(cs.Servers()))
 		}
-		return in, nil
-	}); err != nil {
+		if to.Servers != "" {
+			dest.Servers = f.placeServers(to.Servers)
+		}
+		st, err := f.openPlace(ctx, sess, ec.Store, dest)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, inspector(dest.Config(ec.Store)), nil
+	}
+	ec.WaitMoved = engine.WaitMovedStore(ec.Store)
+	if s.be, err = engine.NewInspected(ctx, ec, st, inspector(withRoot(ec.Store, st))); err != nil {
 		return nil, err
 	}
 	s.adm = tenant.NewAdmission(limits, s.be.LeaseCount, nil)
@@ -117,6 +133,65 @@ func (f *Fleet) startStack(ctx context.Context, rec zkstore.TenantRecord) (_ *te
 	s.touch()
 	lg.WithField("limits", limits).Info("serving the tenant on this instance")
 	return s, nil
+}
+
+// maxTenantMoveHops bounds how many moved records openTenantPlace follows.
+const maxTenantMoveHops = 8
+
+// openTenantPlace opens the tenant's data at p, or, if it moved from
+// there (zkstore.ErrMoved: an instance that read the registry's record
+// before a move updated it), where it went.
+func (f *Fleet) openTenantPlace(ctx context.Context, sess *zkstore.Session, cfg zkstore.Config, p zkstore.TenantPlace, lg *logrus.Entry) (*zkstore.Store, error) {
+	for hop := 0; ; hop++ {
+		st, err := f.openPlace(ctx, sess, cfg, p)
+		var moved *zkstore.MovedError
+		if !errors.As(err, &moved) || hop == maxTenantMoveHops {
+			return st, err
+		}
+		next := zkstore.TenantPlace{Servers: p.Servers, Root: moved.To.Root}
+		if moved.To.Servers != "" {
+			next.Servers = f.placeServers(moved.To.Servers)
+		}
+		lg.WithFields(logrus.Fields{"from": p.String(), "to": next.String()}).Info("the tenant's data moved: serving it from where it went")
+		p = next
+	}
+}
+
+// openPlace opens the root of p: on sess when it is on the fleet's
+// ensemble, else on a session of its own on p's ensemble (cfg's settings
+// but its servers and root).
+func (f *Fleet) openPlace(ctx context.Context, sess *zkstore.Session, cfg zkstore.Config, p zkstore.TenantPlace) (*zkstore.Store, error) {
+	if p.Servers == "" {
+		return sess.Open(ctx, p.Root)
+	}
+	return zkstore.Open(ctx, p.Config(cfg))
+}
+
+// placeServers is servers (comma separated) as a TenantPlace names them:
+// "" for the fleet's own ensemble.
+func (f *Fleet) placeServers(servers string) string {
+	if servers == zkstore.JoinServers(f.cfg.Engine.Store.Servers) {
+		return ""
+	}
+	return servers
+}
+
+// inspector opens fresh inspector sessions on cfg's root (the engine's
+// rollback checks).
+func inspector(cfg zkstore.Config) func(context.Context) (engine.Log, error) {
+	return func(ctx context.Context) (engine.Log, error) {
+		in, err := zkstore.OpenInspector(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return in, nil
+	}
+}
+
+// withRoot is cfg for st's root, on st's ensemble.
+func withRoot(cfg zkstore.Config, st *zkstore.Store) zkstore.Config {
+	cfg.Root, cfg.Servers = st.Root(), st.Servers()
+	return cfg
 }
 
 // setLimits applies limits that changed in the registry to the running

@@ -8,7 +8,7 @@
 //	zketcd mirror [cutover] --from URLS [--prefix P] --zk ...  copy a running etcd (or one prefix) with the same revisions
 //	zketcd replay-loss [--dry-run] FILE        re-apply what ZooKeeper lost in a rollback
 //	zketcd zk-acl --zk ... --zk-auth ID        ACL every znode of a root to one ZooKeeper identity
-//	zketcd tenant create|list|limits|delete|snapshot --zk ...  administer a fleet's tenants
+//	zketcd tenant create|list|limits|delete|snapshot|move --zk ...  administer a fleet's tenants
 //	zketcd version
 package main
 
@@ -97,7 +97,7 @@ Usage:
                                               re-apply the changes ZooKeeper lost (a loss file)
   zketcd zk-acl --zk HOST:PORT --zk-root /ROOT --zk-auth ID [--zk-former-auth ID] [--check]
                                               ACL every znode of a root to one ZooKeeper identity
-  zketcd tenant create|list|limits|delete|snapshot --zk HOST:PORT --zk-root /FLEET ...
+  zketcd tenant create|list|limits|delete|snapshot|move --zk HOST:PORT --zk-root /FLEET ...
                                               administer the tenants of a fleet (serve --tenants)
   zketcd version
 

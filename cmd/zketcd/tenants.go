@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/zketcd/zketcd/embed"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/etcdformat"
+	"github.com/zketcd/zketcd/internal/move"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/tenant"
 	"github.com/zketcd/zketcd/internal/zkstore"
@@ -94,6 +97,8 @@ const tenantUsage = `usage: zketcd tenant COMMAND [flags] (the --zk, --zk-root a
   limits NAME [limits]               show a tenant's limits, or change those given
   delete NAME [--wait 2m]            stop serving a tenant and delete every znode of it
   snapshot NAME FILE                 write the tenant's data as an etcd snapshot file (etcdutl snapshot restore)
+  move NAME --to-root ROOT [--to-zk SERVERS]  move the tenant's data to a new root (or ensemble) while it is served
+  move NAME --free-source            delete the data left in the roots the tenant moved from
 `
 
 // runTenant administers the tenants of a fleet root, writing what it did
@@ -111,6 +116,7 @@ func runTenant(args []string, out io.Writer) error {
 	var cns stringList
 	var lf limitFlags
 	var wait time.Duration
+	var mf tenantMoveFlags
 	switch cmd {
 	case "create":
 		fs.Var(&cns, "cn", "a client certificate CN the tenant is served to (repeatable; default: its name)")
@@ -119,6 +125,8 @@ func runTenant(args []string, out io.Writer) error {
 		lf.register(fs, "", "of this tenant")
 	case "delete":
 		fs.DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the instances to stop serving the tenant")
+	case "move":
+		mf.register(fs)
 	case "list", "snapshot":
 	default:
 		fmt.Fprint(os.Stderr, tenantUsage)
@@ -148,7 +156,7 @@ func runTenant(args []string, out io.Writer) error {
 	}
 	defer reg.Close()
 	name := ""
-	wantArgs := map[string]int{"create": 1, "limits": 1, "delete": 1, "list": 0, "snapshot": 2}[cmd]
+	wantArgs := map[string]int{"create": 1, "limits": 1, "delete": 1, "list": 0, "snapshot": 2, "move": 1}[cmd]
 	if len(pos) != wantArgs {
 		return fmt.Errorf("zketcd tenant %s takes %d argument(s), got %q", cmd, wantArgs, pos)
 	}
@@ -191,12 +199,66 @@ func runTenant(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "deleted tenant %s and every znode of it\n", name)
 		return nil
+	case "move":
+		reg.Close() // the mover opens its own
+		return tenantMove(out, storeCfg, name, mf)
 	default: // snapshot
-		if _, err := reg.Tenant(name); err != nil {
+		rec, err := reg.Tenant(name)
+		if err != nil {
 			return err
 		}
-		return tenantSnapshot(out, storeCfg, name, pos[1])
+		return tenantSnapshot(out, storeCfg, rec, pos[1])
 	}
+}
+
+// tenantMoveFlags are zketcd tenant move's.
+type tenantMoveFlags struct {
+	toRoot, toZK string
+	free         bool
+	release      time.Duration
+}
+
+func (m *tenantMoveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&m.toRoot, "to-root", "", "the root to move the tenant's data into (new, or one this move started), on the fleet's ensemble")
+	fs.StringVar(&m.toZK, "to-zk", "", "ZooKeeper servers of the destination, comma separated host:port (default: the fleet's)")
+	fs.BoolVar(&m.free, "free-source", false, "delete the data left in the roots the tenant moved from, keeping the records that send instances on")
+	fs.DurationVar(&m.release, "release-timeout", 2*time.Minute, "how long to wait for every instance to leave the fenced source")
+}
+
+// tenantMove is zketcd tenant move: the tenant's data into a new root
+// (package move's RunTenant), or its previous roots freed.
+func tenantMove(out io.Writer, fleet zkstore.Config, name string, m tenantMoveFlags) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if m.free {
+		if m.toRoot != "" {
+			return errors.New("--free-source and --to-root are separate steps: move first, free once it finished")
+		}
+		freed, err := move.FreeTenantSources(ctx, fleet, name)
+		for _, root := range freed {
+			fmt.Fprintf(out, "freed %s (tenant %s moved from it)\n", root, name)
+		}
+		return err
+	}
+	if m.toRoot == "" {
+		return errors.New("--to-root (or --free-source) is required")
+	}
+	dst := fleet
+	dst.Root = m.toRoot
+	if m.toZK != "" {
+		dst.Servers = splitList(m.toZK)
+	}
+	res, err := move.RunTenant(ctx, name, move.Config{Source: fleet, Dest: dst, Logger: fleet.Logger.WithField("cmd", "tenant move"), ReleaseTimeout: m.release})
+	if err != nil {
+		return err
+	}
+	if res.AlreadyMoved {
+		fmt.Fprintf(out, "tenant %s lives in %s already\n", name, m.toRoot)
+		return nil
+	}
+	fmt.Fprintf(out, "moved tenant %s from %s to %s at log entry %d, revision %d (writes paused %v); free its previous root with --free-source\n",
+		name, res.From, m.toRoot, res.FenceLSN, res.Rev, res.Paused.Round(time.Millisecond))
+	return nil
 }
 
 // parseInterleaved parses fs over args whose flags and positional
@@ -219,13 +281,17 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 // printTenants writes the registry as a table.
 func printTenants(w io.Writer, recs []zkstore.TenantRecord) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCNS\tSTATE\tCREATED\tLIMITS")
+	fmt.Fprintln(tw, "NAME\tCNS\tSTATE\tCREATED\tROOT\tLIMITS")
 	for _, r := range recs {
 		limits := string(r.Limits)
 		if limits == "" || limits == "{}" {
 			limits = "defaults"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, strings.Join(r.CNs, ","), r.State, r.Created.Format(time.RFC3339), limits)
+		root := "-" // the fleet's roots/NAME
+		if r.Root != "" {
+			root = r.Place("").String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, strings.Join(r.CNs, ","), r.State, r.Created.Format(time.RFC3339), root, limits)
 	}
 	return tw.Flush()
 }
@@ -282,8 +348,9 @@ func tenantLimits(w io.Writer, reg *zkstore.Registry, name string, fs *flag.Flag
 // from ZooKeeper, to file as an etcd snapshot (with etcd's SHA-256
 // trailer). It reads through a session of its own and writes nothing in
 // ZooKeeper.
-func tenantSnapshot(w io.Writer, cfg zkstore.Config, name, file string) error {
-	cfg.Root = zkstore.TenantRoot(cfg.Root, name)
+func tenantSnapshot(w io.Writer, cfg zkstore.Config, rec zkstore.TenantRecord, file string) error {
+	name := rec.Name
+	cfg = rec.Place(cfg.Root).Config(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	st, err := zkstore.OpenInspector(ctx, cfg)

@@ -91,6 +91,23 @@ func TestTenantCommandsAdministerAFleet(t *testing.T) {
 		t.Fatalf("snapshot at revision %d with %d keys", snap.State.Rev, snap.Len())
 	}
 
+	// Moved to another root while the instance serves it, then the source freed.
+	if out := run("move", "team-a", "--to-root", "/moved/team-a"); !strings.Contains(out, "moved tenant team-a from /fleet/roots/team-a to /moved/team-a") {
+		t.Fatalf("move: %s", out)
+	}
+	if list := run("list"); !strings.Contains(list, "/moved/team-a") {
+		t.Fatalf("list after the move:\n%s", list)
+	}
+	if out := run("move", "team-a", "--free-source"); !strings.Contains(out, "freed /fleet/roots/team-a") {
+		t.Fatalf("free the source: %s", out)
+	}
+	if out := run("snapshot", "team-a", file); !strings.Contains(out, "revision 4") {
+		t.Fatalf("snapshot after the move: %s", out)
+	}
+	if err := runTenant(append([]string{"move", "team-b", "--to-root", "/moved/team-a"}, zkFlags...), &bytes.Buffer{}); err == nil {
+		t.Fatal("team-b moved into team-a's root")
+	}
+
 	f.Close(time.Second)
 	if out := run("delete", "team-a"); !strings.Contains(out, "deleted tenant team-a") {
 		t.Fatalf("delete: %s", out)
@@ -99,4 +116,9 @@ func TestTenantCommandsAdministerAFleet(t *testing.T) {
 		t.Fatalf("list after delete:\n%s", list)
 	}
 	run("create", "team-c", "--cn", "apiserver-a") // the CN is free again
+	for _, root := range []string{"/fleet/roots/team-a", "/moved/team-a"} {
+		if ok, _, err := zkstore.RootExists(ctx, zkstore.Config{Servers: []string{srv.Addr()}, Root: root, Logger: lg}); err != nil || ok {
+			t.Fatalf("%s after the tenant's delete: %v %v", root, ok, err)
+		}
+	}
 }

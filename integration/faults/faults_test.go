@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path"
@@ -126,6 +127,10 @@ type cluster struct {
 	// moved the cluster last ("": nowhere), moves how many it made.
 	root, moved string
 	moves       int
+	// tenant, if set, is the fleet tenant the workload runs on: the
+	// instances serve the fleet root root (--tenants) and the clients
+	// reach the tenant with a certificate whose CN names it.
+	tenant string
 }
 
 // clusterOptions shape a cluster.
@@ -149,6 +154,9 @@ type clusterOptions struct {
 	// proxyB puts zketcd B behind fault proxies of its own
 	// (cluster.bProxies), one per member, without the member links' ones.
 	proxyB bool
+	// tenant, if set, serves the cluster as this tenant of a fleet
+	// (cluster.tenant).
+	tenant string
 }
 
 // newCluster starts the cluster.
@@ -202,6 +210,12 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	}
 	root := "/faults-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 	cl.root = root
+	var clientTLS *tls.Config
+	if co.tenant != "" {
+		var args []string
+		args, clientTLS = cl.fleet(t, co.tenant)
+		co.args = append(args, co.args...)
+	}
 	cl.internal = map[*Zketcd]*faultproxy.Proxy{}
 	st := co.sessionTimeout
 	if st == 0 {
@@ -220,9 +234,13 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ip.Close() })
+		args := co.args
+		if co.tenant != "" {
+			args = append([]string{"--listen-client-urls", fmt.Sprintf("https://127.0.0.1:%d", p1)}, args...)
+		}
 		z := NewZketcd(ZketcdConfig{Bin: zketcdBin, Name: name, Root: root, Dir: dir, ZK: zk,
 			Addr: fmt.Sprintf("127.0.0.1:%d", p1), Metrics: fmt.Sprintf("127.0.0.1:%d", p2),
-			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease, Env: co.env, Args: co.args,
+			Internal: internal, AdvertiseInternal: ip.Addr(), ReadLease: co.readLease, Env: co.env, Args: args,
 			SessionTimeout: st, ProgressInterval: time.Second, LogLevel: os.Getenv("FAULTS_ZKETCD_LOG_LEVEL")})
 		cl.internal[z] = ip
 		t.Cleanup(func() {
@@ -256,7 +274,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	cl.b = start("b", bZK)
 	for name, eps := range map[string][]string{"A": {cl.a.Addr}, "B": {cl.b.Addr}, "AB": {cl.a.Addr, cl.b.Addr}} {
 		c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second})
+			DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second, TLS: clientTLS})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,6 +359,9 @@ type scenario struct {
 	liveBallast bool
 	// casLead is the CAS workers' Config.CASLead.
 	casLead time.Duration
+	// tenant: the workload runs on a tenant of a fleet served by both
+	// instances (clusterOptions.tenant).
+	tenant bool
 	// flights notes, for each instance, how many commits it had in flight
 	// on average before the first fault and from each fault to its heal
 	// (flightNote).
@@ -609,6 +630,13 @@ var scenarios = []scenario{
 	{name: "MoveMoverKill", hold: time.Second, inject: moveMoverKill},
 	{name: "MoveZketcdKill", hold: time.Second, inject: moveZketcdKill},
 	{name: "MoveZKLeaderKill", hold: 3 * time.Second, inject: moveZKLeaderKill},
+	// The workload's cluster is a tenant of a fleet both instances serve,
+	// moved to another root while it serves (`zketcd tenant move`), the
+	// mover killed mid-copy or after its fence and run again, or zketcd A
+	// killed at the fence and restarted (its registry may still name the
+	// source: it follows the fence or the moved record).
+	{name: "TenantMoveMoverKill", tenant: true, hold: time.Second, inject: moveMoverKill},
+	{name: "TenantMoveZketcdKill", tenant: true, hold: time.Second, inject: moveZketcdKill},
 }
 
 func TestFaults(t *testing.T) {
@@ -634,6 +662,9 @@ func TestFaults(t *testing.T) {
 func runScenario(t *testing.T, sc scenario, duration time.Duration) {
 	co := clusterOptions{zk: sc.zk, links: sc.links, readLease: sc.readLease, sessionTimeout: sc.sessionTimeout,
 		args: sc.args, proxyB: sc.proxyB}
+	if sc.tenant {
+		co.tenant = "workload"
+	}
 	if sc.tagGeneration > 0 {
 		co.env = []string{fmt.Sprintf("ZKETCD_FAULT_TAG_GENERATION=%d", sc.tagGeneration)}
 	}

@@ -3,6 +3,7 @@ package faults
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/zketcd/zketcd/internal/testutil/testcerts"
 )
 
 // Moving the cluster to another root while it serves (`zketcd move`),
@@ -53,8 +56,13 @@ func (cl *cluster) startMover(t *testing.T, to string) *mover {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(lf, "---- faults: move %s -> %s at %s ----\n", from, to, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(zketcdBin, "move", "--zk", strings.Join(cl.ens.Addrs(), ","), "--zk-root", from, "--to-root", to,
-		"--release-timeout", "90s", "--log-level", "info")
+	args := []string{"move", "--zk-root", from}
+	if cl.tenant != "" {
+		// The fleet's registry names where the tenant's data lives.
+		args = []string{"tenant", "move", cl.tenant, "--zk-root", cl.root}
+	}
+	cmd := exec.Command(zketcdBin, append(args, "--zk", strings.Join(cl.ens.Addrs(), ","), "--to-root", to,
+		"--release-timeout", "90s", "--log-level", "info")...)
 	out, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +152,21 @@ func (m *mover) finish(d time.Duration) error {
 		return fmt.Errorf("zketcd move: %v: %s", m.err, strings.Join(tail, "\n"))
 	}
 	return nil
+}
+
+// fleet makes the cluster's root a fleet with tenant name, served to a
+// client certificate of the test CA: it creates the tenant and returns the
+// instances' serve flags and the clients' TLS configuration.
+func (cl *cluster) fleet(t *testing.T, name string) ([]string, *tls.Config) {
+	certs := testcerts.New(t)
+	out, err := exec.Command(zketcdBin, "tenant", "create", name, "--cn", "client",
+		"--zk", strings.Join(cl.ens.Addrs(), ","), "--zk-root", cl.root, "--log-level", "warn").CombinedOutput()
+	if err != nil {
+		t.Fatalf("zketcd tenant create %s: %v: %s", name, err, out)
+	}
+	cl.tenant = name
+	return []string{"--tenants", "--cert-file", certs.ServerCert, "--key-file", certs.ServerKey,
+		"--trusted-ca-file", certs.CAFile, "--client-cert-auth"}, certs.ClientTLS(t, true)
 }
 
 // nextRoot is the root the next move goes to.

@@ -46,14 +46,18 @@ type fenceSeen struct {
 
 // OpenMovedFunc opens the log a moved cluster continues in, with an opener
 // of fresh inspector sessions on it (nil: none), for an instance whose
-// log was fenced toward to. It fails while the destination is not ready
-// (the engine tries again).
-type OpenMovedFunc func(ctx context.Context, to revision.Move) (Log, func(context.Context) (Log, error), error)
+// log cur was fenced toward to (to.Servers empty: cur's ensemble). It
+// fails while the destination is not ready (the engine tries again).
+type OpenMovedFunc func(ctx context.Context, cur Log, to revision.Move) (Log, func(context.Context) (Log, error), error)
 
 // OpenMovedStore is the OpenMovedFunc of a root on ZooKeeper configured by
-// cfg: the destination's root, on its ensemble if the fence names another.
+// cfg: the destination's root, on the ensemble the fence names, else on
+// cur's (cur a *zkstore.Store; else cfg's).
 func OpenMovedStore(cfg zkstore.Config) OpenMovedFunc {
-	return func(ctx context.Context, to revision.Move) (Log, func(context.Context) (Log, error), error) {
+	return func(ctx context.Context, cur Log, to revision.Move) (Log, func(context.Context) (Log, error), error) {
+		if st, ok := cur.(*zkstore.Store); ok {
+			cfg.Servers = st.Servers()
+		}
 		dc := MovedConfig(cfg, to)
 		st, err := zkstore.Open(ctx, dc)
 		if err != nil {
@@ -78,7 +82,8 @@ type WaitMovedFunc func(ctx context.Context, cur Log, to revision.Move) error
 // WaitMovedStore is the WaitMovedFunc of a root on ZooKeeper configured by
 // cfg: a watch on the destination's move record, on cur's session when
 // the destination is on the same ensemble, else on one session of the
-// destination's ensemble for the whole wait.
+// destination's ensemble (the fence names its servers) for the whole
+// wait.
 func WaitMovedStore(cfg zkstore.Config) WaitMovedFunc {
 	return func(ctx context.Context, cur Log, to revision.Move) error {
 		if st, ok := cur.(*zkstore.Store); ok && to.Servers == "" {
@@ -137,6 +142,9 @@ func (b *Engine) Moved() (to revision.Move, ok bool) {
 	return revision.Move{}, false
 }
 
+// Root returns the root of the log the engine runs on.
+func (b *Engine) Root() string { return b.store.Root() }
+
 // Moves returns how many times the engine switched to a destination's log.
 func (b *Engine) Moves() int64 { return b.moves.Load() }
 
@@ -193,7 +201,7 @@ func (b *Engine) tryAdopt(f *fenceSeen) error {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	dst, inspect, err := open(ctx, f.to)
+	dst, inspect, err := open(ctx, current(b.store), f.to)
 	if err != nil {
 		return fmt.Errorf("open the destination: %w", err)
 	}

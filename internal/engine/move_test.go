@@ -71,7 +71,7 @@ func (m *memMove) fence(t *testing.T) int64 {
 }
 
 // open is the engines' OpenMoved: the destination once finished.
-func (m *memMove) open(_ context.Context, to revision.Move) (Log, func(context.Context) (Log, error), error) {
+func (m *memMove) open(_ context.Context, _ Log, to revision.Move) (Log, func(context.Context) (Log, error), error) {
 	if to != m.to || !m.finished.Load() {
 		return nil, nil, fmt.Errorf("destination %q not finished", to.Root)
 	}

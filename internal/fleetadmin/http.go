@@ -27,11 +27,19 @@ type Tenant struct {
 	Created time.Time     `json:"created"`
 	Limits  tenant.Limits `json:"limits"`
 	Roles   []string      `json:"roles,omitempty"`
+	// Root is where the tenant's data lives once `zketcd tenant move`
+	// moved it ("servers:root" on another ensemble; absent: the fleet's
+	// roots/NAME).
+	Root string `json:"root,omitempty"`
 }
 
 func fromRecord(r zkstore.TenantRecord) Tenant {
 	l, _ := tenant.DecodeLimits(r.Limits)
-	return Tenant{Name: r.Name, CNs: r.CNs, State: r.State, Created: r.Created, Limits: l, Roles: r.Roles}
+	t := Tenant{Name: r.Name, CNs: r.CNs, State: r.State, Created: r.Created, Limits: l, Roles: r.Roles}
+	if r.Root != "" {
+		t.Root = r.Place("").String()
+	}
+	return t
 }
 
 // Handler serves the HTTP API for f:

@@ -8,4 +8,7 @@
 // engine). Every step is idempotent: a mover run again after a crash
 // continues from what the destination holds, or says why it cannot. It
 // never writes the source but for the fence and the <root>/moved record.
+// A fleet's tenant (RunTenant) moves the same way from where the fleet's
+// registry says its data lives, and the registry names the destination
+// once it is finished.
 package move

@@ -30,6 +30,13 @@ type Config struct {
 	// BeforeFence and AfterFence, if set, are called right before the
 	// fence is committed and right after (tests: a crash there).
 	BeforeFence, AfterFence func() error
+	// AfterFinish, if set, is called by RunTenant once the destination is
+	// finished, before the registry names it (tests: a crash there).
+	AfterFinish func() error
+
+	// tenant is the fleet tenant whose data Source.Root holds (RunTenant;
+	// nil: a root move).
+	tenant *zkstore.TenantRef
 }
 
 // Result is what a move did.
@@ -44,6 +51,8 @@ type Result struct {
 	// Paused is how long writes could not commit: from the fence to the
 	// destination finished.
 	Paused time.Duration
+	// From is the root a tenant's data moved from (RunTenant).
+	From string
 }
 
 // Run moves cfg.Source's cluster into cfg.Dest, or continues a move that
@@ -66,7 +75,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Source.Root == cfg.Dest.Root && to.Servers == "" {
 		return Result{}, errors.New("move: the destination is the source")
 	}
-	rc, err := zkstore.OpenRootCopy(ctx, cfg.Source, cfg.Dest)
+	rc, err := openCopy(ctx, cfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("move: %w", err)
 	}
@@ -164,6 +173,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	lg.WithFields(logrus.Fields{"fence_lsn": fenceLSN, "revision": head.Rev, "leases": leases, "writes_paused": res.Paused.Round(time.Millisecond)}).
 		Warn("moved: the destination is finished, the instances switch to it")
 	return res, nil
+}
+
+// openCopy opens the copy of cfg's source into its destination: a
+// tenant's (which the caller checked against the registry), or a root's.
+func openCopy(ctx context.Context, cfg Config) (*zkstore.RootCopy, error) {
+	if cfg.tenant != nil {
+		return zkstore.OpenTenantCopy(ctx, cfg.Source, cfg.Dest, *cfg.tenant)
+	}
+	return zkstore.OpenRootCopy(ctx, cfg.Source, cfg.Dest)
 }
 
 // destStart returns the destination's head to copy on from: a new copy of

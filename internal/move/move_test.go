@@ -372,3 +372,38 @@ func TestMoveRefusesToFinishWhenTheSourceTookEntriesAfterItsFence(t *testing.T) 
 		t.Fatalf("open of the destination: %v, want it unfinished", err)
 	}
 }
+
+// TestMoveTwiceFollowsTheSecondWithinTheNewEnsemble moves a served root
+// to another ensemble, then within that ensemble: the second fence names
+// no servers (the destination is on its source's ensemble), and the
+// instance opens it on the ensemble it runs on, not the one it was
+// started on.
+func TestMoveTwiceFollowsTheSecondWithinTheNewEnsemble(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	other := zkservertest.Standalone(t)
+	first := zkstore.Config{Servers: []string{other.Addr()}, Root: "/first", Logger: testutil.Logger(logrus.WarnLevel)}
+	second := first
+	second.Root = "/second"
+	a := open(t, "a", src)
+	ctx := testutil.Context(t, time.Minute)
+	for i, hop := range []struct{ from, to zkstore.Config }{{src, first}, {first, second}} {
+		if _, err := a.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := move.Run(ctx, move.Config{Source: hop.from, Dest: hop.to, Logger: testutil.Logger(logrus.ErrorLevel)}); err != nil {
+			t.Fatalf("move %d: %v", i+1, err)
+		}
+		testutil.Eventually(t, 20*time.Second, fmt.Sprintf("the instance on %s", hop.to.Root), func() bool { return a.Moves() == int64(i+1) })
+	}
+	if _, err := a.Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rootview.Dump(rootview.Recovered(t, second)), rootview.Dump(a.Snapshot()); got != want {
+		t.Fatalf("the second destination:\n%s\ninstance:\n%s", got, want)
+	}
+	stray := src
+	stray.Root = second.Root
+	if ok, _, err := zkstore.RootExists(ctx, stray); err != nil || ok {
+		t.Fatalf("%s on the first ensemble: exists %v, %v", stray.Root, ok, err)
+	}
+}

@@ -39,16 +39,29 @@ var ErrMoveInProgress = errors.New("a move is copying into this root")
 // (see MovedError).
 var ErrMoved = errors.New("this root's cluster moved")
 
-// ErrFleetTenant is wrapped by a move of a fleet's root, of a fleet
-// tenant's root (<fleet>/roots/<name>), or into one: a fleet's tenant
-// engines cannot follow a move yet (they would hold the tenant's writes
-// for good).
-var ErrFleetTenant = errors.New("moving a fleet or a fleet tenant's root is not supported yet")
+// ErrFleetTenant is wrapped by a root move (`zketcd move`) of a fleet's
+// root, of a fleet tenant's root (<fleet>/roots/<name>, or a root a
+// tenant move copied it into), or into a fleet's roots: a tenant moves
+// with `zketcd tenant move`, which keeps the fleet's registry naming
+// where its data lives.
+var ErrFleetTenant = errors.New("a fleet's root or a tenant's root is not moved by zketcd move (move a tenant with zketcd tenant move)")
 
-// refuseFleet fails with ErrFleetTenant if root is a fleet root or a
-// tenant root of one (its parent is <fleet>/roots, <fleet>/fleet exists);
+// TenantRef names a fleet's tenant: the fleet root and the tenant's name.
+type TenantRef struct {
+	Fleet string `json:"fleet"`
+	Name  string `json:"name"`
+}
+
+// refuseFleet fails with ErrFleetTenant if root is a fleet root, a tenant
+// root of one (its parent is <fleet>/roots, <fleet>/fleet exists), or
+// the destination of a tenant's move (its move record names the tenant);
 // what names the operation (e.g. "move").
 func (s *Store) refuseFleet(root, what string) error {
+	if r, ok, err := s.readMoveOf(root); err != nil {
+		return err
+	} else if ok && r.Tenant != nil {
+		return fmt.Errorf("%w: cannot %s %s, the root of tenant %q of fleet %s", ErrFleetTenant, what, root, r.Tenant.Name, r.Tenant.Fleet)
+	}
 	fleet, tenant := root, ""
 	if dir := path.Dir(root); path.Base(dir) == "roots" {
 		fleet, tenant = path.Dir(dir), path.Base(root)
@@ -101,6 +114,8 @@ type MoveRecord struct {
 	FenceLSN    int64     `json:"fence_lsn,omitempty"`
 	Started     time.Time `json:"started"`
 	Finished    time.Time `json:"finished,omitzero"`
+	// Tenant is the fleet tenant whose data moves (nil: a root move).
+	Tenant *TenantRef `json:"tenant,omitempty"`
 }
 
 // MovedRecord is <source>/moved: where the cluster continues.
@@ -141,16 +156,20 @@ func prefixServers(s string) string {
 	return s + ":"
 }
 
-func (s *Store) readMove() (MoveRecord, bool, error) {
-	data, _, err := s.conn.Get(s.l.move())
+func (s *Store) readMove() (MoveRecord, bool, error) { return s.readMoveOf(s.l.root) }
+
+// readMoveOf reads root's move record on s's session (ok false: none).
+func (s *Store) readMoveOf(root string) (MoveRecord, bool, error) {
+	p := layout{root: root}.move()
+	data, _, err := s.conn.Get(p)
 	if errors.Is(err, zk.ErrNoNode) {
 		return MoveRecord{}, false, nil
 	}
 	if err != nil {
-		return MoveRecord{}, false, s.wrap("read "+s.l.move(), err)
+		return MoveRecord{}, false, s.wrap("read "+p, err)
 	}
 	var r MoveRecord
-	return r, true, decodeJSON(s.l.move(), data, &r)
+	return r, true, decodeJSON(p, data, &r)
 }
 
 // RootCopy copies a source root into a destination root for a move. It
@@ -160,19 +179,35 @@ type RootCopy struct {
 	src, dst *Store
 	meta     Meta
 	srcMeta  []byte
+	tenant   *TenantRef
 }
 
 // OpenRootCopy opens sessions on the source root, which must hold a
 // cluster (its meta), and on the destination's ensemble. It writes
-// nothing.
+// nothing. It refuses (ErrFleetTenant) a fleet's root, a tenant's root
+// and a destination in a fleet's roots.
 func OpenRootCopy(ctx context.Context, src, dst Config) (*RootCopy, error) {
+	return openRootCopy(ctx, src, dst, nil)
+}
+
+// OpenTenantCopy is OpenRootCopy for the data of a fleet's tenant, in
+// src.Root: the caller checked the roots against the fleet's registry.
+// The destination's move record names the tenant (so that a root move
+// refuses it afterwards).
+func OpenTenantCopy(ctx context.Context, src, dst Config, tenant TenantRef) (*RootCopy, error) {
+	return openRootCopy(ctx, src, dst, &tenant)
+}
+
+func openRootCopy(ctx context.Context, src, dst Config, tenant *TenantRef) (*RootCopy, error) {
 	s, err := openRaw(ctx, src)
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
 	}
-	if err := s.refuseFleet(src.Root, "move"); err != nil {
-		s.Close()
-		return nil, err
+	if tenant == nil {
+		if err := s.refuseFleet(src.Root, "move"); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	data, _, err := s.conn.Get(s.l.meta())
 	if err != nil {
@@ -191,13 +226,15 @@ func OpenRootCopy(ctx context.Context, src, dst Config) (*RootCopy, error) {
 		s.Close()
 		return nil, fmt.Errorf("destination: %w", err)
 	}
-	if err := d.refuseFleet(dst.Root, "move into"); err != nil {
-		s.Close()
-		d.Close()
-		return nil, err
+	if tenant == nil {
+		if err := d.refuseFleet(dst.Root, "move into"); err != nil {
+			s.Close()
+			d.Close()
+			return nil, err
+		}
 	}
 	_ = d.decodeMeta(data) // the destination is written in the source's format
-	return &RootCopy{src: s, dst: d, meta: s.meta, srcMeta: data}, nil
+	return &RootCopy{src: s, dst: d, meta: s.meta, srcMeta: data, tenant: tenant}, nil
 }
 
 // Close ends both sessions.
@@ -231,7 +268,7 @@ func (c *RootCopy) Moved() (MovedRecord, bool, error) {
 // ErrNotFresh.
 func (c *RootCopy) Claim(fromServers string) (rec MoveRecord, resumed bool, err error) {
 	d := c.dst
-	want := MoveRecord{ClusterID: c.meta.ClusterID, FromServers: fromServers, FromRoot: c.src.l.root}
+	want := MoveRecord{ClusterID: c.meta.ClusterID, FromServers: fromServers, FromRoot: c.src.l.root, Tenant: c.tenant}
 	if r, ok, err := d.readMove(); err != nil {
 		return MoveRecord{}, false, err
 	} else if ok {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,11 +82,63 @@ type TenantRecord struct {
 	// after the role that granted them was deleted (as its owner encodes
 	// them).
 	Ranges json.RawMessage `json:"ranges,omitempty"`
+	// Root is where the tenant's data lives, if a move (`zketcd tenant
+	// move`) took it away from TenantRoot(fleet, Name) ("": there), and
+	// Servers the ensemble of Root if it is not the fleet's ("": the
+	// fleet's); Place resolves them.
+	Root    string `json:"root,omitempty"`
+	Servers string `json:"servers,omitempty"`
+	// Previous are the places the tenant moved from, oldest first: each
+	// keeps its <root>/moved record (which sends an instance that read an
+	// older record to where the data went) until the tenant is deleted.
+	Previous []TenantPlace `json:"previous,omitempty"`
 	// Created is when the tenant was created (UTC).
 	Created time.Time `json:"created"`
 	// Version is the record znode's data version (not stored): the
 	// compare-and-swap of SetTenantLimits.
 	Version int32 `json:"-"`
+}
+
+// TenantPlace is where a tenant's data lives: a root, on the fleet's
+// ensemble (Servers "") or on the one Servers names (comma separated
+// host:port, as zkstore.JoinServers).
+type TenantPlace struct {
+	Servers string `json:"servers,omitempty"`
+	Root    string `json:"root"`
+}
+
+func (p TenantPlace) String() string { return prefixServers(p.Servers) + p.Root }
+
+// Config is fleet, the fleet's configuration, for the place's root on its
+// ensemble.
+func (p TenantPlace) Config(fleet Config) Config {
+	fleet.Root = p.Root
+	if p.Servers != "" {
+		fleet.Servers = strings.Split(p.Servers, ",")
+	}
+	return fleet
+}
+
+// Place is where the tenant's data lives, in the fleet rooted at fleet:
+// TenantRoot(fleet, Name) on the fleet's ensemble unless a move took it
+// elsewhere.
+func (rec TenantRecord) Place(fleet string) TenantPlace {
+	if rec.Root != "" {
+		return TenantPlace{Servers: rec.Servers, Root: rec.Root}
+	}
+	return TenantPlace{Root: TenantRoot(fleet, rec.Name)}
+}
+
+// Places are every place of the tenant: where its data lives, and those
+// it moved from.
+func (rec TenantRecord) Places(fleet string) []TenantPlace {
+	places := []TenantPlace{rec.Place(fleet)}
+	for _, p := range rec.Previous {
+		if !slices.Contains(places, p) {
+			places = append(places, p)
+		}
+	}
+	return places
 }
 
 // ErrTenantExists is returned by CreateTenant for a name or CN already
@@ -178,6 +231,32 @@ func (r *Registry) decodeMarker(data []byte) error {
 	return nil
 }
 
+// SameEnsemble reports whether cfg's servers reach the ensemble the
+// registry is on (the same fleet marker znode: created by the same
+// transaction), however they are spelled (another order, a name for an
+// address, a member left out). Errors: connecting to cfg's servers, or
+// reading there.
+func (r *Registry) SameEnsemble(ctx context.Context, cfg Config) (bool, error) {
+	_, mine, err := r.s.conn.Get(r.l.marker())
+	if err != nil {
+		return false, r.s.wrap("read the fleet marker", err)
+	}
+	cfg.Root = r.l.root
+	o, err := openRaw(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer o.Close()
+	_, theirs, err := o.conn.Get(r.l.marker())
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, o.wrap("read "+r.l.marker(), err)
+	}
+	return theirs.Czxid == mine.Czxid && theirs.Ctime == mine.Ctime, nil
+}
+
 // Close ends the registry's session.
 func (r *Registry) Close() { r.s.Close() }
 
@@ -190,11 +269,18 @@ func (r *Registry) Store() *Store { return r.s }
 
 // CreateTenant registers rec (State and Created are set here) with its
 // CNs, in one multi. A name or CN already registered fails with
-// ErrTenantExists and registers nothing. The tenant's root is created by
-// the first instance that serves it (Open on TenantRoot).
+// ErrTenantExists and registers nothing, and so does a name whose root
+// exists (another tenant's data moved there). The tenant's root is
+// created by the first instance that serves it (Open on TenantRoot).
 func (r *Registry) CreateTenant(rec TenantRecord) (TenantRecord, error) {
 	s := r.s
+	if ok, _, err := s.conn.Exists(TenantRoot(r.l.root, rec.Name)); err != nil {
+		return TenantRecord{}, s.wrap("stat the root of tenant "+rec.Name, err)
+	} else if ok {
+		return TenantRecord{}, fmt.Errorf("%w: %s exists (another tenant's data was moved there): choose another name", ErrTenantExists, TenantRoot(r.l.root, rec.Name))
+	}
 	rec.State, rec.Created = TenantActive, time.Now().UTC().Truncate(time.Second)
+	rec.Root, rec.Servers, rec.Previous = "", "", nil
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return TenantRecord{}, fmt.Errorf("encode tenant %s: %w", rec.Name, err)
@@ -329,6 +415,37 @@ func (r *Registry) update(rec TenantRecord) (TenantRecord, error) {
 	return rec, nil
 }
 
+// SetTenantPlace records that tenant name's data moved from the place
+// from to the place to (from joins the record's Previous places), with a
+// compare-and-swap on its record. A record that names to already is left
+// as it is (a move's record updated twice); one that names neither fails,
+// as does a tenant being deleted.
+func (r *Registry) SetTenantPlace(name string, from, to TenantPlace) (TenantRecord, error) {
+	for {
+		rec, err := r.Tenant(name)
+		if err != nil {
+			return TenantRecord{}, err
+		}
+		cur := rec.Place(r.l.root)
+		switch {
+		case cur == to:
+			return rec, nil
+		case rec.State != TenantActive:
+			return TenantRecord{}, fmt.Errorf("tenant %s is being deleted: its data stays in %s", name, cur)
+		case cur != from:
+			return TenantRecord{}, fmt.Errorf("tenant %s lives in %s, not %s: its place is not changed to %s", name, cur, from, to)
+		}
+		rec.Root, rec.Servers = to.Root, to.Servers
+		if !slices.Contains(rec.Previous, from) {
+			rec.Previous = append(rec.Previous, from)
+		}
+		rec, err = r.update(rec)
+		if err == nil || !errors.Is(err, zk.ErrBadVersion) {
+			return rec, err
+		}
+	}
+}
+
 // MarkDeleting marks a tenant's record deleting (no instance serves it
 // from then on; DeleteTenant completes the delete) and returns it.
 func (r *Registry) MarkDeleting(name string) (TenantRecord, error) {
@@ -345,10 +462,12 @@ func (r *Registry) MarkDeleting(name string) (TenantRecord, error) {
 	}
 }
 
-// DeleteTenant deletes a tenant and every znode of its root: it marks the
+// DeleteTenant deletes a tenant and every znode of its roots (where its
+// data lives and those it moved from, on whichever ensemble:
+// TenantRecord.Places): it marks the
 // record deleting (instances then stop serving it and their member znodes
 // go), waits up to wait for the tenant's members to leave, deletes the
-// root and then the record and its CNs. progress, if not nil, is told the
+// roots and then the record and its CNs. progress, if not nil, is told the
 // znodes deleted so far every few seconds. Re-running it after a failure
 // continues where it stopped.
 func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Duration, progress func(deleted int64)) error {
@@ -356,24 +475,39 @@ func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Dura
 	if err != nil {
 		return err
 	}
-	root := TenantRoot(r.l.root, name)
-	members := layout{root}.members()
-	deadline := time.Now().Add(wait)
-	for {
-		kids, _, err := r.s.conn.Children(members)
-		if errors.Is(err, zk.ErrNoNode) || (err == nil && len(kids) == 0) {
-			break
+	places := rec.Places(r.l.root)
+	stores := make([]*Store, len(places))
+	for i, p := range places {
+		if p.Servers == "" {
+			stores[i] = r.s
+			continue
 		}
+		st, err := openRaw(ctx, p.Config(r.s.cfg))
 		if err != nil {
-			return r.s.wrap("list "+members, err)
+			return fmt.Errorf("tenant %s: connect to %s, where its data lives: %w", name, p.Servers, err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("tenant %s: %d instance(s) still serve it after %v (their member znodes under %s remain); run the delete again once they stopped", name, len(kids), wait, members)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		defer st.Close()
+		stores[i] = st
+	}
+	deadline := time.Now().Add(wait)
+	for i, p := range places {
+		members := layout{p.Root}.members()
+		for {
+			kids, _, err := stores[i].conn.Children(members)
+			if errors.Is(err, zk.ErrNoNode) || (err == nil && len(kids) == 0) {
+				break
+			}
+			if err != nil {
+				return stores[i].wrap("list "+members, err)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("tenant %s: %d instance(s) still serve it after %v (their member znodes under %s remain); run the delete again once they stopped", name, len(kids), wait, TenantPlace{Servers: p.Servers, Root: members})
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 	}
 	var deleted atomic.Int64
@@ -393,8 +527,10 @@ func (r *Registry) DeleteTenant(ctx context.Context, name string, wait time.Dura
 			}
 		}()
 	}
-	if err := r.s.deleteTreeCounting(ctx, root, &deleted); err != nil {
-		return fmt.Errorf("delete the root of tenant %s: %w", name, err)
+	for i, p := range places {
+		if err := stores[i].deleteTreeCounting(ctx, p.Root, &deleted); err != nil {
+			return fmt.Errorf("delete %s, where tenant %s's data lives or lived: %w", p, name, err)
+		}
 	}
 	ops := []any{
 		&zk.DeleteRequest{Path: r.l.tenant(name), Version: rec.Version},

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -289,6 +290,10 @@ func (s *Store) MaxEntryBytes() int { return s.cfg.MaxEntryBytes }
 
 // Root returns the root znode.
 func (s *Store) Root() string { return s.l.root }
+
+// Servers returns the ZooKeeper servers the store's session is on (a
+// copy).
+func (s *Store) Servers() []string { return slices.Clone(s.cfg.Servers) }
 
 // Session reports the current session ID and whether the connection is up
 // with a live session.
