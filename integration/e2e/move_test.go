@@ -1,0 +1,757 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zketcd/zketcd/integration/kubelab"
+)
+
+// TestKubeAPIServerWhileItsRootMoves moves the root a kube-apiserver's two
+// zketcd instances serve while it serves a kube-like churn: first to
+// another root of the same ZooKeeper (`zketcd move --to-root`), then to a
+// second ZooKeeper server (`--to-zk`), with the same kube-apiserver, the
+// same churn and the same WATCHes (opened from a resourceVersion taken
+// before the first move) throughout. It checks that each mover succeeds;
+// that no watch answers 410 Gone ("too old resource version") or ends;
+// that each watch delivers every acknowledged write exactly once, in
+// order, with its resourceVersion; that the objects listed after equal
+// those listed before with the churn applied; that a GET returns each
+// object's last acknowledged resourceVersion; that every /registry key at
+// a revision before the moves reads the same after them, and HashKV at
+// that revision and at the end agree across the instances; that /readyz
+// stays ok and no write fails. It reports the write unavailability kube
+// clients saw around each move (the longest gap between acknowledged
+// writes and the longest write), the mover's "writes paused", its time and
+// peak RSS.
+//
+// $ZKETCD_MOVE_OBJECTS (default 300) ConfigMaps are seeded, and the churn
+// runs at $ZKETCD_MOVE_RATE requests a second (default 40); `make
+// bench-move` raises both. It needs $KUBE_APISERVER (make e2e).
+func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
+	bin := kubeAPIServerOrSkip(t)
+	objects := envInt(t, "ZKETCD_MOVE_OBJECTS", 300)
+	rate := envInt(t, "ZKETCD_MOVE_RATE", 40)
+	ctx := t.Context()
+	lab := newLab(t, bin)
+	must := fatalOn(t)
+	zk1, err := lab.ZooKeeper(ctx)
+	must(err)
+	zk2, err := lab.ZooKeeper(ctx)
+	must(err)
+	const root = "/kube"
+	za, err := lab.StartZketcd(ctx, "a", []string{zk1.Addr()}, root)
+	must(err)
+	zb, err := lab.StartZketcd(ctx, "b", []string{zk1.Addr()}, root)
+	must(err)
+	api, err := lab.StartAPIServer(kubelab.APIServerOptions{Name: "moved", EtcdServers: za.URL() + "," + zb.URL()})
+	must(err)
+	took, err := api.WaitReady(ctx, 3*time.Minute)
+	must(err)
+	t.Logf("kube-apiserver on zketcd a and b (root %s of ZooKeeper %s) ready in %v", root, zk1.Addr(), took.Round(time.Millisecond))
+
+	const ns = "move"
+	cmPath := "/api/v1/namespaces/" + ns + "/configmaps"
+	_, err = api.Create(ctx, "/api/v1/namespaces", kubelab.Namespace(ns))
+	must(err)
+	start := time.Now()
+	must(seedConfigMaps(ctx, api, cmPath, objects, 8))
+	t.Logf("seeded %d ConfigMaps through kube-apiserver in %v", objects, time.Since(start).Round(time.Millisecond))
+
+	before, err := api.List(ctx, cmPath)
+	must(err)
+	if len(before.Items) != objects {
+		t.Fatalf("listed %d ConfigMaps, seeded %d", len(before.Items), objects)
+	}
+	rv0 := before.Metadata.ResourceVersion
+	var watches []*heldWatch
+	for _, path := range []string{cmPath, "/api/v1/configmaps"} {
+		w, err := api.Watch(ctx, path+"?resourceVersion="+rv0)
+		must(err)
+		watches = append(watches, holdWatch(path, w))
+	}
+	ready := watchReadyz(ctx, api, 200*time.Millisecond)
+	churn := startChurn(ctx, api, cmPath, before, 4, rate)
+	t.Cleanup(churn.stop)
+
+	ca, err := za.Client()
+	must(err)
+	cb, err := zb.Client()
+	must(err)
+	time.Sleep(3 * time.Second)
+	// The keys before the moves, at a revision the moves must keep.
+	preRev := mustStatusRev(t, ctx, ca)
+	preKeys := registryAt(t, ctx, ca, preRev)
+	preHash := hashKV(t, ctx, ca, preRev)
+	t.Logf("%d keys under /registry at revision %d before the moves", len(preKeys), preRev)
+
+	sec, err := lab.Security()
+	must(err)
+	moves := []struct {
+		name           string
+		zk, from, to   string
+		toZK           string
+		switchesBefore int
+	}{
+		{name: "to another root", zk: zk1.Addr(), from: root, to: "/kube-b"},
+		{name: "to another ZooKeeper", zk: zk1.Addr(), from: "/kube-b", to: "/kube", toZK: zk2.Addr(), switchesBefore: 1},
+	}
+	var report []string
+	for _, mv := range moves {
+		args := []string{"move", "--zk", mv.zk, "--zk-root", mv.from, "--to-root", mv.to, "--zk-auth-file", sec.ZKAuthFile, "--log-level", "info"}
+		if mv.toZK != "" {
+			args = append(args, "--to-zk", mv.toZK)
+		}
+		r := runMover(t, ctx, lab.Zketcd, filepath.Join(lab.Dir, "move-"+strings.TrimPrefix(mv.to, "/")+".log"), args)
+		if r.err != nil {
+			t.Fatalf("zketcd %s: %v\n%s", strings.Join(args, " "), r.err, r.tail)
+		}
+		for _, z := range []*kubelab.Zketcd{za, zb} {
+			waitSwitched(t, z, mv.switchesBefore+1)
+		}
+		time.Sleep(3 * time.Second) // the churn on the destination
+		gap, longest := churn.unavailability(r.started, r.ended.Add(2*time.Second))
+		line := fmt.Sprintf("%s: mover %v (peak RSS %d MiB), %s; kube clients: longest gap between acknowledged writes %v, longest write %v; switches: %s",
+			mv.name, r.ended.Sub(r.started).Round(time.Millisecond), r.maxRSSKiB>>10, r.summary,
+			gap.Round(time.Millisecond), longest.Round(time.Millisecond), strings.Join(switchTimes(za, zb), ", "))
+		t.Log(line)
+		report = append(report, line)
+		for _, p := range r.progress {
+			t.Logf("  mover: %s", p)
+		}
+	}
+	churn.stop()
+	readyFailures := ready.stop()
+	baseGap, baseLongest := churn.unavailability(churn.started, churn.started.Add(3*time.Second))
+	t.Logf("before the moves (3 s of churn): longest gap between acknowledged writes %v, longest write %v",
+		baseGap.Round(time.Millisecond), baseLongest.Round(time.Millisecond))
+
+	res := churn.result()
+	// A last write: every watch has delivered the churn once it shows it.
+	marker, err := api.Create(ctx, cmPath, kubelab.ConfigMap("zz-marker", nil))
+	must(err)
+	res.ops = append(res.ops, churnOp{typ: "ADDED", name: "zz-marker", rv: marker.RV()})
+	res.lastRV = marker.RV()
+	t.Logf("churn: %d creates, %d updates, %d deletes, %d gets acknowledged; %d failed", res.counts["ADDED"], res.counts["MODIFIED"], res.counts["DELETED"], res.counts["GET"], len(res.failed))
+	for _, f := range res.failed {
+		t.Errorf("a request failed during the moves: %s", f)
+	}
+	for _, f := range res.stale {
+		t.Errorf("a GET after the write: %s", f)
+	}
+	for _, f := range readyFailures {
+		t.Errorf("/readyz: %s", f)
+	}
+
+	// Every acknowledged write, once, in order, in each watch.
+	for _, w := range watches {
+		events, ended := w.waitFor(res.lastRV, 60*time.Second)
+		if ended != nil {
+			t.Errorf("watch %s from %s ended: %v", w.path, rv0, ended)
+		}
+		checkWatch(t, w.path, ns, events, res)
+	}
+	// The listing: before, with the churn applied.
+	after, err := api.List(ctx, cmPath)
+	must(err)
+	want := listState(before)
+	for _, op := range res.ops {
+		if op.typ == "DELETED" {
+			delete(want, op.name)
+		} else {
+			want[op.name] = op.rv
+		}
+	}
+	got := listState(after)
+	if g, w := stateString(got), stateString(want); g != w {
+		t.Errorf("ConfigMaps listed after the moves differ from those before with the churn:\n got  %s\n want %s", g, w)
+	}
+	// The store: the keys at the revision before the moves, and HashKV.
+	for name, c := range map[string]*clientv3.Client{"a": ca, "b": cb} {
+		if got := registryAt(t, ctx, c, preRev); !mapsEqual(got, preKeys) {
+			t.Errorf("zketcd %s: /registry at revision %d after the moves differs from before (%d keys, %d before)", name, preRev, len(got), len(preKeys))
+		}
+		if h := hashKV(t, ctx, c, preRev); h.CompactRevision == preHash.CompactRevision && h.Hash != preHash.Hash {
+			t.Errorf("zketcd %s: HashKV(%d) after the moves %d, before %d", name, preRev, h.Hash, preHash.Hash)
+		}
+	}
+	endRev := mustStatusRev(t, ctx, ca)
+	ha, hb := hashKV(t, ctx, ca, endRev), hashKV(t, ctx, cb, endRev)
+	if ha.Hash != hb.Hash || ha.CompactRevision != hb.CompactRevision {
+		t.Errorf("HashKV(%d): a %d (compacted at %d), b %d (compacted at %d)", endRev, ha.Hash, ha.CompactRevision, hb.Hash, hb.CompactRevision)
+	}
+	t.Logf("summary (%d ConfigMaps, churn %d requests/s from 4 clients, 2 watches from resourceVersion %s, HashKV(%d) %d on both):\n    %s",
+		objects, rate, rv0, endRev, ha.Hash, strings.Join(report, "\n    "))
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: not a positive number", name, s)
+	}
+	return n
+}
+
+// seedConfigMaps creates n ConfigMaps seed-00000... at path from workers
+// goroutines, each with about 1 KiB of data.
+func seedConfigMaps(ctx context.Context, api *kubelab.APIServer, path string, n, workers int) error {
+	blob := strings.Repeat("x", 1000)
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if _, err := api.Create(ctx, path, kubelab.ConfigMap(fmt.Sprintf("seed-%05d", i), map[string]string{"i": strconv.Itoa(i), "blob": blob})); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	var err error
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errs:
+		default:
+		}
+	}
+	return err
+}
+
+// churnOp is one acknowledged write: its type as a watch names it, the
+// object and its resourceVersion (0 for a delete, whose answer is a
+// Status), and when it was sent and answered.
+type churnOp struct {
+	typ, name     string
+	rv            int64
+	sent, decided time.Time
+}
+
+// churn runs creates, updates, deletes and gets through kube-apiserver
+// from several clients at a fixed total rate; each client owns its
+// objects (a share of the seeded ones and those it creates), so every
+// write is meant to succeed.
+type churn struct {
+	started time.Time
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+
+	mu     sync.Mutex
+	ops    []churnOp // acknowledged writes, in the order of their answers
+	gets   int
+	failed []string
+	stale  []string
+}
+
+type churnResult struct {
+	ops    []churnOp
+	counts map[string]int
+	failed []string
+	stale  []string
+	lastRV int64
+}
+
+func startChurn(ctx context.Context, api *kubelab.APIServer, path string, seeded *kubelab.List, clients, rate int) *churn {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &churn{started: time.Now(), cancel: cancel}
+	tokens := make(chan struct{})
+	c.wg.Go(func() {
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				select {
+				case tokens <- struct{}{}:
+				default: // every client busy: the request is not sent (a closed-loop client would wait too)
+				}
+			}
+		}
+	})
+	for w := range clients {
+		own := map[string]int64{}
+		for i, o := range seeded.Items {
+			if i%clients == w {
+				own[o.Metadata.Name] = o.RV()
+			}
+		}
+		c.wg.Go(func() { c.client(ctx, api, path, w, own, tokens) })
+	}
+	return c
+}
+
+func (c *churn) client(ctx context.Context, api *kubelab.APIServer, path string, w int, own map[string]int64, tokens <-chan struct{}) {
+	r := rand.New(rand.NewPCG(uint64(w), 42))
+	names := make([]string, 0, len(own))
+	for n := range own {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	created := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tokens:
+		}
+		p := r.IntN(100)
+		if len(names) == 0 {
+			p = 0
+		}
+		var (
+			op  = churnOp{sent: time.Now()}
+			o   *kubelab.Object
+			err error
+			i   = r.IntN(max(len(names), 1))
+		)
+		switch {
+		case p < 30:
+			op.typ, op.name = "ADDED", fmt.Sprintf("churn-%d-%05d", w, created)
+			created++
+			o, err = api.Create(ctx, path, kubelab.ConfigMap(op.name, map[string]string{"by": strconv.Itoa(w)}))
+		case p < 70:
+			op.typ, op.name = "MODIFIED", names[i]
+			o, err = api.MergePatch(ctx, path+"/"+op.name, map[string]any{"data": map[string]string{"n": strconv.Itoa(r.IntN(1 << 30))}})
+		case p < 85:
+			op.typ, op.name = "DELETED", names[i]
+			_, err = api.Delete(ctx, path+"/"+op.name)
+		default:
+			op.typ, op.name = "GET", names[i]
+			o, err = api.Get(ctx, path+"/"+op.name)
+		}
+		op.decided = time.Now()
+		if ctx.Err() != nil {
+			return // an answer cut by the stop is neither acknowledged nor failed
+		}
+		c.mu.Lock()
+		switch {
+		case err != nil:
+			c.failed = append(c.failed, fmt.Sprintf("%s %s after %v: %v", op.typ, op.name, op.decided.Sub(op.sent).Round(time.Millisecond), err))
+		case op.typ == "GET":
+			c.gets++
+			if o.RV() != own[op.name] {
+				c.stale = append(c.stale, fmt.Sprintf("GET %s: resourceVersion %s, its last write was acknowledged at %d", op.name, o.Metadata.ResourceVersion, own[op.name]))
+			}
+		default:
+			if o != nil && op.typ != "DELETED" {
+				op.rv = o.RV()
+			}
+			c.ops = append(c.ops, op)
+		}
+		c.mu.Unlock()
+		switch {
+		case err != nil:
+			// Its outcome is unknown: the client leaves the object alone
+			// (the checks then fail on the error itself).
+			if op.typ != "ADDED" {
+				names = slices.Delete(names, i, i+1)
+			}
+		case op.typ == "ADDED":
+			names = append(names, op.name)
+			own[op.name] = op.rv
+		case op.typ == "MODIFIED":
+			own[op.name] = op.rv
+		case op.typ == "DELETED":
+			names = slices.Delete(names, i, i+1)
+			delete(own, op.name)
+		}
+	}
+}
+
+func (c *churn) stop() {
+	c.once.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+	})
+}
+
+func (c *churn) result() churnResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := churnResult{ops: slices.Clone(c.ops), counts: map[string]int{"GET": c.gets}, failed: c.failed, stale: c.stale}
+	for _, op := range c.ops {
+		r.counts[op.typ]++
+		r.lastRV = max(r.lastRV, op.rv)
+	}
+	return r
+}
+
+// unavailability returns, for the writes answered or pending within
+// [from, to], the longest time without an acknowledged write and the
+// longest a single acknowledged write took.
+func (c *churn) unavailability(from, to time.Time) (gap, longest time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var acks []time.Time
+	for _, op := range c.ops {
+		if op.decided.Before(from) || op.sent.After(to) {
+			continue
+		}
+		longest = max(longest, op.decided.Sub(op.sent))
+		if !op.decided.After(to) {
+			acks = append(acks, op.decided)
+		}
+	}
+	slices.SortFunc(acks, func(a, b time.Time) int { return a.Compare(b) })
+	last := from
+	for _, a := range acks {
+		gap = max(gap, a.Sub(last))
+		last = a
+	}
+	return max(gap, to.Sub(last)), longest
+}
+
+// heldWatch drains a kube-apiserver watch into a list as events come.
+type heldWatch struct {
+	path string
+	w    *kubelab.Watch
+
+	mu     sync.Mutex
+	events []kubelab.WatchEvent
+	done   chan struct{}
+}
+
+func holdWatch(path string, w *kubelab.Watch) *heldWatch {
+	h := &heldWatch{path: path, w: w, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		for ev := range w.Events {
+			h.mu.Lock()
+			h.events = append(h.events, ev)
+			h.mu.Unlock()
+		}
+	}()
+	return h
+}
+
+// waitFor waits until the watch delivered an event at rv or later (or an
+// error, or it ended, or timeout), then stops it and returns its events
+// and why it ended early (nil: it did not).
+func (h *heldWatch) waitFor(rv int64, timeout time.Duration) ([]kubelab.WatchEvent, error) {
+	deadline := time.Now().Add(timeout)
+	var ended error
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		n := len(h.events)
+		reached := n > 0 && (h.events[n-1].Object.RV() >= rv || h.events[n-1].Type == "ERROR")
+		h.mu.Unlock()
+		if reached {
+			break
+		}
+		select {
+		case <-h.done:
+			at, err := h.w.Ended()
+			ended = fmt.Errorf("stream closed at %s: %v", at.Format(time.RFC3339Nano), err)
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	h.w.Close()
+	<-h.done
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events), ended
+}
+
+// checkWatch checks that events (in namespace ns) are the acknowledged writes of res, each
+// once, in resourceVersion order, each object's in the order of its
+// writes, and that no event is an error (a 410 Gone among them).
+func checkWatch(t *testing.T, path, ns string, events []kubelab.WatchEvent, res churnResult) {
+	t.Helper()
+	type ev struct {
+		typ string
+		rv  int64
+	}
+	got := map[string][]ev{}
+	var last int64
+	gone := 0
+	for _, e := range events {
+		if e.Type == "ERROR" {
+			if e.Status.Code == 410 {
+				gone++
+			}
+			t.Errorf("watch %s: %s", path, e)
+			continue
+		}
+		if e.Type == "BOOKMARK" {
+			continue
+		}
+		rv := e.Object.RV()
+		if rv <= last {
+			t.Errorf("watch %s: %s after resourceVersion %d", path, e, last)
+		}
+		last = rv
+		if e.Object.Metadata.Namespace != ns {
+			continue // kube-apiserver's own ConfigMaps, in the cluster-wide watch
+		}
+		got[e.Object.Metadata.Name] = append(got[e.Object.Metadata.Name], ev{e.Type, rv})
+	}
+	want := map[string][]ev{}
+	for _, op := range res.ops {
+		want[op.name] = append(want[op.name], ev{op.typ, op.rv})
+	}
+	bad := 0
+	for name, w := range want {
+		g := got[name]
+		ok := len(g) == len(w)
+		for i := 0; ok && i < len(w); i++ {
+			// A delete's answer is a Status: its event's resourceVersion is
+			// only checked to follow the object's previous one (above).
+			ok = g[i].typ == w[i].typ && (w[i].typ == "DELETED" || g[i].rv == w[i].rv)
+		}
+		if !ok {
+			if bad++; bad <= 10 {
+				t.Errorf("watch %s: %s: events %v, acknowledged writes %v", path, name, g, w)
+			}
+		}
+	}
+	for name, g := range got {
+		if _, ok := want[name]; !ok {
+			if bad++; bad <= 10 {
+				t.Errorf("watch %s: %s: events %v without an acknowledged write", path, name, g)
+			}
+		}
+	}
+	t.Logf("watch %s: %d events for %d acknowledged writes to %d objects, %d mismatched objects, %d answers 410 Gone",
+		path, len(events), len(res.ops), len(want), bad, gone)
+}
+
+// readyz polls kube-apiserver's /readyz and keeps what was not ok.
+type readyz struct {
+	cancel   context.CancelFunc
+	done     chan struct{}
+	failures []string
+	polls    int
+}
+
+func watchReadyz(ctx context.Context, api *kubelab.APIServer, every time.Duration) *readyz {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &readyz{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for {
+			st, body, err := api.Do(ctx, "GET", "/readyz", nil, "")
+			if ctx.Err() != nil {
+				return
+			}
+			r.polls++
+			if err != nil || st != 200 {
+				r.failures = append(r.failures, fmt.Sprintf("%s: HTTP %d %v %s", time.Now().Format("15:04:05.000"), st, err, bytes.TrimSpace(body)))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return r
+}
+
+func (r *readyz) stop() []string {
+	r.cancel()
+	<-r.done
+	return r.failures
+}
+
+// moverRun is one run of `zketcd move`.
+type moverRun struct {
+	started, ended time.Time
+	err            error
+	maxRSSKiB      int64
+	// summary is its last line ("moved ... (writes paused N)"); progress
+	// its log lines about the copy; tail its last lines.
+	summary  string
+	progress []string
+	tail     string
+}
+
+var moverProgress = regexp.MustCompile(`msg=("copying the source's base generation"|"base generation copied"|"destination at"|copied |copying |"source fenced|"moved: )`)
+
+// runMover runs the zketcd binary with args, its output in logPath.
+func runMover(t *testing.T, ctx context.Context, zketcd, logPath string, args []string) moverRun {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, zketcd, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	r := moverRun{started: time.Now()}
+	r.err = cmd.Run()
+	r.ended = time.Now()
+	_ = os.WriteFile(logPath, out.Bytes(), 0o644)
+	if cmd.ProcessState != nil {
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			r.maxRSSKiB = ru.Maxrss
+		}
+	}
+	sc := bufio.NewScanner(&out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var lines []string
+	for sc.Scan() {
+		line := sc.Text()
+		lines = append(lines, line)
+		if moverProgress.MatchString(line) {
+			r.progress = append(r.progress, line)
+		}
+		if strings.HasPrefix(line, "moved ") {
+			r.summary = line
+		}
+	}
+	if r.err == nil && r.summary == "" {
+		r.err = errors.New("no \"moved ...\" line")
+	}
+	r.tail = strings.Join(lines[max(0, len(lines)-20):], "\n")
+	if i := strings.Index(r.summary, "; free the source"); i > 0 {
+		r.summary = r.summary[:i]
+	}
+	return r
+}
+
+var switchedLine = regexp.MustCompile(`moved: the instance runs on the destination root`)
+
+// waitSwitched waits until z logged its n-th switch to a destination.
+func waitSwitched(t *testing.T, z *kubelab.Zketcd, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(z.Grep(switchedLine, 0)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("zketcd %s did not switch to the destination (%d switches logged, want %d)", z.Name, len(z.Grep(switchedLine, 0)), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var tookField = regexp.MustCompile(`took=(\S+)`)
+
+// switchTimes returns each instance's last switch time ("a 120ms").
+func switchTimes(zs ...*kubelab.Zketcd) []string {
+	var out []string
+	for _, z := range zs {
+		lines := z.Grep(switchedLine, 1)
+		took := "?"
+		if len(lines) > 0 {
+			if m := tookField.FindStringSubmatch(lines[0]); m != nil {
+				took = m[1]
+			}
+		}
+		out = append(out, z.Name+" "+took)
+	}
+	return out
+}
+
+func mustStatusRev(t *testing.T, ctx context.Context, c *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := c.Get(ctx, "/registry/health-of-the-move-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// storedKV is what a key holds at a revision.
+type storedKV struct {
+	create, mod, version int64
+	value                string
+}
+
+// registryAt reads every key under /registry/ at rev, page by page.
+func registryAt(t *testing.T, ctx context.Context, c *clientv3.Client, rev int64) map[string]storedKV {
+	t.Helper()
+	out := map[string]storedKV{}
+	from, end := "/registry/", clientv3.GetPrefixRangeEnd("/registry/")
+	for {
+		resp, err := c.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(1000))
+		if err != nil {
+			t.Fatalf("range /registry/ at %d: %v", rev, err)
+		}
+		var kv *mvccpb.KeyValue
+		for _, kv = range resp.Kvs {
+			out[string(kv.Key)] = storedKV{kv.CreateRevision, kv.ModRevision, kv.Version, string(kv.Value)}
+		}
+		if !resp.More || kv == nil {
+			return out
+		}
+		from = string(kv.Key) + "\x00"
+	}
+}
+
+func hashKV(t *testing.T, ctx context.Context, c *clientv3.Client, rev int64) *pb.HashKVResponse {
+	t.Helper()
+	h, err := pb.NewMaintenanceClient(c.ActiveConnection()).HashKV(ctx, &pb.HashKVRequest{Revision: rev})
+	if err != nil {
+		t.Fatalf("HashKV(%d): %v", rev, err)
+	}
+	return h
+}
+
+func mapsEqual(a, b map[string]storedKV) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func listState(l *kubelab.List) map[string]int64 {
+	m := make(map[string]int64, len(l.Items))
+	for _, o := range l.Items {
+		m[o.Metadata.Name] = o.RV()
+	}
+	return m
+}
+
+func stateString(m map[string]int64) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "%s@%d ", n, m[n])
+	}
+	return b.String()
+}
