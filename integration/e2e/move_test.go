@@ -24,6 +24,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zketcd/zketcd/integration/kubedata"
 	"github.com/zketcd/zketcd/integration/kubelab"
 )
 
@@ -46,12 +47,14 @@ import (
 // peak RSS.
 //
 // $ZKETCD_MOVE_OBJECTS (default 300) ConfigMaps are seeded, and the churn
-// runs at $ZKETCD_MOVE_RATE requests a second (default 40); `make
+// runs at $ZKETCD_MOVE_RATE requests a second (default 40) from
+// $ZKETCD_MOVE_CLIENTS clients (default 4); `make
 // bench-move` raises both. It needs $KUBE_APISERVER (make e2e).
 func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
 	bin := kubeAPIServerOrSkip(t)
 	objects := envInt(t, "ZKETCD_MOVE_OBJECTS", 300)
 	rate := envInt(t, "ZKETCD_MOVE_RATE", 40)
+	clients := envInt(t, "ZKETCD_MOVE_CLIENTS", 4)
 	ctx := t.Context()
 	lab := newLab(t, bin)
 	must := fatalOn(t)
@@ -91,7 +94,7 @@ func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
 		watches = append(watches, holdWatch(path, w))
 	}
 	ready := watchReadyz(ctx, api, 200*time.Millisecond)
-	churn := startChurn(ctx, api, cmPath, before, 4, rate)
+	churn := startChurn(ctx, api, cmPath, before, clients, rate)
 	t.Cleanup(churn.stop)
 
 	ca, err := za.Client()
@@ -200,8 +203,8 @@ func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
 	if ha.Hash != hb.Hash || ha.CompactRevision != hb.CompactRevision {
 		t.Errorf("HashKV(%d): a %d (compacted at %d), b %d (compacted at %d)", endRev, ha.Hash, ha.CompactRevision, hb.Hash, hb.CompactRevision)
 	}
-	t.Logf("summary (%d ConfigMaps, churn %d requests/s from 4 clients, 2 watches from resourceVersion %s, HashKV(%d) %d on both):\n    %s",
-		objects, rate, rv0, endRev, ha.Hash, strings.Join(report, "\n    "))
+	t.Logf("summary (%d ConfigMaps, churn %d requests/s from %d clients, 2 watches from resourceVersion %s, HashKV(%d) %d on both):\n    %s",
+		objects, rate, clients, rv0, endRev, ha.Hash, strings.Join(report, "\n    "))
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -754,4 +757,141 @@ func stateString(m map[string]int64) string {
 		fmt.Fprintf(&b, "%s@%d ", n, m[n])
 	}
 	return b.String()
+}
+
+// TestMoveCostByObjectCount measures the move's own cost, without
+// kube-apiserver: for each count in $ZKETCD_MOVE_COST_OBJECTS (e.g.
+// "10000,100000"; skipped when unset, as in `make e2e`), one zketcd
+// instance on a root of its own is loaded with that many kube-like objects
+// (integration/kubedata, created as kube-apiserver creates them), the root
+// is updated once and compacted at its head when $ZKETCD_MOVE_COST_COMPACT
+// is set (then the mover copies a base generation rather than the whole
+// log), and `zketcd
+// move` moves it to another root of the same ZooKeeper. It reports the
+// mover's time, peak RSS and progress lines, and checks that the keys and
+// HashKV at the move's revision are the same after it. `make bench-move`
+// runs it.
+func TestMoveCostByObjectCount(t *testing.T) {
+	spec := os.Getenv("ZKETCD_MOVE_COST_OBJECTS")
+	if spec == "" {
+		t.Skip("ZKETCD_MOVE_COST_OBJECTS is not set (make bench-move)")
+	}
+	compact := os.Getenv("ZKETCD_MOVE_COST_COMPACT") != ""
+	ctx := t.Context()
+	lab := newLab(t, "")
+	must := fatalOn(t)
+	zk, err := lab.ZooKeeper(ctx, "-Xmx6g")
+	must(err)
+	sec, err := lab.Security()
+	must(err)
+	var rows []string
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			t.Fatalf("ZKETCD_MOVE_COST_OBJECTS=%q: %q is not a count", spec, f)
+		}
+		root := fmt.Sprintf("/cost-%d", n)
+		z, err := lab.StartZketcd(ctx, fmt.Sprintf("cost-%d", n), []string{zk.Addr()}, root)
+		must(err)
+		c, err := z.Client()
+		must(err)
+		start := time.Now()
+		size, err := loadKubeObjects(ctx, c, n, 16, false)
+		must(err)
+		loaded := time.Since(start)
+		if compact {
+			// Every object updated once, then a compaction at the head:
+			// the log then holds twice the live data, and the compaction
+			// writes a whole base generation (a log holding little besides
+			// the live data would be kept as the generation instead).
+			_, err := loadKubeObjects(ctx, c, n, 16, true)
+			must(err)
+			_, err = c.Compact(ctx, mustStatusRev(t, ctx, c), clientv3.WithCompactPhysical())
+			must(err)
+			deadline := time.Now().Add(5 * time.Minute)
+			for {
+				whole, err := z.Metric(ctx, "zketcd_physical_compactions_total", `generation="whole"`)
+				if err == nil && whole >= 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no whole base generation written 5 min after the compaction (%v %v)", whole, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		rev := mustStatusRev(t, ctx, c)
+		keys := registryAt(t, ctx, c, rev)
+		before := hashKV(t, ctx, c, rev)
+		t.Logf("%d objects (%d MiB of values) loaded in %v, revision %d", n, size>>20, loaded.Round(time.Millisecond), rev)
+		args := []string{"move", "--zk", zk.Addr(), "--zk-root", root, "--to-root", root + "-moved", "--zk-auth-file", sec.ZKAuthFile, "--log-level", "info"}
+		r := runMover(t, ctx, lab.Zketcd, filepath.Join(lab.Dir, fmt.Sprintf("move-cost-%d.log", n)), args)
+		if r.err != nil {
+			t.Fatalf("zketcd %s: %v\n%s", strings.Join(args, " "), r.err, r.tail)
+		}
+		waitSwitched(t, z, 1)
+		for _, p := range r.progress {
+			t.Logf("  mover: %s", p)
+		}
+		if got := registryAt(t, ctx, c, rev); !mapsEqual(got, keys) {
+			t.Errorf("%d objects: the keys at revision %d differ after the move (%d, %d before)", n, rev, len(got), len(keys))
+		}
+		if h := hashKV(t, ctx, c, rev); h.Hash != before.Hash {
+			t.Errorf("%d objects: HashKV(%d) %d after the move, %d before", n, rev, h.Hash, before.Hash)
+		}
+		row := fmt.Sprintf("| %d | %d MiB | %v | %v | %d MiB | %s |", n, size>>20, compact,
+			r.ended.Sub(r.started).Round(time.Millisecond), r.maxRSSKiB>>10, r.summary)
+		t.Log(row)
+		rows = append(rows, row)
+		z.Stop()
+	}
+	t.Logf("summary:\n| objects | values | compacted | mover's time | mover's peak RSS | its last line |\n|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+}
+
+// loadKubeObjects creates n kubedata objects through c from workers
+// goroutines, each with kube-apiserver's create transaction (update: puts
+// each again, an update), and returns the bytes of their values.
+func loadKubeObjects(ctx context.Context, c *clientv3.Client, n, workers int, update bool) (int64, error) {
+	g := kubedata.New(1)
+	next := make(chan int)
+	var (
+		mu    sync.Mutex
+		total int64
+		first error
+	)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				o := g.Object(i)
+				cmp := clientv3.Compare(clientv3.ModRevision(o.Key), "=", 0)
+				if update {
+					cmp = clientv3.Compare(clientv3.ModRevision(o.Key), ">", 0)
+				}
+				resp, err := c.Txn(ctx).If(cmp).Then(clientv3.OpPut(o.Key, string(o.Value))).Commit()
+				mu.Lock()
+				switch {
+				case err != nil && first == nil:
+					first = fmt.Errorf("create %s: %w", o.Key, err)
+				case err == nil && !resp.Succeeded && first == nil:
+					first = fmt.Errorf("write %s (update %v): compare failed", o.Key, update)
+				case err == nil:
+					total += int64(len(o.Value))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return total, first
 }
