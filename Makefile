@@ -162,8 +162,9 @@ kube-apiserver:
 # certificates, authentication on, a ZooKeeper identity): integration/e2e,
 # every scenario of integration/kubelab, the documented recipe with its
 # backups (etcdctl and etcdutl, built by build-peers.sh), the move of a
-# kube-apiserver's data from etcd to zketcd and back, plus the checks of
-# docker-compose.yml. Fails if kube-apiserver cannot be built.
+# kube-apiserver's data from etcd to zketcd and back, `zketcd move` of the
+# root under a serving kube-apiserver (integration/e2e/move_test.go), plus
+# the checks of docker-compose.yml. Fails if kube-apiserver cannot be built.
 E2E_FLAGS ?= -count=1 -timeout 30m -v
 e2e: deps-zookeeper build
 	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "e2e: building kube-apiserver failed" >&2; exit 1; }; \
