@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -16,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -142,11 +142,18 @@ func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
 		for _, z := range []*kubelab.Zketcd{za, zb} {
 			waitSwitched(t, z, mv.switchesBefore+1)
 		}
+		switched := time.Now()
 		time.Sleep(3 * time.Second) // the churn on the destination
-		gap, longest := churn.unavailability(r.started, r.ended.Add(2*time.Second))
-		line := fmt.Sprintf("%s: mover %v (peak RSS %d MiB), %s; kube clients: longest gap between acknowledged writes %v, longest write %v; switches: %s",
+		// Around the fence: from the mover's "source fenced" line until
+		// both instances were seen on the destination (polled: an upper
+		// bound). During the copy: from its start to the fence.
+		gap, _ := churn.unavailability(r.fenced.Add(-500*time.Millisecond), switched.Add(time.Second))
+		n, longest := churn.overlapping(r.fenced, switched)
+		_, copying := churn.overlapping(r.started, r.fenced)
+		line := fmt.Sprintf("%s: mover %v (peak RSS %d MiB), %s; fence to both instances switched <= %v (switches %s); kube clients: longest gap between acknowledged writes around the fence %v, %d writes across the fence, the longest %v; longest write while the mover copied %v",
 			mv.name, r.ended.Sub(r.started).Round(time.Millisecond), r.maxRSSKiB>>10, r.summary,
-			gap.Round(time.Millisecond), longest.Round(time.Millisecond), strings.Join(switchTimes(za, zb), ", "))
+			switched.Sub(r.fenced).Round(time.Millisecond), strings.Join(switchTimes(za, zb), ", "),
+			gap.Round(time.Millisecond), n, longest.Round(time.Millisecond), copying.Round(time.Millisecond))
 		t.Log(line)
 		report = append(report, line)
 		for _, p := range r.progress {
@@ -451,6 +458,21 @@ func (c *churn) unavailability(from, to time.Time) (gap, longest time.Duration) 
 	return max(gap, to.Sub(last)), longest
 }
 
+// overlapping returns how many acknowledged writes were in flight at some
+// point of [from, to], and the longest of them.
+func (c *churn) overlapping(from, to time.Time) (n int, longest time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, op := range c.ops {
+		if op.decided.Before(from) || op.sent.After(to) {
+			continue
+		}
+		n++
+		longest = max(longest, op.decided.Sub(op.sent))
+	}
+	return n, longest
+}
+
 // heldWatch drains a kube-apiserver watch into a list as events come.
 type heldWatch struct {
 	path string
@@ -607,9 +629,11 @@ func (r *readyz) stop() []string {
 
 // moverRun is one run of `zketcd move`.
 type moverRun struct {
-	started, ended time.Time
-	err            error
-	maxRSSKiB      int64
+	// started and ended bound the process; fenced is when its "source
+	// fenced" line came (zero if none).
+	started, ended, fenced time.Time
+	err                    error
+	maxRSSKiB              int64
 	// summary is its last line ("moved ... (writes paused N)"); progress
 	// its log lines about the copy; tail its last lines.
 	summary  string
@@ -623,38 +647,83 @@ var moverProgress = regexp.MustCompile(`msg=("copying the source's base generati
 func runMover(t *testing.T, ctx context.Context, zketcd, logPath string, args []string) moverRun {
 	t.Helper()
 	var out bytes.Buffer
+	pr, pw := io.Pipe()
 	cmd := exec.CommandContext(ctx, zketcd, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = pw, pw
 	r := moverRun{started: time.Now()}
-	r.err = cmd.Run()
-	r.ended = time.Now()
-	_ = os.WriteFile(logPath, out.Bytes(), 0o644)
-	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			r.maxRSSKiB = ru.Maxrss
-		}
-	}
-	sc := bufio.NewScanner(&out)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	var lines []string
-	for sc.Scan() {
-		line := sc.Text()
-		lines = append(lines, line)
-		if moverProgress.MatchString(line) {
-			r.progress = append(r.progress, line)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			out.WriteString(line + "\n")
+			lines = append(lines, line)
+			if r.fenced.IsZero() && strings.Contains(line, `msg="source fenced`) {
+				r.fenced = time.Now()
+			}
+			if moverProgress.MatchString(line) {
+				r.progress = append(r.progress, line)
+			}
+			if strings.HasPrefix(line, "moved ") {
+				r.summary = line
+			}
 		}
-		if strings.HasPrefix(line, "moved ") {
-			r.summary = line
-		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	// Its peak RSS is its VmHWM, read until it exits: the rusage of
+	// wait4 would not do, as a child's ru_maxrss includes its parent's RSS
+	// at the exec (the test's, which holds every key).
+	hwm := make(chan int64, 1)
+	if r.err = cmd.Start(); r.err == nil {
+		exited := make(chan struct{})
+		go func() {
+			var peak int64
+			for {
+				if kib, ok := vmHWM(cmd.Process.Pid); ok {
+					peak = max(peak, kib)
+				}
+				select {
+				case <-exited:
+					hwm <- peak
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+		r.err = cmd.Wait()
+		close(exited)
+		r.maxRSSKiB = <-hwm
 	}
-	if r.err == nil && r.summary == "" {
-		r.err = errors.New("no \"moved ...\" line")
+	r.ended = time.Now()
+	pw.Close()
+	<-scanned
+	_ = os.WriteFile(logPath, out.Bytes(), 0o644)
+	if r.err == nil && (r.summary == "" || r.fenced.IsZero()) {
+		r.err = errors.New("no \"source fenced\" or \"moved ...\" line")
 	}
 	r.tail = strings.Join(lines[max(0, len(lines)-20):], "\n")
 	if i := strings.Index(r.summary, "; free the source"); i > 0 {
 		r.summary = r.summary[:i]
 	}
 	return r
+}
+
+// vmHWM returns the peak resident set size of process pid, in KiB.
+func vmHWM(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kib, err == nil
+		}
+	}
+	return 0, false
 }
 
 // relisted matches kube-apiserver's log lines of a watch cache that lost
