@@ -155,6 +155,7 @@ func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
 			switched.Sub(r.fenced).Round(time.Millisecond), strings.Join(switchTimes(za, zb), ", "),
 			gap.Round(time.Millisecond), n, longest.Round(time.Millisecond), copying.Round(time.Millisecond))
 		t.Log(line)
+		t.Logf("  fenced at %s, both instances seen on the destination at %s", r.fenced.Format("15:04:05.000"), switched.Format("15:04:05.000"))
 		report = append(report, line)
 		for _, p := range r.progress {
 			t.Logf("  mover: %s", p)
@@ -383,7 +384,7 @@ func (c *churn) client(ctx context.Context, api *kubelab.APIServer, path string,
 		c.mu.Lock()
 		switch {
 		case err != nil:
-			c.failed = append(c.failed, fmt.Sprintf("%s %s after %v: %v", op.typ, op.name, op.decided.Sub(op.sent).Round(time.Millisecond), err))
+			c.failed = append(c.failed, fmt.Sprintf("%s %s sent at %s, failed after %v: %v", op.typ, op.name, op.sent.Format("15:04:05.000"), op.decided.Sub(op.sent).Round(time.Millisecond), err))
 		case op.typ == "GET":
 			c.gets++
 			if o.RV() != own[op.name] {

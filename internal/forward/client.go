@@ -110,6 +110,14 @@ func (c *Client) conn(url string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// carriesCertCN reports whether a peer at url can take a client's
+// certificate name from this instance: the link is TLS and this instance
+// presents a certificate (which the peer verifies, if it asks for one).
+func (c *Client) carriesCertCN(url string) bool {
+	_, secure, err := target(url)
+	return err == nil && secure && c.TLS != nil && (len(c.TLS.Certificates) > 0 || c.TLS.GetClientCertificate != nil)
+}
+
 // ready waits up to ConnectWait for cc to be connected.
 func (c *Client) ready(ctx context.Context, cc *grpc.ClientConn) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.ConnectWait)
@@ -146,6 +154,17 @@ func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.Forwar
 	}
 	if call.Fresh && !c.ready(ctx, cc) {
 		return engine.ForwardReply{}, fmt.Errorf("%w: no connection to %s", engine.ErrNotSent, to.URL)
+	}
+	if call.Fresh && !c.carriesCertCN(to.URL) {
+		// A leader takes a client's certificate name only from a peer
+		// whose certificate it verified; over this link it refuses the
+		// request (while auth is on) and the origin commits it itself.
+		// Sent, a request cut in flight (a leader change, a move's fence)
+		// could only be sent again and refused until its resend limit:
+		// the origin commits it now instead.
+		if cl := auth.CallerFrom(ctx); cl.Token == "" && cl.CertCN != "" {
+			return engine.ForwardReply{}, fmt.Errorf("%w: %s cannot take the certificate name of the request's client over this link", engine.ErrNotSent, to.URL)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/testutil"
@@ -316,5 +317,44 @@ func TestEveryCallIsServedWithItsTypes(t *testing.T) {
 		if k.Positioned != (lsn != 0) {
 			t.Errorf("%s (positioned %v): position %d", k.Method, k.Positioned, lsn)
 		}
+	}
+}
+
+// TestACertificateNamedCallerIsNotSentOverALinkThatCannotCarryIt sends
+// the write of a client known by its certificate's common name alone: a
+// leader takes that name only over a link whose peer certificate it
+// verified, so over plaintext (or without a peer certificate) the first
+// send is not made (ErrNotSent: the origin commits it itself, as the
+// leader's refusal would have made it do). Sent and cut in flight — a
+// leader change, a move's fence — the request could only be sent again,
+// refused each time until its resend limit, and answered as timed out.
+// A caller with a token is sent.
+func TestACertificateNamedCallerIsNotSentOverALinkThatCannotCarryIt(t *testing.T) {
+	fl := &fakeLeader{answer: func(engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 9}}, engine.ForwardReply{LSN: 12}, nil
+	}}
+	peer := serve(t, fl)
+	c := NewClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name   string
+		caller auth.Caller
+		sent   bool
+	}{
+		{"certificate name", auth.Caller{CertCN: "kube-apiserver"}, false},
+		{"token", auth.Caller{Token: "tok"}, true},
+		{"no credential (auth off, or the instance itself)", auth.Caller{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(fl.got)
+			cctx := auth.WithCaller(ctx, tc.caller)
+			_, err := c.Forward(cctx, peer, engine.ForwardCall{Origin: revision.WriterTag{Nonce: 1, Seq: uint64(n + 1)}, Fresh: true, Caller: tc.caller,
+				Req: &pb.PutRequest{Key: []byte("k")}, Resp: &pb.PutResponse{}})
+			if sent := len(fl.got) > n; sent != tc.sent || (tc.sent && err != nil) || (!tc.sent && !errors.Is(err, engine.ErrNotSent)) {
+				t.Fatalf("sent %v (want %v), err %v", sent, tc.sent, err)
+			}
+		})
 	}
 }
