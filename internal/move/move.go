@@ -182,6 +182,11 @@ func destStart(ctx context.Context, rc *zkstore.RootCopy, lg *logrus.Entry, dest
 		return zkstore.Head{}, err
 	}
 	if !ok {
+		if b, err := rc.Source().ReadBase(); err == nil {
+			// How much the copy loads and writes before its first
+			// progress line: the base generation is copied whole.
+			lg = lg.WithFields(logrus.Fields{"base_gen": b.Gen, "base_bytes": max(b.Raw, int64(b.Size)), "base_chunks": b.Chunks})
+		}
 		lg.Info("copying the source's base generation")
 		start := time.Now()
 		if head, err = rc.Init(ctx); err != nil {

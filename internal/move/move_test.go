@@ -396,6 +396,10 @@ func TestMoveLogsTheCopysProgress(t *testing.T) {
 	base := false
 	for _, e := range hook.AllEntries() {
 		switch e.Message {
+		case "copying the source's base generation":
+			if _, ok := e.Data["base_bytes"]; !ok {
+				t.Errorf("the base generation's copy without its size: %v", e.Data)
+			}
 		case "base generation copied":
 			base = true
 		case "copying":
