@@ -139,6 +139,13 @@ func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("zketcd %s: %v\n%s", strings.Join(args, " "), r.err, r.tail)
 		}
+		wantTo := mv.to
+		if mv.toZK != "" {
+			wantTo = mv.toZK + ":" + mv.to
+		}
+		if want := "moved " + mv.from + " to " + wantTo + " at log entry "; !strings.HasPrefix(r.summary, want) {
+			t.Errorf("the mover's last line %q, want it to begin %q (docs/operations.md)", r.summary, want)
+		}
 		for _, z := range []*kubelab.Zketcd{za, zb} {
 			waitSwitched(t, z, mv.switchesBefore+1)
 		}
