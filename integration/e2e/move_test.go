@@ -33,23 +33,26 @@ import (
 // another root of the same ZooKeeper (`zketcd move --to-root`), then to a
 // second ZooKeeper server (`--to-zk`), with the same kube-apiserver, the
 // same churn and the same WATCHes (opened from a resourceVersion taken
-// before the first move) throughout. It checks that each mover succeeds;
-// that no watch answers 410 Gone ("too old resource version") or ends;
-// that each watch delivers every acknowledged write exactly once, in
-// order, with its resourceVersion; that the objects listed after equal
+// before the first move: two through kube-apiserver's watch cache, one
+// through a second kube-apiserver without it) throughout. It checks that
+// each mover succeeds and prints the documented last line; that no watch
+// answers 410 Gone ("too old resource version") or ends, and neither
+// kube-apiserver logs a relist or a watch restart; that each watch
+// delivers every acknowledged write exactly once, in order, with its
+// resourceVersion; that the objects listed after equal
 // those listed before with the churn applied; that a GET returns each
 // object's last acknowledged resourceVersion; that every /registry key at
 // a revision before the moves reads the same after them, and HashKV at
 // that revision and at the end agree across the instances; that /readyz
-// stays ok and no write fails. It reports the write unavailability kube
-// clients saw around each move (the longest gap between acknowledged
-// writes and the longest write), the mover's "writes paused", its time and
-// peak RSS.
+// stays ok and no request fails. It reports the write unavailability kube
+// clients saw around each fence (the longest gap between acknowledged
+// writes, the longest write in flight across it) and during the copy, the
+// mover's "writes paused", its time and peak RSS.
 //
 // $ZKETCD_MOVE_OBJECTS (default 300) ConfigMaps are seeded, and the churn
 // runs at $ZKETCD_MOVE_RATE requests a second (default 40) from
-// $ZKETCD_MOVE_CLIENTS clients (default 4); `make
-// bench-move` raises both. It needs $KUBE_APISERVER (make e2e).
+// $ZKETCD_MOVE_CLIENTS clients (default 4); `make bench-move` raises
+// them. It needs $KUBE_APISERVER (make e2e).
 func TestKubeAPIServerWhileItsRootMoves(t *testing.T) {
 	bin := kubeAPIServerOrSkip(t)
 	objects := envInt(t, "ZKETCD_MOVE_OBJECTS", 300)
