@@ -33,6 +33,8 @@
 #   make bench-tenants  100 tenants on one fleet against etcd per tenant and a shared etcd, and
 #                       a quiet tenant beside a flooding neighbour (~30 min); rewrites its section
 #                       of docs/benchmarks.md and docs/bench/tenants*
+#   make bench-move     zketcd move under a kube-apiserver at 10,000 objects, and the mover's
+#                       time and memory at 10,000 and 100,000 objects (~15 min; prints figures)
 #
 # docs/testing.md describes each target.
 
@@ -42,7 +44,7 @@ GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build install tools compose-test run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale bench-tenants faults upgrade-test soak deps-zookeeper deps-postgresql clean
+.PHONY: all build install tools compose-test run ci test test-unit test-integration multihost e2e etcdctl-test snapshot-test demo kube-apiserver lint vet staticcheck fmt fuzz bench-watch bench bench-long bench-scale bench-tenants bench-move faults upgrade-test soak deps-zookeeper deps-postgresql clean
 
 all: build
 
@@ -160,8 +162,9 @@ kube-apiserver:
 # certificates, authentication on, a ZooKeeper identity): integration/e2e,
 # every scenario of integration/kubelab, the documented recipe with its
 # backups (etcdctl and etcdutl, built by build-peers.sh), the move of a
-# kube-apiserver's data from etcd to zketcd and back, plus the checks of
-# docker-compose.yml. Fails if kube-apiserver cannot be built.
+# kube-apiserver's data from etcd to zketcd and back, `zketcd move` of the
+# root under a serving kube-apiserver (integration/e2e/move_test.go), plus
+# the checks of docker-compose.yml. Fails if kube-apiserver cannot be built.
 E2E_FLAGS ?= -count=1 -timeout 30m -v
 e2e: deps-zookeeper build
 	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "e2e: building kube-apiserver failed" >&2; exit 1; }; \
@@ -297,6 +300,32 @@ bench-scale: deps-zookeeper build
 TENANTS_FLAGS ?=
 bench-tenants: deps-zookeeper build
 	cd integration && $(GO) run ./bench/cmd/zktenants -repo .. -zketcd ../$(BIN)/zketcd -md ../docs/benchmarks.md $(TENANTS_FLAGS)
+
+# bench-move runs integration/e2e's move tests at bench size (not in CI):
+# TestKubeAPIServerWhileItsRootMoves with MOVE_OBJECTS ConfigMaps and a churn
+# of MOVE_RATE requests a second from MOVE_CLIENTS clients (the root moved
+# to another root, then to a second ZooKeeper, with every check of the e2e
+# run), then TestMoveCostByObjectCount at MOVE_COST_OBJECTS kube-like
+# objects without kube-apiserver, once copying the whole log and once a base
+# generation. It prints the figures (docs/benchmarks.md "Moving a root
+# while it serves" quotes them); the output is kept in MOVE_OUT.
+MOVE_OBJECTS ?= 10000
+MOVE_RATE ?= 100
+MOVE_CLIENTS ?= 8
+MOVE_COST_OBJECTS ?= 10000,100000
+MOVE_OUT ?= out/bench-move
+bench-move: deps-zookeeper build
+	@out=$$($(KUBE_APISERVER_BUILD)) || { echo "bench-move: building kube-apiserver failed" >&2; exit 1; }; \
+	bin=$$(printf '%s\n' "$$out" | tail -n 1); mkdir -p $(MOVE_OUT); \
+	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
+		ZKETCD_MOVE_OBJECTS=$(MOVE_OBJECTS) ZKETCD_MOVE_RATE=$(MOVE_RATE) ZKETCD_MOVE_CLIENTS=$(MOVE_CLIENTS) \
+		$(GO) test -count=1 -timeout 60m -v -run '^TestKubeAPIServerWhileItsRootMoves$$' ./e2e/ | tee $(abspath $(MOVE_OUT))/kube.log; \
+	grep -q '^ok' $(abspath $(MOVE_OUT))/kube.log || exit 1; : > $(abspath $(MOVE_OUT))/cost.log; \
+	for compact in "" 1; do \
+		ZKETCD_BINARY="$(abspath $(BIN))/zketcd" ZKETCD_MOVE_COST_OBJECTS=$(MOVE_COST_OBJECTS) ZKETCD_MOVE_COST_COMPACT=$$compact \
+		$(GO) test -count=1 -timeout 60m -v -run '^TestMoveCostByObjectCount$$' ./e2e/ | tee -a $(abspath $(MOVE_OUT))/cost.log; \
+	done; \
+	[ "$$(grep -c '^ok' $(abspath $(MOVE_OUT))/cost.log)" = 2 ]
 
 bench-long: deps-zookeeper deps-postgresql build
 	cd integration && $(GO) run ./bench/cmd/zkbench -profile long -repo .. -zketcd ../$(BIN)/zketcd \

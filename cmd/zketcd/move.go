@@ -62,8 +62,12 @@ func runMove(args []string, out io.Writer) error {
 		fmt.Fprintf(out, "%s moved to %s already (log entry %d)\n", src.Root, *toRoot, res.FenceLSN)
 		return nil
 	}
-	fmt.Fprintf(out, "moved %s to %s%s at log entry %d, revision %d (writes paused %v); free the source with --free-source once no configuration names it\n",
-		src.Root, serversPrefix(zkstore.JoinServers(dst.Servers)), *toRoot, res.FenceLSN, res.Rev, res.Paused.Round(time.Millisecond))
+	to := *toRoot // on the source's ensemble
+	if *toZK != "" {
+		to = serversPrefix(zkstore.JoinServers(dst.Servers)) + to
+	}
+	fmt.Fprintf(out, "moved %s to %s at log entry %d, revision %d (writes paused %v); free the source with --free-source once no configuration names it\n",
+		src.Root, to, res.FenceLSN, res.Rev, res.Paused.Round(time.Millisecond))
 	return nil
 }
 

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/zketcd/zketcd/integration/kubelab"
@@ -18,12 +20,16 @@ func kubeAPIServerOrSkip(t *testing.T) string {
 	return bin
 }
 
-// newLab returns a kubelab lab in a temporary directory (lab.Dir), closed
-// when the test ends, running kube-apiserver from bin and zketcd
-// from $ZKETCD_BINARY (built from cmd/zketcd when unset).
+// newLab returns a kubelab lab in a temporary directory (lab.Dir; with
+// $E2E_DIR, in $E2E_DIR/<test name>, kept), closed when the test ends,
+// running kube-apiserver from bin and zketcd from $ZKETCD_BINARY (built
+// from cmd/zketcd when unset).
 func newLab(t *testing.T, bin string) *kubelab.Lab {
 	t.Helper()
 	dir := t.TempDir()
+	if keep := os.Getenv("E2E_DIR"); keep != "" {
+		dir = filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "-"))
+	}
 	zketcd := os.Getenv("ZKETCD_BINARY")
 	if zketcd == "" {
 		var err error

@@ -158,9 +158,10 @@ func zkLogger(w io.Writer) *logrus.Entry {
 	return logrus.NewEntry(lg)
 }
 
-// ZooKeeper starts a standalone ZooKeeper server. forceSync=no, as in the
+// ZooKeeper starts a standalone ZooKeeper server, with jvmFlags after the
+// default ones (e.g. "-Xmx4g" for a large root). forceSync=no, as in the
 // other tests: the experiment measures zketcd, not the disk.
-func (l *Lab) ZooKeeper(ctx context.Context) (*zkserver.Server, error) {
+func (l *Lab) ZooKeeper(ctx context.Context, jvmFlags ...string) (*zkserver.Server, error) {
 	dir, err := l.subdir("zookeeper")
 	if err != nil {
 		return nil, err
@@ -170,7 +171,7 @@ func (l *Lab) ZooKeeper(ctx context.Context) (*zkserver.Server, error) {
 		return nil, err
 	}
 	s, err := zkserver.StartStandalone(ctx, zkserver.Options{Dir: dir, Logger: zkLogger(logf), Ports: l.ports,
-		ExtraConfig: map[string]string{"forceSync": "no"}})
+		ExtraConfig: map[string]string{"forceSync": "no"}, JVMFlags: jvmFlags})
 	if err != nil {
 		logf.Close()
 		return nil, err

@@ -38,9 +38,12 @@ type Client struct {
 	// first call.
 	TLS *tls.Config
 
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
-	closed bool
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+	// refusesCN holds the peer URLs that refused a request known by its
+	// client's certificate name alone (noteRefusedCertNames).
+	refusesCN map[string]bool
+	closed    bool
 }
 
 var _ engine.Forwarder = (*Client)(nil)
@@ -104,10 +107,40 @@ func (c *Client) conn(url string) (*grpc.ClientConn, error) {
 		for u, old := range c.conns {
 			old.Close()
 			delete(c.conns, u)
+			delete(c.refusesCN, u)
 		}
 	}
 	c.conns[url] = cc
 	return cc, nil
+}
+
+// refusedCertNames reports whether the peer at url refused a request
+// known by its client's certificate name alone (noteRefusedCertNames).
+func (c *Client) refusedCertNames(url string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refusesCN[url]
+}
+
+// noteRefusedCertNames records that the peer at url refused a request
+// known by its client's certificate name alone: auth is on there, and
+// this link cannot carry the name. It stays so while the connection is
+// kept (an auth disabled later only keeps such requests at their origin).
+func (c *Client) noteRefusedCertNames(url string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refusesCN == nil {
+		c.refusesCN = map[string]bool{}
+	}
+	c.refusesCN[url] = true
+}
+
+// carriesCertCN reports whether a peer at url can take a client's
+// certificate name from this instance: the link is TLS and this instance
+// presents a certificate (which the peer verifies, if it asks for one).
+func (c *Client) carriesCertCN(url string) bool {
+	_, secure, err := target(url)
+	return err == nil && secure && c.TLS != nil && (len(c.TLS.Certificates) > 0 || c.TLS.GetClientCertificate != nil)
 }
 
 // ready waits up to ConnectWait for cc to be connected.
@@ -147,6 +180,20 @@ func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.Forwar
 	if call.Fresh && !c.ready(ctx, cc) {
 		return engine.ForwardReply{}, fmt.Errorf("%w: no connection to %s", engine.ErrNotSent, to.URL)
 	}
+	// A leader takes a client's certificate name only from a peer whose
+	// certificate it verified: over another link, with auth on, it
+	// refuses a request known by that name alone, and the origin commits
+	// it itself. Sent, such a request cut in flight (a leader change, a
+	// move's fence) could only be sent again and refused until its resend
+	// limit. Once a peer refused one, the next are not sent to it: their
+	// origin commits them at once.
+	certOnly := false
+	if cl := auth.CallerFrom(ctx); cl.Token == "" && cl.CertCN != "" && !c.carriesCertCN(to.URL) {
+		certOnly = true
+		if call.Fresh && c.refusedCertNames(to.URL) {
+			return engine.ForwardReply{}, fmt.Errorf("%w: %s refuses the certificate name of the request's client over this link", engine.ErrNotSent, to.URL)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(withCaller(ctx, to), mdOrigin, formatTag(call.Origin),
@@ -168,7 +215,11 @@ func (c *Client) Forward(ctx context.Context, to engine.Peer, call engine.Forwar
 		case outcomeFailed:
 			return engine.ForwardReply{}, &engine.FinalError{Err: err}
 		case outcomeBadToken:
-			// Refused before anything ran: a stale or misconfigured URL.
+			// Refused before anything ran: a stale or misconfigured URL,
+			// or a client known by a name this link cannot carry.
+			if certOnly {
+				c.noteRefusedCertNames(to.URL)
+			}
 			if call.Fresh {
 				return engine.ForwardReply{}, fmt.Errorf("%w: %s refused the token: %w", engine.ErrNotSent, to.URL, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/zketcd/zketcd/internal/auth"
 	"github.com/zketcd/zketcd/internal/engine"
 	"github.com/zketcd/zketcd/internal/revision"
 	"github.com/zketcd/zketcd/internal/testutil"
@@ -91,12 +93,16 @@ func leases(ctx context.Context, f engine.Forwarder, to engine.Peer) (*pb.LeaseL
 
 func serve(t *testing.T, l Leader) engine.Peer {
 	t.Helper()
+	return serveWith(t, l, ServerConfig{Logger: testutil.Logger(logrus.WarnLevel)})
+}
+
+func serveWith(t *testing.T, l Leader, cfg ServerConfig) engine.Peer {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg := testutil.Logger(logrus.WarnLevel)
-	srv := NewServer(l, ServerConfig{Logger: lg})
+	srv := NewServer(l, cfg)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return engine.Peer{ID: 1, URL: "http://" + lis.Addr().String(), Token: "secret"}
@@ -316,5 +322,69 @@ func TestEveryCallIsServedWithItsTypes(t *testing.T) {
 		if k.Positioned != (lsn != 0) {
 			t.Errorf("%s (positioned %v): position %d", k.Method, k.Positioned, lsn)
 		}
+	}
+}
+
+// refusingAuthorizer is auth on at a leader: it takes any credential and
+// refuses a request without one, counting the requests it sees.
+type refusingAuthorizer struct{ seen atomic.Int64 }
+
+func (a *refusingAuthorizer) Authorize(ctx context.Context, _ string, _ proto.Message, caller auth.Caller) (context.Context, error) {
+	a.seen.Add(1)
+	if caller.Empty() {
+		return nil, rpctypes.ErrGRPCUserEmpty
+	}
+	return ctx, nil
+}
+
+// TestACertificateNamedCallerIsNotSentToALeaderThatRefusedOne sends the
+// writes of a client known by its certificate's common name alone over a
+// plaintext link, which cannot carry that name: a leader with auth on
+// refuses the first (ErrNotSent: its origin commits it itself), and the
+// next are not sent to it at all. Sent, such a request cut in flight — a
+// leader change, a move's fence — could only be sent again and refused
+// until its resend limit, and was answered as timed out. A caller with a
+// token is sent; with auth off the leader takes every request.
+func TestACertificateNamedCallerIsNotSentToALeaderThatRefusedOne(t *testing.T) {
+	answer := func(engine.ForwardCall) (proto.Message, engine.ForwardReply, error) {
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 9}}, engine.ForwardReply{LSN: 12}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cn, token := auth.Caller{CertCN: "kube-apiserver"}, auth.Caller{Token: "tok"}
+	type send struct {
+		caller auth.Caller
+		seen   bool // the leader saw it
+		sent   bool // and served it
+	}
+	for _, tc := range []struct {
+		name  string
+		authz bool
+		sends []send
+	}{
+		{"auth on", true, []send{{cn, true, false}, {cn, false, false}, {token, true, true}, {cn, false, false}}},
+		{"auth off", false, []send{{cn, true, true}, {cn, true, true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fl := &fakeLeader{answer: answer}
+			az := &refusingAuthorizer{}
+			cfg := ServerConfig{Logger: testutil.Logger(logrus.WarnLevel)}
+			if tc.authz {
+				cfg.Authorizer = az
+			}
+			peer := serveWith(t, fl, cfg)
+			c := NewClient()
+			defer c.Close()
+			for i, sd := range tc.sends {
+				seen, served := az.seen.Load(), len(fl.got)
+				_, err := c.Forward(auth.WithCaller(ctx, sd.caller), peer, engine.ForwardCall{Origin: revision.WriterTag{Nonce: 1, Seq: uint64(i + 1)},
+					Fresh: true, Caller: sd.caller, Req: &pb.PutRequest{Key: []byte("k")}, Resp: &pb.PutResponse{}})
+				gotSeen := az.seen.Load() > seen || len(fl.got) > served
+				gotSent := len(fl.got) > served
+				if gotSeen != sd.seen || gotSent != sd.sent || (sd.sent && err != nil) || (!sd.sent && !errors.Is(err, engine.ErrNotSent)) {
+					t.Fatalf("send %d (%+v): seen by the leader %v, served %v, err %v; want seen %v, served %v", i, sd.caller, gotSeen, gotSent, err, sd.seen, sd.sent)
+				}
+			}
+		})
 	}
 }

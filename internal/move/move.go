@@ -27,6 +27,9 @@ type Config struct {
 	// source after the fence (0: 2 minutes): an instance cut off from
 	// ZooKeeper leaves when its session expires.
 	ReleaseTimeout time.Duration
+	// ProgressEvery is how many entries the copy logs its progress after
+	// (0: 10,000): a long copy says how far it is and how fast it goes.
+	ProgressEvery int64
 	// BeforeFence and AfterFence, if set, are called right before the
 	// fence is committed and right after (tests: a crash there).
 	BeforeFence, AfterFence func() error
@@ -64,6 +67,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.ReleaseTimeout <= 0 {
 		cfg.ReleaseTimeout = 2 * time.Minute
 	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10000
+	}
 	if len(cfg.Dest.Servers) == 0 {
 		cfg.Dest.Servers = cfg.Source.Servers
 	}
@@ -96,7 +102,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	cp := &copier{rc: rc, lg: lg}
+	cp := &copier{rc: rc, lg: lg, every: cfg.ProgressEvery}
 	copyTo := func(lsn int64) error {
 		cp.head = head
 		err := cp.copyTo(ctx, lsn)
@@ -194,10 +200,17 @@ func destStart(ctx context.Context, rc *zkstore.RootCopy, lg *logrus.Entry, dest
 		return zkstore.Head{}, err
 	}
 	if !ok {
+		if b, err := rc.Source().ReadBase(); err == nil {
+			// How much the copy loads and writes before its first
+			// progress line: the base generation is copied whole.
+			lg = lg.WithFields(logrus.Fields{"base_gen": b.Gen, "base_bytes": max(b.Raw, int64(b.Size)), "base_chunks": b.Chunks})
+		}
 		lg.Info("copying the source's base generation")
+		start := time.Now()
 		if head, err = rc.Init(ctx); err != nil {
 			return zkstore.Head{}, fmt.Errorf("move: %w", err)
 		}
+		lg.WithFields(logrus.Fields{"lsn": head.LSN, "revision": head.Rev, "took": time.Since(start).Round(time.Millisecond)}).Info("base generation copied")
 	} else if same, err := rc.SameEntry(head.LSN); errors.Is(err, zkstore.ErrEntryMissing) {
 		if head, err = recopy(ctx, rc, lg, err); err != nil {
 			return zkstore.Head{}, err
@@ -213,10 +226,12 @@ func destStart(ctx context.Context, rc *zkstore.RootCopy, lg *logrus.Entry, dest
 
 // copier copies the source's entries, starting over from its current base
 // generation when its compaction removed entries the copy had not read yet
-// (at most maxRecopies times).
+// (at most maxRecopies times), and logs its progress every so many
+// entries.
 type copier struct {
 	rc       *zkstore.RootCopy
 	lg       *logrus.Entry
+	every    int64
 	head     zkstore.Head
 	recopies int
 }
@@ -224,8 +239,7 @@ type copier struct {
 // copyTo copies up to lsn, from c.head, which it moves.
 func (c *copier) copyTo(ctx context.Context, lsn int64) error {
 	for {
-		h, err := c.rc.CopyEntries(ctx, c.head, lsn)
-		c.head = h
+		err := c.copyLogging(ctx, lsn)
 		if !errors.Is(err, zkstore.ErrEntryMissing) || c.recopies == maxRecopies {
 			return err
 		}
@@ -234,6 +248,29 @@ func (c *copier) copyTo(ctx context.Context, lsn int64) error {
 			return err
 		}
 	}
+}
+
+// copyLogging copies up to lsn from c.head, c.every entries at a time,
+// logging after each step the entries copied, those left and the rate
+// (nothing for a copy of c.every entries or fewer).
+func (c *copier) copyLogging(ctx context.Context, lsn int64) error {
+	from, start := c.head.LSN, time.Now()
+	for c.head.LSN < lsn {
+		h, err := c.rc.CopyEntries(ctx, c.head, min(lsn, c.head.LSN+c.every))
+		c.head = h
+		if err != nil {
+			return err
+		}
+		if lsn-from <= c.every {
+			continue
+		}
+		done, took := c.head.LSN-from, time.Since(start)
+		c.lg.WithFields(logrus.Fields{
+			"entries": done, "left": lsn - c.head.LSN, "lsn": c.head.LSN, "revision": c.head.Rev,
+			"entries_per_sec": int64(float64(done) / max(took.Seconds(), 1e-3)), "took": took.Round(time.Millisecond),
+		}).Info("copying")
+	}
+	return nil
 }
 
 // maxRecopies bounds how many times one run starts the copy over because

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/zketcd/zketcd/internal/engine"
@@ -405,5 +406,54 @@ func TestMoveTwiceFollowsTheSecondWithinTheNewEnsemble(t *testing.T) {
 	stray.Root = second.Root
 	if ok, _, err := zkstore.RootExists(ctx, stray); err != nil || ok {
 		t.Fatalf("%s on the first ensemble: exists %v, %v", stray.Root, ok, err)
+	}
+}
+
+// TestMoveLogsTheCopysProgress moves a root whose log is longer than the
+// progress step: the mover logs, step by step, the entries copied, those
+// left and the rate, and the base generation's copy when it makes one.
+func TestMoveLogsTheCopysProgress(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	dst := rootview.StoreConfig(t, sharedZK, "")
+	a := open(t, "a", src)
+	ctx := testutil.Context(t, time.Minute)
+	for i := range 60 {
+		if _, err := a.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lg, hook := logtest.NewNullLogger()
+	lg.SetLevel(logrus.InfoLevel)
+	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: logrus.NewEntry(lg), ProgressEvery: 10}); err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	base := false
+	for _, e := range hook.AllEntries() {
+		switch e.Message {
+		case "copying the source's base generation":
+			if _, ok := e.Data["base_bytes"]; !ok {
+				t.Errorf("the base generation's copy without its size: %v", e.Data)
+			}
+		case "base generation copied":
+			base = true
+		case "copying":
+			n, _ := e.Data["entries"].(int64)
+			left, okLeft := e.Data["left"].(int64)
+			_, okRate := e.Data["entries_per_sec"].(int64)
+			if !okLeft || !okRate || left < 0 {
+				t.Errorf("progress line without its figures: %v", e.Data)
+			}
+			if len(steps) > 0 && n <= steps[len(steps)-1] {
+				t.Errorf("progress went from %d to %d entries", steps[len(steps)-1], n)
+			}
+			steps = append(steps, n)
+		}
+	}
+	if !base {
+		t.Error(`no "base generation copied" line`)
+	}
+	if len(steps) < 5 {
+		t.Fatalf("%d progress lines for a copy of 60 entries or more in steps of 10: %v", len(steps), steps)
 	}
 }
