@@ -191,7 +191,8 @@ func openCopy(ctx context.Context, cfg Config) (*zkstore.RootCopy, error) {
 }
 
 // destStart returns the destination's head to copy on from: a new copy of
-// the source's base generation if it holds none yet, or a new one again if
+// the source's base generation if it holds no head yet (after removing
+// what a run cut short left there), or a new one again if
 // the source's compaction removed the entry it ends with. Errors say why
 // the copy cannot continue into dest.
 func destStart(ctx context.Context, rc *zkstore.RootCopy, lg *logrus.Entry, dest string) (zkstore.Head, error) {
@@ -200,6 +201,12 @@ func destStart(ctx context.Context, rc *zkstore.RootCopy, lg *logrus.Entry, dest
 		return zkstore.Head{}, err
 	}
 	if !ok {
+		// No head: a fresh destination (only the move record), or one a
+		// run cut short while it reset or initialised it. What is left of
+		// that goes first.
+		if err := rc.Reset(ctx); err != nil {
+			return zkstore.Head{}, fmt.Errorf("move: %w", err)
+		}
 		if b, err := rc.Source().ReadBase(); err == nil {
 			// How much the copy loads and writes before its first
 			// progress line: the base generation is copied whole.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -455,5 +456,41 @@ func TestMoveLogsTheCopysProgress(t *testing.T) {
 	}
 	if len(steps) < 5 {
 		t.Fatalf("%d progress lines for a copy of 60 entries or more in steps of 10: %v", len(steps), steps)
+	}
+}
+
+// TestMoveContinuesAfterAResetCutShort: a run that started the copy over
+// (the source's compaction overtook it) was stopped while it reset the
+// destination, leaving some of the copy (the meta) but not its head. Run
+// again, the move resets what is left and finishes instead of failing on
+// znodes that exist.
+func TestMoveContinuesAfterAResetCutShort(t *testing.T) {
+	src := rootview.StoreConfig(t, sharedZK, "")
+	dst := rootview.StoreConfig(t, sharedZK, "")
+	a := open(t, "a", src)
+	ctx := testutil.Context(t, time.Minute)
+	for i := range 20 {
+		if _, err := a.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := errors.New("mover stopped")
+	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel), BeforeFence: func() error { return stopped }}); !errors.Is(err, stopped) {
+		t.Fatalf("first run: %v", err)
+	}
+	conn, _, err := zk.Connect(dst.Servers, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Delete(dst.Root+"/head", -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel)}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "a on the destination", func() bool { return a.Moves() == 1 })
+	if got, want := rootview.Dump(rootview.Recovered(t, dst)), rootview.Dump(a.Snapshot()); got != want {
+		t.Fatalf("destination:\n%s\ninstance:\n%s", got, want)
 	}
 }

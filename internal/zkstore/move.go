@@ -366,8 +366,9 @@ func (c *RootCopy) Init(ctx context.Context) (Head, error) {
 }
 
 // Reset deletes what a move copied into the destination, all but its move
-// record, so that Init can copy it again: for a copy the source's
-// compaction overtook (ErrEntryMissing). The destination must be this
+// record (the head first), so that Init can copy it again: for a copy the
+// source's compaction overtook (ErrEntryMissing), or one a run cut short
+// while it reset or initialised it (no head). The destination must be this
 // move's and not finished (Claim); nothing serves it until then.
 func (c *RootCopy) Reset(ctx context.Context) error {
 	d := c.dst
@@ -376,13 +377,18 @@ func (c *RootCopy) Reset(ctx context.Context) error {
 	} else if !ok || r.State != MoveCopying || r.ClusterID != c.meta.ClusterID {
 		return fmt.Errorf("%s is not a copy in progress of cluster %x: not reset", d.l.root, c.meta.ClusterID)
 	}
+	// The head goes first: a reset cut short then reads as a destination
+	// without a head, which the next run resets again before copying.
+	if err := d.conn.Delete(d.l.head(), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return d.wrap("reset: delete "+d.l.head(), err)
+	}
 	kids, _, err := d.conn.Children(d.l.root)
 	if err != nil {
 		return d.wrap("list "+d.l.root, err)
 	}
 	var deleted atomic.Int64
 	for _, k := range kids {
-		if k == path.Base(d.l.move()) {
+		if k == path.Base(d.l.move()) || k == path.Base(d.l.head()) {
 			continue
 		}
 		if err := d.deleteTreeCounting(ctx, d.l.root+"/"+k, &deleted); err != nil {
