@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,9 +55,6 @@ import (
 // $ZKETCD_MOVE_RATE, $ZKETCD_MOVE_CLIENTS); `make bench-move` raises them.
 func TestKubeAPIServerMovesFromASharedEtcdBehindAProxy(t *testing.T) {
 	bin := kubeAPIServerOrSkip(t)
-	objects := envInt(t, "ZKETCD_MOVE_OBJECTS", 300)
-	rate := envInt(t, "ZKETCD_MOVE_RATE", 40)
-	clients := envInt(t, "ZKETCD_MOVE_CLIENTS", 4)
 	quiet := 200 * time.Millisecond
 	if s := os.Getenv("ZKETCD_MOVE_QUIET"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -79,48 +77,8 @@ func TestKubeAPIServerMovesFromASharedEtcdBehindAProxy(t *testing.T) {
 	must(err)
 	other := startOtherCluster(ctx, ec, "/team-b/", 20)
 	t.Cleanup(other.stop)
-
 	const prefix = "/team-a/"
-	apiOpts := func(name string, extra ...string) kubelab.APIServerOptions {
-		return kubelab.APIServerOptions{Name: name, EtcdServers: "https://" + proxy.Addr,
-			Extra: append([]string{"--etcd-prefix=" + strings.TrimSuffix(prefix, "/")}, extra...)}
-	}
-	api, err := lab.StartAPIServer(apiOpts("moved"))
-	must(err)
-	direct, err := lab.StartAPIServer(apiOpts("no-watch-cache", "--watch-cache=false"))
-	must(err)
-	for _, a := range []*kubelab.APIServer{api, direct} {
-		took, err := a.WaitReady(ctx, 3*time.Minute)
-		must(err)
-		t.Logf("kube-apiserver %s on etcd %s through the proxy %s (--etcd-prefix %s) ready in %v", a.Name, etcd.TLSAddr, proxy.Addr, prefix, took.Round(time.Millisecond))
-	}
-
-	const ns = "move"
-	cmPath := "/api/v1/namespaces/" + ns + "/configmaps"
-	_, err = api.Create(ctx, "/api/v1/namespaces", kubelab.Namespace(ns))
-	must(err)
-	start := time.Now()
-	must(seedConfigMaps(ctx, api, cmPath, objects, 8))
-	t.Logf("seeded %d ConfigMaps through kube-apiserver in %v", objects, time.Since(start).Round(time.Millisecond))
-	before, err := api.List(ctx, cmPath)
-	must(err)
-	if len(before.Items) != objects {
-		t.Fatalf("listed %d ConfigMaps, seeded %d", len(before.Items), objects)
-	}
-	rv0 := before.Metadata.ResourceVersion
-	var watches []*heldWatch
-	for _, path := range []string{cmPath, "/api/v1/configmaps"} {
-		w, err := api.Watch(ctx, path+"?resourceVersion="+rv0)
-		must(err)
-		watches = append(watches, holdWatch(path, w))
-	}
-	w, err := direct.Watch(ctx, cmPath+"?resourceVersion="+rv0)
-	must(err)
-	watches = append(watches, holdWatch(cmPath+" (no watch cache)", w))
-	relistsBefore := [2]int{len(api.Grep(relisted, 0)), len(direct.Grep(relisted, 0))}
-	ready := watchReadyz(ctx, api, 200*time.Millisecond)
-	churn := startChurn(ctx, api, cmPath, before, clients, rate)
-	t.Cleanup(churn.stop)
+	k := startProxiedKube(t, lab, proxy, "etcd "+etcd.TLSAddr, "--etcd-prefix="+strings.TrimSuffix(prefix, "/"))
 
 	zk, err := lab.ZooKeeper(ctx)
 	must(err)
@@ -161,25 +119,132 @@ func TestKubeAPIServerMovesFromASharedEtcdBehindAProxy(t *testing.T) {
 	cutRev, hashLine := parseCutOver(t, summary)
 	t.Logf("cut-over: %s", summary)
 	time.Sleep(3 * time.Second) // the churn on zketcd
-	churn.stop()
-	readyFailures := ready.stop()
 	other.stop()
+	pause := fmt.Sprintf("etcd prefix to zketcd behind a proxy: hold to switch %v = cut-over command %v (%s) + zketcd start %v; %d sockets cut; mirror peak RSS %d MiB",
+		switched.Sub(held).Round(time.Millisecond), cutOver.Sub(held).Round(time.Millisecond), m.cutOverParts(held),
+		served.Sub(cutOver).Round(time.Millisecond), cut, m.peakRSSKiB()>>10)
+	firstRev, _ := m.waitLine(ctx, "initial copy of the prefix", time.Second)
+	t.Logf("the mirror's first revision: %s", firstRev)
+	// Without the watch cache, kube-apiserver's own informers watch etcd
+	// without progress notifications: a watch that saw no event since its
+	// list resumes on zketcd from a revision below the mirror's first one,
+	// where the copy of the prefix has no history (docs/operations.md),
+	// and is answered "compacted": that informer relists.
+	line := k.finish(held, switched, cutRev, pause, true)
 
-	gap, _ := churn.unavailability(held.Add(-500*time.Millisecond), switched.Add(time.Second))
-	n, longest := churn.overlapping(held, switched)
-	baseGap, baseLongest := churn.unavailability(churn.started, churn.started.Add(3*time.Second))
-	parts := m.cutOverParts(held)
-	line := fmt.Sprintf("etcd prefix to zketcd behind a proxy: hold to switch %v = cut-over command %v (%s) + zketcd start %v; kube clients: longest gap between acknowledged writes %v, %d writes across the hold, the longest %v; before (3 s of churn): gap %v, longest write %v; %d sockets cut; mirror peak RSS %d MiB",
-		switched.Sub(held).Round(time.Millisecond), cutOver.Sub(held).Round(time.Millisecond), parts,
-		served.Sub(cutOver).Round(time.Millisecond), gap.Round(time.Millisecond), n, longest.Round(time.Millisecond),
-		baseGap.Round(time.Millisecond), baseLongest.Round(time.Millisecond), cut, m.peakRSSKiB()>>10)
+	zc, err := z.Client()
+	must(err)
+	for _, rev := range []int64{preRev, cutRev} {
+		onEtcd := prefixAt(t, ctx, ec, prefix, rev)
+		if got := prefixAt(t, ctx, zc, prefix, rev); !mapsEqual(got, onEtcd) {
+			t.Errorf("%s at revision %d: zketcd %d keys, etcd %d keys, not the same", prefix, rev, len(got), len(onEtcd))
+		}
+	}
+	if got := prefixAt(t, ctx, zc, prefix, preRev); !mapsEqual(got, preKeys) {
+		t.Errorf("%s at revision %d on zketcd differs from what etcd held before the cut-over", prefix, preRev)
+	}
+	t.Logf("summary (%s, --quiet %v, another cluster writing on the shared etcd):\n    %s\n    %s", k.shape(), quiet, line, hashLine)
+}
+
+// proxiedKube is a kube-apiserver (and a second one without its watch
+// cache) on a store behind a [kubelab.Proxy], with seeded ConfigMaps, a
+// churn and WATCHes from a resourceVersion taken before it, as
+// TestKubeAPIServerWhileItsRootMoves runs them.
+type proxiedKube struct {
+	t                      *testing.T
+	ctx                    context.Context
+	proxy                  *kubelab.Proxy
+	api, direct            *kubelab.APIServer
+	objects, rate, clients int
+	ns, cmPath, rv0        string
+	before                 *kubelab.List
+	watches                []*heldWatch
+	relistsBefore          [2]int
+	ready                  *readyz
+	churn                  *churn
+}
+
+// startProxiedKube starts the kube-apiservers with --etcd-servers the
+// proxy (store names what it forwards to, for the log) and extra flags,
+// seeds $ZKETCD_MOVE_OBJECTS ConfigMaps and starts the watches and the
+// churn ($ZKETCD_MOVE_RATE, $ZKETCD_MOVE_CLIENTS).
+func startProxiedKube(t *testing.T, lab *kubelab.Lab, proxy *kubelab.Proxy, store string, extra ...string) *proxiedKube {
+	t.Helper()
+	ctx := t.Context()
+	must := fatalOn(t)
+	k := &proxiedKube{t: t, ctx: ctx, proxy: proxy, ns: "move",
+		objects: envInt(t, "ZKETCD_MOVE_OBJECTS", 300), rate: envInt(t, "ZKETCD_MOVE_RATE", 40), clients: envInt(t, "ZKETCD_MOVE_CLIENTS", 4)}
+	k.cmPath = "/api/v1/namespaces/" + k.ns + "/configmaps"
+	opts := func(name string, more ...string) kubelab.APIServerOptions {
+		return kubelab.APIServerOptions{Name: name, EtcdServers: "https://" + proxy.Addr, Extra: append(slices.Clone(extra), more...)}
+	}
+	var err error
+	k.api, err = lab.StartAPIServer(opts("moved"))
+	must(err)
+	k.direct, err = lab.StartAPIServer(opts("no-watch-cache", "--watch-cache=false"))
+	must(err)
+	for _, a := range []*kubelab.APIServer{k.api, k.direct} {
+		took, err := a.WaitReady(ctx, 3*time.Minute)
+		must(err)
+		t.Logf("kube-apiserver %s on %s through the proxy %s %v ready in %v", a.Name, store, proxy.Addr, extra, took.Round(time.Millisecond))
+	}
+	_, err = k.api.Create(ctx, "/api/v1/namespaces", kubelab.Namespace(k.ns))
+	must(err)
+	start := time.Now()
+	must(seedConfigMaps(ctx, k.api, k.cmPath, k.objects, 8))
+	t.Logf("seeded %d ConfigMaps through kube-apiserver in %v", k.objects, time.Since(start).Round(time.Millisecond))
+	k.before, err = k.api.List(ctx, k.cmPath)
+	must(err)
+	if len(k.before.Items) != k.objects {
+		t.Fatalf("listed %d ConfigMaps, seeded %d", len(k.before.Items), k.objects)
+	}
+	k.rv0 = k.before.Metadata.ResourceVersion
+	for _, path := range []string{k.cmPath, "/api/v1/configmaps"} {
+		w, err := k.api.Watch(ctx, path+"?resourceVersion="+k.rv0)
+		must(err)
+		k.watches = append(k.watches, holdWatch(path, w))
+	}
+	w, err := k.direct.Watch(ctx, k.cmPath+"?resourceVersion="+k.rv0)
+	must(err)
+	k.watches = append(k.watches, holdWatch(k.cmPath+" (no watch cache)", w))
+	k.relistsBefore = [2]int{len(k.api.Grep(relisted, 0)), len(k.direct.Grep(relisted, 0))}
+	k.ready = watchReadyz(ctx, k.api, 200*time.Millisecond)
+	k.churn = startChurn(ctx, k.api, k.cmPath, k.before, k.clients, k.rate)
+	t.Cleanup(k.churn.stop)
+	return k
+}
+
+func (k *proxiedKube) shape() string {
+	return fmt.Sprintf("%d ConfigMaps, churn %d requests/s from %d clients, 3 watches from resourceVersion %s", k.objects, k.rate, k.clients, k.rv0)
+}
+
+// finish stops the churn and checks what TestKubeAPIServerWhileItsRootMoves
+// checks, for a cut-over whose proxy held at held and switched at
+// switched, to a store whose revision then was cutRev: that a write
+// afterwards takes a later one, that no request failed but those in
+// flight when the proxy cut, that each watch delivered every acknowledged
+// write once (and a failed one at most once), that no kube-apiserver
+// relisted (compactedOK: but the one without a watch cache, whose own
+// watches may be answered compacted: it logs how many), that the listing
+// is the one before with the churn. It returns a line with pause (the
+// cut-over's own parts) and the write unavailability kube clients saw.
+func (k *proxiedKube) finish(held, switched time.Time, cutRev int64, pause string, compactedOK bool) string {
+	t, ctx, must := k.t, k.ctx, fatalOn(k.t)
+	t.Helper()
+	k.churn.stop()
+	readyFailures := k.ready.stop()
+	gap, _ := k.churn.unavailability(held.Add(-500*time.Millisecond), switched.Add(time.Second))
+	n, longest := k.churn.overlapping(held, switched)
+	baseGap, baseLongest := k.churn.unavailability(k.churn.started, k.churn.started.Add(3*time.Second))
+	line := fmt.Sprintf("%s; kube clients: longest gap between acknowledged writes %v, %d writes across the hold, the longest %v; before (3 s of churn): gap %v, longest write %v",
+		pause, gap.Round(time.Millisecond), n, longest.Round(time.Millisecond), baseGap.Round(time.Millisecond), baseLongest.Round(time.Millisecond))
 	t.Log(line)
-	for _, e := range proxy.DialErrors() {
+	for _, e := range k.proxy.DialErrors() {
 		t.Errorf("proxy: %s", e)
 	}
 
-	res := churn.result()
-	marker, err := api.Create(ctx, cmPath, kubelab.ConfigMap("zz-marker", nil))
+	res := k.churn.result()
+	marker, err := k.api.Create(ctx, k.cmPath, kubelab.ConfigMap("zz-marker", nil))
 	must(err)
 	if marker.RV() <= cutRev {
 		t.Errorf("the first write after the cut-over got resourceVersion %d, not above the cut-over's revision %d", marker.RV(), cutRev)
@@ -209,43 +274,38 @@ func TestKubeAPIServerMovesFromASharedEtcdBehindAProxy(t *testing.T) {
 	for _, f := range readyFailures {
 		t.Logf("/readyz while the proxy held: %s", f)
 	}
-	for _, w := range watches {
+	for _, w := range k.watches {
 		events, ended := w.waitFor(res.lastRV, 60*time.Second)
 		if ended != nil {
-			t.Errorf("watch %s from %s ended: %v", w.path, rv0, ended)
+			t.Errorf("watch %s from %s ended: %v", w.path, k.rv0, ended)
 		}
-		events, landed := dropUnknownOutcomes(events, ns, res, unknown)
+		events, landed := dropUnknownOutcomes(events, k.ns, res, unknown)
 		for _, l := range landed {
 			t.Logf("watch %s: the failed write %s landed (its one event is allowed)", w.path, l)
 		}
-		checkWatch(t, w.path, ns, events, res)
+		checkWatch(t, w.path, k.ns, events, res)
 	}
 	// kube-apiserver's watch cache watches etcd with progress
 	// notifications (etcd sends them every --watch-progress-notify-
-	// interval, 1 s here): etcd's client resumes each from the revision
-	// last notified, above the mirror's first revision, so none restarts.
-	if n := len(api.Grep(relisted, 0)) - relistsBefore[0]; n > 0 {
-		t.Errorf("kube-apiserver (watch cache) logged %d watch restarts or relists during the move: %q", n, api.Grep(relisted, 10))
+	// interval): etcd's client resumes each from the revision last
+	// notified or seen, so none restarts.
+	if n := len(k.api.Grep(relisted, 0)) - k.relistsBefore[0]; n > 0 {
+		t.Errorf("kube-apiserver (watch cache) logged %d watch restarts or relists during the move: %q", n, k.api.Grep(relisted, 10))
 	}
-	// Without the watch cache, kube-apiserver's own informers watch etcd
-	// without progress notifications: a watch that saw no event since its
-	// list resumes on zketcd from a revision below the mirror's first one,
-	// where the copy of the prefix has no history (docs/operations.md),
-	// and is answered "compacted": that informer relists. Anything else is
-	// an error.
 	var compacted int
-	for _, l := range direct.Grep(relisted, 0)[relistsBefore[1]:] {
-		if strings.Contains(l, "required revision has been compacted") {
+	for _, l := range k.direct.Grep(relisted, 0)[k.relistsBefore[1]:] {
+		if compactedOK && strings.Contains(l, "required revision has been compacted") {
 			compacted++
 		} else {
 			t.Errorf("kube-apiserver (no watch cache): %s", l)
 		}
 	}
-	firstRev, _ := m.waitLine(ctx, "initial copy of the prefix", time.Second)
-	t.Logf("kube-apiserver (no watch cache): %d of its own watches answered compacted after the switch (the mirror's %s)", compacted, firstRev)
-	after, err := api.List(ctx, cmPath)
+	if compactedOK {
+		t.Logf("kube-apiserver (no watch cache): %d of its own watches answered compacted after the switch", compacted)
+	}
+	after, err := k.api.List(ctx, k.cmPath)
 	must(err)
-	want := listState(before)
+	want := listState(k.before)
 	for _, op := range res.ops {
 		if op.typ == "DELETED" {
 			delete(want, op.name)
@@ -261,19 +321,7 @@ func TestKubeAPIServerMovesFromASharedEtcdBehindAProxy(t *testing.T) {
 	if d := stateDiff(listed, want); d != "" {
 		t.Errorf("ConfigMaps listed after the move differ from those before with the churn (listed, expected): %s", d)
 	}
-	zc, err := z.Client()
-	must(err)
-	for _, rev := range []int64{preRev, cutRev} {
-		onEtcd := prefixAt(t, ctx, ec, prefix, rev)
-		if got := prefixAt(t, ctx, zc, prefix, rev); !mapsEqual(got, onEtcd) {
-			t.Errorf("%s at revision %d: zketcd %d keys, etcd %d keys, not the same", prefix, rev, len(got), len(onEtcd))
-		}
-	}
-	if got := prefixAt(t, ctx, zc, prefix, preRev); !mapsEqual(got, preKeys) {
-		t.Errorf("%s at revision %d on zketcd differs from what etcd held before the cut-over", prefix, preRev)
-	}
-	t.Logf("summary (%d ConfigMaps, churn %d requests/s from %d clients, --quiet %v, 3 watches from resourceVersion %s, another cluster writing on the shared etcd):\n    %s\n    %s",
-		objects, rate, clients, quiet, rv0, line, hashLine)
+	return line
 }
 
 // dropUnknownOutcomes removes from events (of a watch on namespace ns) the
@@ -530,4 +578,120 @@ func (p *loggedProc) cutOverParts(from time.Time) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// TestKubeAPIServerMovesFromZketcdToEtcdBehindAProxy moves a cluster from
+// zketcd back to etcd 3.7.3 while its kube-apiservers serve a kube-like
+// churn, without restarting them: they reach zketcd through a re-pointable
+// TCP proxy (as TestKubeAPIServerMovesFromASharedEtcdBehindAProxy); at the
+// cut-over the proxy cuts and holds their connections, the test waits
+// until zketcd's revision has not moved for $ZKETCD_MOVE_QUIET (default
+// 200ms), `etcdctl snapshot save` saves the root, `etcdutl snapshot
+// restore` restores it, an etcd started on the restored data directory
+// serves it over TLS, and the proxy forwards to it. The write pause is
+// bounded by the snapshot, the restore and etcd's start: it reports each.
+// It checks what the other test checks (no kube-apiserver relists here:
+// etcd has the whole history of the snapshot), that etcd serves the
+// root's revision, and that every key at a revision before the cut-over
+// and HashKV at the cut-over's revision are the same on both. It needs
+// $KUBE_APISERVER and etcdctl and etcdutl 3.7.3 ($ETCDCTL, $ETCDUTL or
+// build-peers.sh's cache).
+func TestKubeAPIServerMovesFromZketcdToEtcdBehindAProxy(t *testing.T) {
+	bin := kubeAPIServerOrSkip(t)
+	home, _ := os.UserHomeDir()
+	tool := func(name string) string {
+		p := os.Getenv(strings.ToUpper(name))
+		if p == "" {
+			p = filepath.Join(home, ".cache", "zketcd", "etcd-v3.7.3", name)
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("%s v3.7.3 not found: integration/bench/build-peers.sh", name)
+		}
+		return p
+	}
+	ctl, utl := tool("etcdctl"), tool("etcdutl")
+	quiet := 200 * time.Millisecond
+	if s := os.Getenv("ZKETCD_MOVE_QUIET"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			t.Fatalf("ZKETCD_MOVE_QUIET=%q: not a positive duration", s)
+		}
+		quiet = d
+	}
+	ctx := t.Context()
+	lab := newLab(t, bin)
+	// etcd restored from the root serves without etcd's authentication:
+	// so does zketcd here (client certificates are still verified).
+	lab.ManualAuth = true
+	must := fatalOn(t)
+	zk, err := lab.ZooKeeper(ctx)
+	must(err)
+	z, err := lab.StartZketcd(ctx, "source", []string{zk.Addr()}, "/kube")
+	must(err)
+	zc, err := z.Client()
+	must(err)
+	proxy, err := lab.StartProxy(z.Addr)
+	must(err)
+	k := startProxiedKube(t, lab, proxy, "zketcd "+z.Addr)
+	time.Sleep(3 * time.Second)
+	preRev := mustStatusRev(t, ctx, zc)
+	preKeys := registryAt(t, ctx, zc, preRev)
+	sec, err := lab.Security()
+	must(err)
+	peerPort, err := lab.Port()
+	must(err)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	file, restored := filepath.Join(lab.Dir, "root.db"), filepath.Join(lab.Dir, "restored.etcd")
+
+	// The cut-over.
+	held := time.Now()
+	cut := proxy.Hold()
+	// No write lands on zketcd once the requests it received finish.
+	rev, last := mustStatusRev(t, ctx, zc), time.Now()
+	for time.Since(last) < quiet {
+		time.Sleep(20 * time.Millisecond)
+		if r := mustStatusRev(t, ctx, zc); r != rev {
+			rev, last = r, time.Now()
+		}
+	}
+	quieted := time.Now()
+	if out, err := exec.CommandContext(ctx, ctl, "--endpoints", z.URL(), "--cacert", sec.CAFile, "--cert", sec.RootCert, "--key", sec.RootKey,
+		"snapshot", "save", file).CombinedOutput(); err != nil {
+		t.Fatalf("etcdctl snapshot save: %v\n%s", err, out)
+	}
+	saved := time.Now()
+	if out, err := exec.CommandContext(ctx, utl, "snapshot", "restore", file, "--data-dir", restored, "--name", "restored",
+		"--initial-cluster", "restored="+peer, "--initial-advertise-peer-urls", peer).CombinedOutput(); err != nil {
+		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
+	}
+	restoredAt := time.Now()
+	etcd, err := lab.StartEtcdWith(ctx, kubelab.EtcdOptions{Name: "restored", TLS: true, DataDir: restored, PeerURL: peer})
+	must(err)
+	served := time.Now()
+	proxy.Switch(etcd.TLSAddr)
+	switched := time.Now()
+	ec, err := etcd.Client()
+	must(err)
+	if got := mustStatusRev(t, ctx, ec); got != rev {
+		t.Errorf("etcd restored from the root serves revision %d, the root was at %d", got, rev)
+	}
+	st, _ := os.Stat(file)
+	var size int64
+	if st != nil {
+		size = st.Size()
+	}
+	time.Sleep(3 * time.Second) // the churn on etcd
+	pause := fmt.Sprintf("zketcd to etcd behind a proxy: hold to switch %v = quiet %v + etcdctl snapshot save %v (%d KiB) + etcdutl snapshot restore %v + etcd start %v; %d sockets cut",
+		switched.Sub(held).Round(time.Millisecond), quieted.Sub(held).Round(time.Millisecond), saved.Sub(quieted).Round(time.Millisecond), size>>10,
+		restoredAt.Sub(saved).Round(time.Millisecond), served.Sub(restoredAt).Round(time.Millisecond), cut)
+	line := k.finish(held, switched, rev, pause, false)
+
+	if got := registryAt(t, ctx, ec, preRev); !mapsEqual(got, preKeys) {
+		t.Errorf("/registry at revision %d on etcd differs from zketcd's before the cut-over (%d keys, %d before)", preRev, len(got), len(preKeys))
+	}
+	hz, he := hashKV(t, ctx, zc, rev), hashKV(t, ctx, ec, rev)
+	if hz.Hash != he.Hash || hz.CompactRevision != he.CompactRevision {
+		t.Errorf("HashKV(%d): zketcd %d (compacted at %d), etcd %d (compacted at %d)", rev, hz.Hash, hz.CompactRevision, he.Hash, he.CompactRevision)
+	}
+	t.Logf("summary (%s, quiet %v):\n    %s\n    HashKV(%d) %d on zketcd and on etcd", k.shape(), quiet, line, rev, he.Hash)
 }
