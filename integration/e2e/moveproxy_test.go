@@ -39,12 +39,16 @@ import (
 // It checks what TestKubeAPIServerWhileItsRootMoves checks: the cut-over
 // prints its prefix hash line; no watch (two through kube-apiserver's
 // watch cache, one through a kube-apiserver without it, all from a
-// resourceVersion before the mirror started) answers 410 Gone or ends, and
-// no kube-apiserver logs a relist; each watch delivers every acknowledged
-// write exactly once with its resourceVersion; the objects listed after
-// are those before with the churn applied; every key under the prefix at a
-// revision before the cut-over and at the cut-over's revision reads the
-// same on zketcd as on etcd. It reports the write unavailability kube
+// resourceVersion before the mirror started) answers 410 Gone or ends;
+// the kube-apiserver with its watch cache logs no relist (the source etcd
+// sends progress notifications every second, so its watches resume above
+// the mirror's first revision), the one without it only "compacted"
+// answers to its own watches (counted: the copy of the prefix has no
+// history before the mirror's first revision); each watch delivers every
+// acknowledged write exactly once with its resourceVersion; the objects
+// listed after are those before with the churn applied; every key under
+// the prefix at a revision before the cut-over and at the cut-over's
+// revision reads the same on zketcd as on etcd. It reports the write unavailability kube
 // clients saw (the longest gap between acknowledged writes, the longest
 // write across the cut-over) and its parts: the quiet period, the two
 // prefix hashes, zketcd's start. Requests in flight on a connection the
@@ -239,6 +243,8 @@ func (k *proxiedKube) finish(held, switched time.Time, cutRev int64, pause strin
 	line := fmt.Sprintf("%s; kube clients: longest gap between acknowledged writes %v, %d writes across the hold, the longest %v; before (3 s of churn): gap %v, longest write %v",
 		pause, gap.Round(time.Millisecond), n, longest.Round(time.Millisecond), baseGap.Round(time.Millisecond), baseLongest.Round(time.Millisecond))
 	t.Log(line)
+	t.Logf("writes answered from 1 s before the hold to 2 s after the switch (sent → answered, from the hold; the switch at +%v): %s",
+		switched.Sub(held).Round(time.Millisecond), k.churn.timeline(held, held.Add(-time.Second), switched.Add(2*time.Second)))
 	for _, e := range k.proxy.DialErrors() {
 		t.Errorf("proxy: %s", e)
 	}
@@ -694,4 +700,19 @@ func TestKubeAPIServerMovesFromZketcdToEtcdBehindAProxy(t *testing.T) {
 		t.Errorf("HashKV(%d): zketcd %d (compacted at %d), etcd %d (compacted at %d)", rev, hz.Hash, hz.CompactRevision, he.Hash, he.CompactRevision)
 	}
 	t.Logf("summary (%s, quiet %v):\n    %s\n    HashKV(%d) %d on zketcd and on etcd", k.shape(), quiet, line, rev, he.Hash)
+}
+
+// timeline lists the acknowledged writes answered within [from, to] as
+// "sent→answered" offsets from at, in the order of their answers.
+func (c *churn) timeline(at, from, to time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, op := range c.ops {
+		if op.decided.Before(from) || op.decided.After(to) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%+d→%+dms", op.sent.Sub(at).Milliseconds(), op.decided.Sub(at).Milliseconds()))
+	}
+	return strings.Join(out, " ")
 }
