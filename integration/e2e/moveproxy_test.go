@@ -245,6 +245,11 @@ func (k *proxiedKube) finish(held, switched time.Time, cutRev int64, pause strin
 	t.Log(line)
 	t.Logf("writes answered from 1 s before the hold to 2 s after the switch (sent → answered, from the hold; the switch at +%v): %s",
 		switched.Sub(held).Round(time.Millisecond), k.churn.timeline(held, held.Add(-time.Second), switched.Add(2*time.Second)))
+	for _, a := range []*kubelab.APIServer{k.api, k.direct} {
+		if lines := klogWithin(a.LogPath(), held, switched.Add(time.Second), 40); len(lines) > 0 {
+			t.Logf("kube-apiserver %s logged from the hold to 1 s after the switch:\n    %s", a.Name, strings.Join(lines, "\n    "))
+		}
+	}
 	for _, e := range k.proxy.DialErrors() {
 		t.Errorf("proxy: %s", e)
 	}
@@ -717,4 +722,37 @@ func (c *churn) timeline(at, from, to time.Time) string {
 		out = append(out, fmt.Sprintf("%+d→%+dms", op.sent.Sub(at).Milliseconds(), op.decided.Sub(at).Milliseconds()))
 	}
 	return strings.Join(out, " ")
+}
+
+var klogHeader = regexp.MustCompile(`^[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})`)
+
+// klogWithin returns up to max lines of the klog file at path stamped
+// within [from, to] (klog stamps local time without a year: from's zone
+// and year are assumed).
+func klogWithin(path string, from, to time.Time, max int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		m := klogHeader.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", m[1], from.Location())
+		if err != nil {
+			continue
+		}
+		at = at.AddDate(from.Year(), 0, 0)
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		if len(out) == max {
+			out = append(out, "...")
+			break
+		}
+		out = append(out, strings.TrimSpace(line))
+	}
+	return out
 }
