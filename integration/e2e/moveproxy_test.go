@@ -18,6 +18,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/zketcd/zketcd/integration/kubelab"
 )
@@ -165,6 +166,7 @@ type proxiedKube struct {
 	watches                []*heldWatch
 	relistsBefore          [2]int
 	ready                  *readyz
+	probe                  *probe
 	churn                  *churn
 }
 
@@ -212,6 +214,7 @@ func startProxiedKube(t *testing.T, lab *kubelab.Lab, proxy *kubelab.Proxy, stor
 	must(err)
 	k.watches = append(k.watches, holdWatch(k.cmPath+" (no watch cache)", w))
 	k.relistsBefore = [2]int{len(k.api.Grep(relisted, 0)), len(k.direct.Grep(relisted, 0))}
+	k.probe = startProbe(t, lab, proxy.Addr)
 	k.ready = watchReadyz(ctx, k.api, 200*time.Millisecond)
 	k.churn = startChurn(ctx, k.api, k.cmPath, k.before, k.clients, k.rate)
 	t.Cleanup(k.churn.stop)
@@ -237,6 +240,11 @@ func (k *proxiedKube) finish(held, switched time.Time, cutRev int64, pause strin
 	t.Helper()
 	k.churn.stop()
 	readyFailures := k.ready.stop()
+	k.probe.stop()
+	if at, ok := k.probe.firstAnswerAfter(switched); ok {
+		t.Logf("an etcd client of the test reading through the proxy every 10 ms: first answer after the switch at +%v (read sent at +%v)",
+			at.decided.Sub(switched).Round(time.Millisecond), at.sent.Sub(switched).Round(time.Millisecond))
+	}
 	gap, _ := k.churn.unavailability(held.Add(-500*time.Millisecond), switched.Add(time.Second))
 	n, longest := k.churn.overlapping(held, switched)
 	baseGap, baseLongest := k.churn.unavailability(k.churn.started, k.churn.started.Add(3*time.Second))
@@ -755,4 +763,70 @@ func klogWithin(path string, from, to time.Time, max int) []string {
 		out = append(out, strings.TrimSpace(line))
 	}
 	return out
+}
+
+// probe reads one key through an etcd client every 10 ms and keeps when
+// each successful read was sent and answered.
+type probe struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	reads  []churnOp
+}
+
+func startProbe(t *testing.T, lab *kubelab.Lab, addr string) *probe {
+	t.Helper()
+	sec, err := lab.Security()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := sec.ClientTLS(sec.RootCert, sec.RootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, TLS: cfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	p := &probe{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer c.Close()
+		for ctx.Err() == nil {
+			op := churnOp{sent: time.Now()}
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := c.Get(rctx, "/probe-of-the-move-test")
+			rcancel()
+			op.decided = time.Now()
+			if err == nil {
+				p.mu.Lock()
+				p.reads = append(p.reads, op)
+				p.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *probe) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// firstAnswerAfter returns the first successful read answered after at.
+func (p *probe) firstAnswerAfter(at time.Time) (churnOp, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.reads {
+		if r.decided.After(at) {
+			return r, true
+		}
+	}
+	return churnOp{}, false
 }
