@@ -28,7 +28,8 @@ import (
 // kube-like churn, without restarting them: they reach the store through
 // a re-pointable TCP proxy (the stand-in for a DNS name or a virtual IP;
 // TLS passes through it, and both stores present certificates of one CA
-// valid for its address). Their keys are under --etcd-prefix /team-a;
+// valid for its address; the mirror reads etcd over TLS too, with a client
+// certificate). Their keys are under --etcd-prefix /team-a;
 // another cluster's keys under /team-b/ are written meanwhile, so the
 // cluster's revisions are sparse. `zketcd mirror cutover --on-signal
 // --prefix /team-a/` copies the prefix and follows it; at the cut-over the
@@ -90,7 +91,10 @@ func TestKubeAPIServerMovesFromASharedEtcdBehindAProxy(t *testing.T) {
 	sec, err := lab.Security()
 	must(err)
 	const root = "/team-a"
-	args := []string{"mirror", "cutover", "--on-signal", "--from", etcd.URL(), "--prefix", prefix,
+	// The mirror reads the shared etcd over TLS with a client
+	// certificate, as kube-apiserver does (Kamaji's etcd requires one).
+	args := []string{"mirror", "cutover", "--on-signal", "--from", etcd.TLSURL(), "--prefix", prefix,
+		"--cacert", sec.CAFile, "--cert", sec.RootCert, "--key", sec.RootKey,
 		"--zk", zk.Addr(), "--zk-root", root, "--zk-auth-file", sec.ZKAuthFile,
 		"--status-interval", "300ms", "--quiet", quiet.String(), "--log-level", "info"}
 	m := startLogged(t, lab.Zketcd, filepath.Join(lab.Dir, "mirror-cutover.log"), args)
