@@ -305,7 +305,10 @@ bench-tenants: deps-zookeeper build
 # TestKubeAPIServerWhileItsRootMoves with MOVE_OBJECTS ConfigMaps and a churn
 # of MOVE_RATE requests a second from MOVE_CLIENTS clients (the root moved
 # to another root, then to a second ZooKeeper, with every check of the e2e
-# run), then TestMoveCostByObjectCount at MOVE_COST_OBJECTS kube-like
+# run), the same cluster moved behind a TCP proxy from a shared etcd's
+# prefix to zketcd (TestKubeAPIServerMovesFromASharedEtcdBehindAProxy) and
+# from zketcd to etcd (TestKubeAPIServerMovesFromZketcdToEtcdBehindAProxy),
+# then TestMoveCostByObjectCount at MOVE_COST_OBJECTS kube-like
 # objects without kube-apiserver, once copying the whole log and once a base
 # generation. It prints the figures (docs/benchmarks.md "Moving a root
 # while it serves" quotes them); the output is kept in MOVE_OUT.
@@ -319,7 +322,7 @@ bench-move: deps-zookeeper build
 	bin=$$(printf '%s\n' "$$out" | tail -n 1); mkdir -p $(MOVE_OUT); \
 	cd integration && KUBE_APISERVER="$$bin" ZKETCD_BINARY="$(abspath $(BIN))/zketcd" \
 		ZKETCD_MOVE_OBJECTS=$(MOVE_OBJECTS) ZKETCD_MOVE_RATE=$(MOVE_RATE) ZKETCD_MOVE_CLIENTS=$(MOVE_CLIENTS) \
-		$(GO) test -count=1 -timeout 60m -v -run '^TestKubeAPIServerWhileItsRootMoves$$' ./e2e/ | tee $(abspath $(MOVE_OUT))/kube.log; \
+		$(GO) test -count=1 -timeout 60m -v -run '^(TestKubeAPIServerWhileItsRootMoves|TestKubeAPIServerMovesFromASharedEtcdBehindAProxy|TestKubeAPIServerMovesFromZketcdToEtcdBehindAProxy)$$' ./e2e/ | tee $(abspath $(MOVE_OUT))/kube.log; \
 	grep -q '^ok' $(abspath $(MOVE_OUT))/kube.log || exit 1; : > $(abspath $(MOVE_OUT))/cost.log; \
 	for compact in "" 1; do \
 		ZKETCD_BINARY="$(abspath $(BIN))/zketcd" ZKETCD_MOVE_COST_OBJECTS=$(MOVE_COST_OBJECTS) ZKETCD_MOVE_COST_COMPACT=$$compact \

@@ -18,8 +18,8 @@ import (
 	"github.com/zketcd/zketcd/internal/zkstore"
 )
 
-// runMirror is `zketcd mirror [cutover] --from URLS [--prefix P] --zk ...
-// --zk-root ... [--tenant NAME]`: it copies a running etcd, or one prefix
+// runMirror is `zketcd mirror [cutover] --from URLS [--cacert F --cert F
+// --key F] [--prefix P] --zk ... --zk-root ... [--tenant NAME]`: it copies a running etcd, or one prefix
 // of it, into a root with the same revisions and follows it (package
 // mirror) until interrupted or, with --until-caught-up, until it has
 // copied everything; run again, it continues where it stopped. `cutover`
@@ -41,6 +41,10 @@ func runMirror(args []string) error {
 	quiet := fs.Duration("quiet", time.Second, "cutover: how long the source must take no write under the prefix")
 	onSignal := fs.Bool("on-signal", false, "cutover: copy and follow until SIGUSR1 (send it once the writers stopped), then cut over")
 	pageSize := fs.Int("page-size", 1000, "keys per Range of a prefix's initial copy and of the cut-over's hash")
+	cacert := fs.String("cacert", "", "verify the source etcd's certificate with this CA bundle (etcdctl's --cacert)")
+	cert := fs.String("cert", "", "client certificate for TLS to the source etcd (etcdctl's --cert)")
+	key := fs.String("key", "", "key of --cert (etcdctl's --key)")
+	insecure := fs.Bool("insecure-skip-tls-verify", false, "accept any certificate of the source etcd (etcdctl's flag)")
 	f.registerZK(fs, "ZooKeeper servers, comma separated host:port", "root znode to copy into: absent, empty, or a mirror's to continue")
 	f.registerLog(fs)
 	if err := parseWithEnv(fs, args); err != nil {
@@ -57,7 +61,11 @@ func runMirror(args []string) error {
 	if *tenant != "" {
 		sc.Root = zkstore.TenantRoot(sc.Root, *tenant)
 	}
-	src, err := clientv3.New(clientv3.Config{Endpoints: splitList(*from), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	srcTLS, err := clientTLS(*cacert, *cert, *key, *insecure)
+	if err != nil {
+		return err
+	}
+	src, err := clientv3.New(clientv3.Config{Endpoints: splitList(*from), TLS: srcTLS, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", *from, err)
 	}

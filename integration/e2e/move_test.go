@@ -306,19 +306,27 @@ type churn struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 
-	mu     sync.Mutex
-	ops    []churnOp // acknowledged writes, in the order of their answers
-	gets   int
-	failed []string
-	stale  []string
+	mu        sync.Mutex
+	ops       []churnOp // acknowledged writes, in the order of their answers
+	gets      int
+	failed    []string
+	failedOps []failedOp
+	stale     []string
+}
+
+// failedOp is a request that failed: its outcome is unknown to the client.
+type failedOp struct {
+	churnOp
+	err error
 }
 
 type churnResult struct {
-	ops    []churnOp
-	counts map[string]int
-	failed []string
-	stale  []string
-	lastRV int64
+	ops       []churnOp
+	counts    map[string]int
+	failed    []string
+	failedOps []failedOp
+	stale     []string
+	lastRV    int64
 }
 
 func startChurn(ctx context.Context, api *kubelab.APIServer, path string, seeded *kubelab.List, clients, rate int) *churn {
@@ -394,6 +402,7 @@ func (c *churn) client(ctx context.Context, api *kubelab.APIServer, path string,
 		c.mu.Lock()
 		switch {
 		case err != nil:
+			c.failedOps = append(c.failedOps, failedOp{op, err})
 			c.failed = append(c.failed, fmt.Sprintf("%s %s sent at %s, failed after %v: %v", op.typ, op.name, op.sent.Format("15:04:05.000"), op.decided.Sub(op.sent).Round(time.Millisecond), err))
 		case op.typ == "GET":
 			c.gets++
@@ -436,7 +445,7 @@ func (c *churn) stop() {
 func (c *churn) result() churnResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := churnResult{ops: slices.Clone(c.ops), counts: map[string]int{"GET": c.gets}, failed: c.failed, stale: c.stale}
+	r := churnResult{ops: slices.Clone(c.ops), counts: map[string]int{"GET": c.gets}, failed: c.failed, failedOps: slices.Clone(c.failedOps), stale: c.stale}
 	for _, op := range c.ops {
 		r.counts[op.typ]++
 		r.lastRV = max(r.lastRV, op.rv)
