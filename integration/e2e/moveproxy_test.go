@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/zketcd/zketcd/integration/faultproxy"
 	"github.com/zketcd/zketcd/integration/kubelab"
 )
 
@@ -156,13 +157,13 @@ func TestKubeAPIServerMovesFromASharedEtcdBehindAProxy(t *testing.T) {
 }
 
 // proxiedKube is a kube-apiserver (and a second one without its watch
-// cache) on a store behind a [kubelab.Proxy], with seeded ConfigMaps, a
+// cache) on a store behind a [faultproxy.Proxy], with seeded ConfigMaps, a
 // churn and WATCHes from a resourceVersion taken before it, as
 // TestKubeAPIServerWhileItsRootMoves runs them.
 type proxiedKube struct {
 	t                      *testing.T
 	ctx                    context.Context
-	proxy                  *kubelab.Proxy
+	proxy                  *faultproxy.Proxy
 	api, direct            *kubelab.APIServer
 	objects, rate, clients int
 	ns, cmPath, rv0        string
@@ -178,7 +179,7 @@ type proxiedKube struct {
 // proxy (store names what it forwards to, for the log) and extra flags,
 // seeds $ZKETCD_MOVE_OBJECTS ConfigMaps and starts the watches and the
 // churn ($ZKETCD_MOVE_RATE, $ZKETCD_MOVE_CLIENTS).
-func startProxiedKube(t *testing.T, lab *kubelab.Lab, proxy *kubelab.Proxy, store string, extra ...string) *proxiedKube {
+func startProxiedKube(t *testing.T, lab *kubelab.Lab, proxy *faultproxy.Proxy, store string, extra ...string) *proxiedKube {
 	t.Helper()
 	ctx := t.Context()
 	must := fatalOn(t)
@@ -186,7 +187,7 @@ func startProxiedKube(t *testing.T, lab *kubelab.Lab, proxy *kubelab.Proxy, stor
 		objects: envInt(t, "ZKETCD_MOVE_OBJECTS", 300), rate: envInt(t, "ZKETCD_MOVE_RATE", 40), clients: envInt(t, "ZKETCD_MOVE_CLIENTS", 4)}
 	k.cmPath = "/api/v1/namespaces/" + k.ns + "/configmaps"
 	opts := func(name string, more ...string) kubelab.APIServerOptions {
-		return kubelab.APIServerOptions{Name: name, EtcdServers: "https://" + proxy.Addr, Extra: append(slices.Clone(extra), more...)}
+		return kubelab.APIServerOptions{Name: name, EtcdServers: "https://" + proxy.Addr(), Extra: append(slices.Clone(extra), more...)}
 	}
 	var err error
 	k.api, err = lab.StartAPIServer(opts("moved"))
@@ -196,7 +197,7 @@ func startProxiedKube(t *testing.T, lab *kubelab.Lab, proxy *kubelab.Proxy, stor
 	for _, a := range []*kubelab.APIServer{k.api, k.direct} {
 		took, err := a.WaitReady(ctx, 3*time.Minute)
 		must(err)
-		t.Logf("kube-apiserver %s on %s through the proxy %s %v ready in %v", a.Name, store, proxy.Addr, extra, took.Round(time.Millisecond))
+		t.Logf("kube-apiserver %s on %s through the proxy %s %v ready in %v", a.Name, store, proxy.Addr(), extra, took.Round(time.Millisecond))
 	}
 	_, err = k.api.Create(ctx, "/api/v1/namespaces", kubelab.Namespace(k.ns))
 	must(err)
@@ -218,7 +219,7 @@ func startProxiedKube(t *testing.T, lab *kubelab.Lab, proxy *kubelab.Proxy, stor
 	must(err)
 	k.watches = append(k.watches, holdWatch(k.cmPath+" (no watch cache)", w))
 	k.relistsBefore = [2]int{len(k.api.Grep(relisted, 0)), len(k.direct.Grep(relisted, 0))}
-	k.probe = startProbe(t, lab, proxy.Addr)
+	k.probe = startProbe(t, lab, proxy.Addr())
 	k.ready = watchReadyz(ctx, k.api, 200*time.Millisecond)
 	k.churn = startChurn(ctx, k.api, k.cmPath, k.before, k.clients, k.rate)
 	t.Cleanup(k.churn.stop)

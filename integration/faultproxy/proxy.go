@@ -7,6 +7,8 @@
 // Tests put one proxy in front of each server a process must not reach
 // during a partition (for example every ZooKeeper member, for one zketcd
 // instance) and call [Proxy.Cut] or [Proxy.Blackhole], then [Proxy.Heal].
+// It also stands in for the DNS name or virtual IP a store is reached at
+// during a cut-over: [Proxy.Hold], then [Proxy.Switch] to the new store.
 package faultproxy
 
 import (
@@ -29,6 +31,10 @@ const (
 	// blackholed are closed when the proxy heals, as a TCP connection
 	// whose packets were dropped for long would be reset.
 	Blackhole
+	// Hold closes every connection and holds new ones unforwarded (their
+	// bytes wait in the socket, nothing is dropped) until Switch or
+	// Heal, which forwards them to the target of that moment.
+	Hold
 )
 
 func (m Mode) String() string {
@@ -39,6 +45,8 @@ func (m Mode) String() string {
 		return "cut"
 	case Blackhole:
 		return "blackhole"
+	case Hold:
+		return "hold"
 	}
 	return "unknown"
 }
@@ -55,6 +63,9 @@ type Proxy struct {
 	closed bool
 	wg     sync.WaitGroup
 	stats  Stats
+	// released is closed when the proxy leaves Hold (nil otherwise).
+	released chan struct{}
+	dialErr  []string
 }
 
 // Stats counts what the proxy did.
@@ -68,6 +79,9 @@ type link struct {
 	client, server net.Conn
 	once           sync.Once
 	blackholed     bool // saw blackhole mode; closed at heal
+	// held, if not nil, is closed when the proxy stops holding: the link
+	// was accepted during Hold and dials its target only then.
+	held chan struct{}
 }
 
 func (l *link) close() {
@@ -95,7 +109,44 @@ func Start(target string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Target is the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+// Hold closes every open connection and holds new ones until Switch (or
+// Heal). It returns how many sockets it closed (a forwarded connection is
+// two: the client's and the target's).
+func (p *Proxy) Hold() int {
+	p.mu.Lock()
+	n := 0
+	for l := range p.conns {
+		n++
+		if l.server != nil {
+			n++
+		}
+	}
+	p.mu.Unlock()
+	p.setMode(Hold)
+	return n
+}
+
+// Switch points the proxy at target and forwards again: the connections
+// held meanwhile and every later one go there.
+func (p *Proxy) Switch(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.setMode(Pass)
+}
+
+// DialErrors returns the errors of the proxy's dials to its target so far.
+func (p *Proxy) DialErrors() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.dialErr...)
+}
 
 // Mode returns the current mode.
 func (p *Proxy) Mode() Mode {
@@ -141,10 +192,17 @@ func (p *Proxy) SetDelay(d time.Duration) {
 func (p *Proxy) setMode(m Mode) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if m == Hold && p.released == nil {
+		p.released = make(chan struct{})
+	}
+	if m != Hold && p.released != nil {
+		close(p.released)
+		p.released = nil
+	}
 	p.mode = m
 	for l := range p.conns {
 		switch m {
-		case Cut:
+		case Cut, Hold:
 			l.close()
 			delete(p.conns, l)
 		case Blackhole:
@@ -167,6 +225,10 @@ func (p *Proxy) Close() error {
 		l.close()
 	}
 	p.conns = map[*link]struct{}{}
+	if p.released != nil {
+		close(p.released)
+		p.released = nil
+	}
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.wg.Wait()
@@ -189,7 +251,7 @@ func (p *Proxy) serve() {
 			_ = c.Close()
 			continue
 		}
-		l := &link{client: c, blackholed: mode == Blackhole}
+		l := &link{client: c, blackholed: mode == Blackhole, held: p.released}
 		p.conns[l] = struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(1)
@@ -211,13 +273,25 @@ func (p *Proxy) handle(l *link) {
 		p.drain(l.client)
 		return
 	}
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if l.held != nil {
+		<-l.held
+	}
+	p.mu.Lock()
+	target, gone := p.target, p.closed
+	p.mu.Unlock()
+	if gone {
+		return
+	}
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
+		p.mu.Lock()
+		p.dialErr = append(p.dialErr, err.Error())
+		p.mu.Unlock()
 		return
 	}
 	p.mu.Lock()
 	l.server = server
-	gone := p.closed
+	gone = p.closed
 	if _, ok := p.conns[l]; !ok {
 		gone = true // cut meanwhile
 	}

@@ -240,14 +240,14 @@ func TestMoveRefusesAFleetTenantsRoot(t *testing.T) {
 	}
 }
 
-// TestMoveStartsOverWhenCompactionOvertookTheCopy stops a mover before its
-// fence, compacts the source past what it copied, and runs it again: the
-// copy starts over from the source's new base generation and the move
-// finishes with every write.
-func TestMoveStartsOverWhenCompactionOvertookTheCopy(t *testing.T) {
-	src := rootview.StoreConfig(t, sharedZK, "")
-	dst := rootview.StoreConfig(t, sharedZK, "")
-	a := open(t, "a", src)
+// copiedUpToTheFence returns a source root with 20 keys written by the
+// instance a, and a destination a mover copied it into, stopped before
+// it fenced the source.
+func copiedUpToTheFence(t *testing.T) (src, dst zkstore.Config, a *engine.Engine) {
+	t.Helper()
+	src = rootview.StoreConfig(t, sharedZK, "")
+	dst = rootview.StoreConfig(t, sharedZK, "")
+	a = open(t, "a", src)
 	ctx := testutil.Context(t, time.Minute)
 	for i := range 20 {
 		if _, err := a.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")}); err != nil {
@@ -256,8 +256,18 @@ func TestMoveStartsOverWhenCompactionOvertookTheCopy(t *testing.T) {
 	}
 	stopped := errors.New("mover stopped")
 	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel), BeforeFence: func() error { return stopped }}); !errors.Is(err, stopped) {
-		t.Fatalf("first run: %v", err)
+		t.Fatalf("the run stopped before the fence: %v", err)
 	}
+	return src, dst, a
+}
+
+// TestMoveStartsOverWhenCompactionOvertookTheCopy stops a mover before its
+// fence, compacts the source past what it copied, and runs it again: the
+// copy starts over from the source's new base generation and the move
+// finishes with every write.
+func TestMoveStartsOverWhenCompactionOvertookTheCopy(t *testing.T) {
+	src, dst, a := copiedUpToTheFence(t)
+	ctx := testutil.Context(t, time.Minute)
 	// A compaction truncates the log below the base generation before
 	// it: three rounds of rewrites and compactions.
 	for round := range 3 {
@@ -465,19 +475,8 @@ func TestMoveLogsTheCopysProgress(t *testing.T) {
 // again, the move resets what is left and finishes instead of failing on
 // znodes that exist.
 func TestMoveContinuesAfterAResetCutShort(t *testing.T) {
-	src := rootview.StoreConfig(t, sharedZK, "")
-	dst := rootview.StoreConfig(t, sharedZK, "")
-	a := open(t, "a", src)
+	src, dst, a := copiedUpToTheFence(t)
 	ctx := testutil.Context(t, time.Minute)
-	for i := range 20 {
-		if _, err := a.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stopped := errors.New("mover stopped")
-	if _, err := move.Run(ctx, move.Config{Source: src, Dest: dst, Logger: testutil.Logger(logrus.ErrorLevel), BeforeFence: func() error { return stopped }}); !errors.Is(err, stopped) {
-		t.Fatalf("first run: %v", err)
-	}
 	conn, _, err := zk.Connect(dst.Servers, 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		t.Fatal(err)
